@@ -1,0 +1,538 @@
+"""The `gpuenv` command: parse, call one core function, show the result.
+
+Kept thin and light: heavy modules (rich, docker, the core) are imported inside the
+commands, so `gpuenv --version` and `--help` start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from gpuenv import __version__
+from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError
+
+if TYPE_CHECKING:
+    from gpuenv.host import Host
+    from gpuenv.matrix import Matrix
+    from gpuenv.resolve import Resolution
+    from gpuenv.spec import Spec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FRAMEWORK_CHOICE = click.Choice(["pytorch", "tensorflow", "jax", "none"])
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0    success
+  1    internal error (a bug: please report it with --debug output)
+  2    command-line usage error
+  3    gpuenv.yaml (or a file it names) is invalid
+  4    no image fits the spec on this host
+  5    gpuenv.lock missing, damaged or out of date
+  6    the compatibility matrix data is invalid
+  7    the host description is invalid
+  130  interrupted (Ctrl-C)
+"""
+
+
+@dataclass
+class Context:
+    directory: str
+    debug: bool
+
+
+def _report(exc: GpuenvError) -> None:
+    from gpuenv import ui
+    from gpuenv.errors import ResolutionError
+
+    ui.error(exc.message)
+    if isinstance(exc, ResolutionError):
+        for line in exc.explanation:
+            ui.detail(line)
+    if exc.hint:
+        from rich.markup import escape
+
+        ui.err.print(f"[cyan]hint:[/] {escape(exc.hint)}")
+
+
+class GpuenvGroup(click.Group):
+    """Turns gpuenv errors into one message and an exit code; tracebacks only with --debug."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpuenvError as exc:
+            _report(exc)
+            if _debug(ctx):
+                traceback.print_exc()
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if _debug(ctx):
+                traceback.print_exc()
+            click.echo(
+                f"error: internal error: {type(exc).__name__}: {exc}\n"
+                "hint: this is a bug in gpuenv; run again with --debug and report the traceback",
+                err=True,
+            )
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _debug(ctx: click.Context) -> bool:
+    obj = ctx.find_object(Context)
+    return bool(obj and obj.debug) or os.environ.get("GPUENV_DEBUG") == "1"
+
+
+@click.group(cls=GpuenvGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="gpuenv")
+@click.option(
+    "-C",
+    "--directory",
+    type=click.Path(file_okay=False, exists=True),
+    default=".",
+    help="Run as if gpuenv was started in this project folder.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (for bug reports).")
+@click.pass_context
+def main(ctx: click.Context, directory: str, debug: bool) -> None:
+    """gpuenv: one spec per project for GPU containers.
+
+    gpuenv.yaml says what the project needs; gpuenv resolves it against NVIDIA's NGC
+    images, the CUDA/driver rules and this host's GPUs, and pins the answer in
+    gpuenv.lock for everyone on the team.
+
+    \b
+    Start:   gpuenv init            write gpuenv.yaml and gpuenv.lock
+    Plan:    gpuenv resolve --explain
+    Pin:     gpuenv lock            (--check in CI, --upgrade to move on)
+    Check:   gpuenv check
+    Data:    gpuenv matrix pytorch
+    """
+    ctx.obj = Context(directory=os.path.abspath(directory), debug=debug)
+
+
+def host_options(func: F) -> F:
+    """--driver / --gpu: plan for a described host instead of this machine."""
+    func = click.option(
+        "--gpu",
+        "gpu_models",
+        multiple=True,
+        metavar="MODEL",
+        help="Plan for a host with this GPU (repeat per GPU), e.g. 'A100' or 'RTX 4090'.",
+    )(func)
+    func = click.option(
+        "--driver",
+        metavar="VERSION",
+        help="Plan for a host with this NVIDIA driver, e.g. 535.104.05.",
+    )(func)
+    return func
+
+
+def spec_options(func: F) -> F:
+    """--framework / --version / --python / --cuda: override the spec's fields."""
+    for name, help_text in (
+        ("--cuda", "CUDA toolkit constraint, e.g. '>=12.4' or '12.4'."),
+        ("--python", "Python constraint, e.g. '3.10' (3.10.*) or '>=3.10'."),
+        ("--version", "Framework version constraint (PEP 440), e.g. '2.4' or '>=2.1,<2.5'."),
+    ):
+        func = click.option(name, metavar="SPEC", help=help_text)(func)
+    func = click.option("--framework", type=FRAMEWORK_CHOICE, help="Framework to resolve.")(func)
+    return func
+
+
+@dataclass
+class Overrides:
+    framework: str | None = None
+    version: str | None = None
+    python: str | None = None
+    cuda: str | None = None
+
+
+def _checked_overrides(framework: str | None, version: str | None, python: str | None, cuda: str | None) -> Overrides:
+    from gpuenv.errors import UsageError
+    from gpuenv.versions import InvalidConstraint, parse_constraint
+
+    for flag, value in (("--version", version), ("--python", python), ("--cuda", cuda)):
+        if value is not None:
+            try:
+                parse_constraint(value)
+            except InvalidConstraint as exc:
+                raise UsageError(f"{flag}: {exc}") from None
+    return Overrides(framework, version and version.strip(), python and python.strip(), cuda and cuda.strip())
+
+
+def _spec(directory: str, overrides: Overrides, *, need_file: bool = False) -> Spec:
+    from gpuenv.errors import UsageError
+    from gpuenv.spec import SPEC_FILENAME, default_spec, display_path, load_spec
+
+    if os.path.exists(os.path.join(directory, SPEC_FILENAME)) or need_file:
+        spec = load_spec(directory)
+    elif overrides.framework:
+        spec = default_spec(directory, overrides.framework)
+    else:
+        raise UsageError(
+            f"no {SPEC_FILENAME} in {display_path(directory) or '.'}",
+            hint="run `gpuenv init` to write one, or give --framework "
+            "(with --version, --python, --cuda) to resolve without a spec",
+        )
+    return spec.with_overrides(
+        framework=overrides.framework,
+        version=overrides.version,
+        python=overrides.python,
+        cuda=overrides.cuda,
+    )
+
+
+def _host(driver: str | None, gpu_models: tuple[str, ...], matrix: Matrix) -> Host:
+    from gpuenv.host import HostOverride, host_for
+
+    return host_for(HostOverride(driver, gpu_models), matrix)
+
+
+def _show_resolution(resolution: Resolution) -> None:
+    from gpuenv import ui
+
+    row = resolution.row
+    parts = [
+        f"{row.label.split()[0]} {row.framework_version or '(version not recorded)'}"
+        if row.framework != "none"
+        else None,
+        f"CUDA {row.cuda}" if row.cuda else None,
+        f"cuDNN {row.cudnn}" if row.cudnn else None,
+        f"Python {row.python}" if row.python else None,
+        f"Ubuntu {row.ubuntu}" if row.ubuntu else None,
+    ]
+    ui.detail(" · ".join(p for p in parts if p))
+    requires = f"needs driver ≥ {resolution.candidate.min_driver or 'unknown'}"
+    if row.min_compute_capability:
+        requires += f", compute capability ≥ {row.min_compute_capability}"
+    ui.detail(f"{requires}; host: {resolution.candidate.driver_route}")
+    ui.detail(f"evidence: {row.evidence} ({row.source})")
+    for warning in resolution.warnings:
+        ui.warn(warning)
+
+
+def _explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
+    from rich.table import Table
+
+    from gpuenv import ui
+
+    table = Table(title=f"Candidates for {host.describe()}", title_justify="left", expand=False)
+    for column in ("", "image", "version", "CUDA", "Python", "driver ≥", "why"):
+        table.add_column(column, overflow="fold")
+    for candidate in candidates:
+        row = candidate.row
+        if candidate is chosen:
+            mark, why = "[green]✓[/]", "[green]chosen: newest that fits[/]"
+        elif candidate.ok:
+            mark, why = "[green]✓[/]", "fits (older)"
+        else:
+            mark = "[red]✗[/]"
+            from rich.markup import escape
+
+            why = escape("; ".join(r.reason for r in candidate.rejections))
+        table.add_row(
+            mark,
+            row.tag,
+            row.framework_version or "?",
+            row.cuda or "?",
+            row.python or "?",
+            candidate.min_driver or "?",
+            why,
+        )
+    ui.out.print(table)
+
+
+@main.command()
+@spec_options
+@host_options
+@click.option("--explain", is_flag=True, help="Show every candidate image and why it fits or not.")
+@click.option("--json", "as_json", is_flag=True, help="Print the resolution as one JSON object.")
+@click.pass_obj
+def resolve(
+    obj: Context,
+    framework: str | None,
+    version: str | None,
+    python: str | None,
+    cuda: str | None,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    explain: bool,
+    as_json: bool,
+) -> None:
+    """Choose the image for the spec on this host (or a described one).
+
+    Uses gpuenv.yaml when present; flags override its fields, and with --framework
+    no spec file is needed. Prints the image reference; details go to stderr.
+    Nothing is written: `gpuenv lock` pins the result.
+
+    \b
+    Examples:
+      gpuenv resolve --explain
+      gpuenv resolve --framework pytorch --version 2.4 --driver 535.104.05 --gpu 'RTX 4090'
+      gpuenv resolve --json | jq -r .image
+    """
+    from gpuenv import ui
+    from gpuenv.errors import ResolutionError
+    from gpuenv.matrix import load_matrix
+    from gpuenv.resolve import resolve as do_resolve
+
+    overrides = _checked_overrides(framework, version, python, cuda)
+    spec = _spec(obj.directory, overrides)
+    matrix = load_matrix()
+    host = _host(driver, gpu_models, matrix)
+    try:
+        resolution = do_resolve(spec, matrix, host)
+    except ResolutionError as exc:
+        if explain:
+            from gpuenv.resolve import classify_gpus, evaluate, selected_gpus
+
+            gpus = selected_gpus(spec, classify_gpus(host, matrix))
+            rows = matrix.images_for(spec.framework, spec.base)
+            _explain_table([evaluate(spec, matrix, host, gpus, r) for r in rows], None, host)
+        raise exc from None
+    if as_json:
+        payload = resolution.to_data()
+        payload["matrix_version"] = matrix.version
+        ui.data(payload)
+        for warning in resolution.warnings:
+            ui.warn(warning)
+        return
+    if explain:
+        _explain_table(resolution.candidates, resolution.candidate, host)
+    ui.result(resolution.row.image)
+    _show_resolution(resolution)
+
+
+@main.command()
+@host_options
+@click.option("--check", "check_only", is_flag=True, help="Only verify that gpuenv.lock matches gpuenv.yaml and its requirements (for CI); write nothing.")
+@click.option("--upgrade", is_flag=True, help="Re-resolve to the newest image that fits, even if the locked one still does.")
+@click.pass_obj
+def lock(
+    obj: Context,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    check_only: bool,
+    upgrade: bool,
+) -> None:
+    """Resolve gpuenv.yaml and pin the result in gpuenv.lock.
+
+    With an up-to-date lock this does nothing. When gpuenv.yaml or a requirements
+    file changed, the locked image is kept if it still fits, and replaced by the
+    newest that fits otherwise. --upgrade always takes the newest. --check fails
+    (exit 5) when the lock is missing or out of date, and lists what changed.
+    """
+    from gpuenv import ui
+    from gpuenv.errors import LockError, UsageError
+    from gpuenv.lock import LOCK_FILENAME, lock_differences, lock_from_resolution, read_lock, write_lock
+    from gpuenv.matrix import load_matrix
+    from gpuenv.resolve import resolve as do_resolve
+
+    if check_only and upgrade:
+        raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
+    spec = _spec(obj.directory, Overrides(), need_file=True)
+    path = os.path.join(obj.directory, LOCK_FILENAME)
+    if check_only:
+        existing = read_lock(path)
+        changes = lock_differences(existing, spec)
+        if changes:
+            raise LockError(
+                f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
+                hint="run `gpuenv lock` and commit gpuenv.lock",
+            )
+        ui.success(f"{LOCK_FILENAME} is up to date ({existing.pinned_image})")
+        return
+    existing = None
+    if os.path.exists(path):
+        try:
+            existing = read_lock(path)
+        except LockError as exc:
+            ui.warn(f"{exc.message}; writing a new lock")
+    if existing is not None and not upgrade and not lock_differences(existing, spec):
+        ui.success(f"{LOCK_FILENAME} is up to date ({existing.pinned_image})")
+        return
+    matrix = load_matrix()
+    host = _host(driver, gpu_models, matrix)
+    prefer = existing.image if existing is not None and not upgrade else None
+    resolution = do_resolve(spec, matrix, host, prefer=prefer)
+    same_image = existing is not None and existing.image == resolution.row.image
+    digest = existing.digest if existing is not None and same_image else ""
+    write_lock(path, lock_from_resolution(resolution, matrix.version, digest))
+    ui.result(resolution.row.image)
+    if existing is None:
+        ui.success(f"wrote {LOCK_FILENAME}")
+    elif same_image:
+        ui.success(f"updated {LOCK_FILENAME}; the image is unchanged")
+    else:
+        ui.success(f"updated {LOCK_FILENAME}: {existing.image} → {resolution.row.image}")
+    _show_resolution(resolution)
+
+
+@main.command()
+@spec_options
+@host_options
+@click.option("--force", is_flag=True, help="Overwrite an existing gpuenv.yaml and gpuenv.lock.")
+@click.pass_obj
+def init(
+    obj: Context,
+    framework: str | None,
+    version: str | None,
+    python: str | None,
+    cuda: str | None,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
+
+    Detects the framework and its version from requirements*.txt, pyproject.toml or
+    environment.yml pins (torch==2.3.1 → pytorch "2.3"), the Python version from
+    .python-version or requires-python, and the host's driver and GPUs. Flags win
+    over what is detected. Never asks questions; refuses to overwrite without --force.
+    """
+    from gpuenv import ui
+    from gpuenv.errors import ResolutionError, UsageError
+    from gpuenv.files import atomic_write
+    from gpuenv.lock import LOCK_FILENAME, lock_from_resolution, write_lock
+    from gpuenv.matrix import load_matrix
+    from gpuenv.project import detect_project, render_spec
+    from gpuenv.resolve import resolve as do_resolve
+    from gpuenv.spec import SPEC_FILENAME, GpuRequest, parse_spec_text
+
+    overrides = _checked_overrides(framework, version, python, cuda)
+    spec_path = os.path.join(obj.directory, SPEC_FILENAME)
+    lock_path = os.path.join(obj.directory, LOCK_FILENAME)
+    existing = [p for p in (spec_path, lock_path) if os.path.exists(p)]
+    if existing and not force:
+        names = " and ".join(os.path.basename(p) for p in existing)
+        raise UsageError(
+            f"{names} already exist{'s' if len(existing) == 1 else ''} in {obj.directory}",
+            hint="edit gpuenv.yaml and run `gpuenv lock`, or use `gpuenv init --force` to start over",
+        )
+    matrix = load_matrix()
+    host = _host(driver, gpu_models, matrix)
+    detected = detect_project(obj.directory)
+    chosen_framework = overrides.framework or detected.framework
+    if chosen_framework is None:
+        chosen_framework = "pytorch"
+        ui.info("no framework pinned in requirements*.txt, pyproject.toml or environment.yml; using pytorch")
+    same_framework = chosen_framework == detected.framework
+    text = render_spec(
+        obj.directory,
+        detected,
+        framework=chosen_framework,
+        version=overrides.version or (detected.version if same_framework else None),
+        python=overrides.python or detected.python,
+        cuda=overrides.cuda,
+        gpus=GpuRequest("all"),
+    )
+    spec = parse_spec_text(text, obj.directory)
+    for found in detected.found:
+        ui.step(f"found {found}")
+    if detected.also:
+        ui.warn(f"also found {', '.join(detected.also)}; gpuenv.yaml uses {chosen_framework}")
+    try:
+        resolution = do_resolve(spec, matrix, host)
+    except ResolutionError:
+        atomic_write(spec_path, text)
+        ui.info(f"wrote {SPEC_FILENAME}, but no image fits it on this host; no lock written")
+        raise
+    atomic_write(spec_path, text)
+    write_lock(lock_path, lock_from_resolution(resolution, matrix.version))
+    ui.result(resolution.row.image)
+    ui.success(f"wrote {SPEC_FILENAME} and {LOCK_FILENAME}")
+    _show_resolution(resolution)
+    ui.info("next: review gpuenv.yaml, then commit gpuenv.yaml and gpuenv.lock")
+
+
+@main.command()
+@click.pass_obj
+def check(obj: Context) -> None:
+    """Validate the matrices, gpuenv.yaml and gpuenv.lock, reporting every problem.
+
+    Exits with the code of the first kind of problem found (6 matrix, 3 spec,
+    5 lock, 7 host file), 0 when all is well.
+    """
+    from gpuenv import ui
+    from gpuenv.errors import GpuenvError, HostError, LockError, MatrixError, SpecError
+    from gpuenv.host import HOST_FILE_ENV, load_host_file
+    from gpuenv.lock import LOCK_FILENAME, lock_differences, read_lock
+    from gpuenv.matrix import load_matrix
+    from gpuenv.spec import SPEC_FILENAME, load_spec
+
+    failures: list[GpuenvError] = []
+
+    def failed(exc: GpuenvError) -> None:
+        failures.append(exc)
+        _report(exc)
+
+    try:
+        matrix = load_matrix()
+        ui.success(f"matrix {matrix.version}: {len(matrix.images)} images, {len(matrix.gpus)} GPU models")
+    except MatrixError as exc:
+        failed(exc)
+    spec = None
+    try:
+        spec = load_spec(obj.directory)
+        ui.success(f"{SPEC_FILENAME}: valid ({spec.framework}, project {spec.name})")
+    except SpecError as exc:
+        failed(exc)
+    lock_path = os.path.join(obj.directory, LOCK_FILENAME)
+    try:
+        existing = read_lock(lock_path)
+        changes = lock_differences(existing, spec) if spec else []
+        if changes:
+            failed(LockError(f"{LOCK_FILENAME} is out of date: " + "; ".join(changes), hint="run `gpuenv lock`"))
+        else:
+            ui.success(f"{LOCK_FILENAME}: matches ({existing.pinned_image})")
+    except LockError as exc:
+        failed(exc)
+    host_file = os.environ.get(HOST_FILE_ENV)
+    if host_file:
+        try:
+            load_host_file(host_file)
+            ui.success(f"{HOST_FILE_ENV}: valid")
+        except HostError as exc:
+            failed(exc)
+    if failures:
+        order = (MatrixError, SpecError, LockError, HostError)
+        first = min(failures, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9))
+        sys.exit(first.exit_code)
+
+
+@main.command()
+@click.argument(
+    "table",
+    required=False,
+    type=click.Choice(["pytorch", "tensorflow", "jax", "none", "cuda", "gpus"]),
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def matrix(table: str | None, as_json: bool) -> None:
+    """Show the compatibility matrix gpuenv resolves against.
+
+    \b
+    gpuenv matrix             what the matrix holds
+    gpuenv matrix pytorch     NGC PyTorch images (also tensorflow, jax, none)
+    gpuenv matrix cuda        CUDA toolkits, driver floors, compute capabilities
+    gpuenv matrix gpus        GPU models, compute capability and class
+    """
+    from gpuenv.matrix import load_matrix
+    from gpuenv.matrix_view import show_matrix
+
+    show_matrix(load_matrix(), table, as_json)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,114 @@
+"""One error tree for gpuenv; each class carries the exit code the CLI returns.
+
+The exit codes are part of gpuenv's interface (README, "Exit codes"): scripts and CI
+branch on them, so a code never changes meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_SPEC = 3
+EXIT_UNRESOLVABLE = 4
+EXIT_LOCK = 5
+EXIT_MATRIX = 6
+EXIT_HOST = 7
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One located problem in a file: what is wrong, where, and (optionally) what to do.
+
+    >>> str(Problem("gpuenv.yaml", 4, 7, "cuda", "'12.x' is not a version specifier"))
+    "gpuenv.yaml:4:7: field 'cuda': '12.x' is not a version specifier"
+    """
+
+    file: str
+    line: int | None
+    column: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        what = f"field '{self.field}': " if self.field else ""
+        return f"{where}: {what}{self.message}"
+
+
+class GpuenvError(Exception):
+    """Base of every error gpuenv reports to a user (never shown with a traceback)."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(GpuenvError):
+    """Command-line arguments that make no sense together."""
+
+    exit_code = EXIT_USAGE
+
+
+class ProblemsError(GpuenvError):
+    """An error made of several located problems, all reported at once."""
+
+    kind = "file"
+
+    def __init__(self, problems: Sequence[Problem], *, hint: str | None = None) -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        files = sorted({p.file for p in self.problems})
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{count} {noun} in {', '.join(files)}:\n{lines}", hint=hint)
+
+
+class SpecError(ProblemsError):
+    """gpuenv.yaml (or a file it names) is invalid."""
+
+    exit_code = EXIT_SPEC
+
+
+class MatrixError(ProblemsError):
+    """The compatibility matrix data is invalid (a packaging or editing mistake)."""
+
+    exit_code = EXIT_MATRIX
+
+
+class HostError(GpuenvError):
+    """The host description (flags or GPUENV_HOST_FILE) is invalid."""
+
+    exit_code = EXIT_HOST
+
+
+class LockError(GpuenvError):
+    """gpuenv.lock is missing, unreadable, or no longer matches the spec."""
+
+    exit_code = EXIT_LOCK
+
+
+class ResolutionError(GpuenvError):
+    """No image satisfies the spec on the host; `explanation` says why, line by line."""
+
+    exit_code = EXIT_UNRESOLVABLE
+
+    def __init__(
+        self, message: str, explanation: Iterable[str] = (), *, hint: str | None = None
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.explanation = tuple(explanation)

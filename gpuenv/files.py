@@ -1,0 +1,36 @@
+"""Small file helpers shared by the spec, lock and later image code."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+
+def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
+    """Write `text` so that readers see the old file or the new one, never a mix.
+
+    Temporary file in the same folder, fsync, rename; an existing file keeps its mode.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, os.stat(path).st_mode & 0o777 if os.path.exists(path) else mode)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def file_hash(path: str) -> str:
+    """``sha256:<hex>`` of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()

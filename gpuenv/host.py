@@ -1,0 +1,314 @@
+"""What this machine has: the NVIDIA driver and every GPU, read through NVML.
+
+NVML (nvidia-ml-py) is the source; `nvidia-smi --query-gpu` is the fallback where the
+Python bindings cannot load the library; a machine with neither is a valid host with no
+GPUs. To plan for another machine (and to test), a host can be described instead: by
+flags (`--driver`, `--gpu`) or by the JSON file named in GPUENV_HOST_FILE.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpuenv.errors import HostError
+from gpuenv.versions import (
+    InvalidComputeCapability,
+    InvalidDriverVersion,
+    compute_capability,
+    driver_tuple,
+)
+
+if TYPE_CHECKING:
+    from gpuenv.matrix import Matrix
+
+HOST_FILE_ENV = "GPUENV_HOST_FILE"
+NVIDIA_SMI_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "driver_version")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str | None = None
+    compute_capability: str | None = None
+    memory_total_mib: int | None = None
+    brand: str | None = None  # NVML's brand (tesla, geforce_rtx, nvidia_rtx, ...)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A driver (None when there is none) and the GPUs; `source` says how we know."""
+
+    driver: str | None
+    gpus: tuple[Gpu, ...] = ()
+    source: str = "none"
+    cuda_driver: str | None = None  # the newest CUDA the driver supports (NVML)
+    note: str | None = None  # why detection found nothing, for `--explain` and doctor
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "driver": self.driver,
+            "cuda_driver": self.cuda_driver,
+            "gpus": [
+                {k: v for k, v in asdict(gpu).items() if v is not None} for gpu in self.gpus
+            ],
+        }
+
+    def describe(self) -> str:
+        """One line: ``driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through NVML)``."""
+        driver = f"driver {self.driver}" if self.driver else "no NVIDIA driver"
+        names: dict[str, int] = {}
+        for gpu in self.gpus:
+            names[gpu.name] = names.get(gpu.name, 0) + 1
+        gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
+        how = {
+            "nvml": "detected through NVML",
+            "nvidia-smi": "detected through nvidia-smi",
+            "flags": "described on the command line",
+            "none": "detected: no NVIDIA GPU",
+        }.get(self.source, f"described in {self.source.removeprefix('file:')}")
+        return f"{driver}, {gpus or 'no GPUs'} ({how})"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _brands(pynvml: Any) -> dict[int, str]:
+    return {
+        getattr(pynvml, name): name.removeprefix("NVML_BRAND_").lower()
+        for name in dir(pynvml)
+        if name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT"
+    }
+
+
+def detect_nvml() -> Host | str:
+    """The host as NVML sees it, or the reason NVML is not usable."""
+    try:
+        import pynvml
+    except ImportError:
+        return "the NVML bindings (nvidia-ml-py) are not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return f"NVML: {exc}"
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        try:
+            cuda_int = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+            cuda_driver: str | None = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
+        except pynvml.NVMLError:
+            cuda_driver = None
+        brands = _brands(pynvml)
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            try:
+                brand: str | None = brands.get(pynvml.nvmlDeviceGetBrand(handle))
+            except pynvml.NVMLError:
+                brand = None
+            gpus.append(
+                Gpu(
+                    index=index,
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    compute_capability=f"{major}.{minor}",
+                    memory_total_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20,
+                    brand=brand,
+                )
+            )
+        return Host(driver, tuple(gpus), "nvml", cuda_driver)
+    except pynvml.NVMLError as exc:
+        return f"NVML: {exc}"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> Host:
+    """Parse `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` output."""
+    gpus = []
+    driver = None
+    for row in csv.reader(io.StringIO(output), skipinitialspace=True):
+        if not row:
+            continue
+        values = dict(zip(fields, (cell.strip() for cell in row), strict=False))
+        driver = values.get("driver_version") or driver
+        cc = values.get("compute_cap")
+        memory = values.get("memory.total", "")
+        gpus.append(
+            Gpu(
+                index=int(values["index"]),
+                name=values["name"],
+                uuid=values.get("uuid") or None,
+                compute_capability=cc if cc and cc[0].isdigit() else None,
+                memory_total_mib=int(float(memory)) if memory.replace(".", "").isdigit() else None,
+            )
+        )
+    return Host(driver, tuple(gpus), "nvidia-smi")
+
+
+def detect_nvidia_smi() -> Host | str:
+    """The host through nvidia-smi; older versions lack compute_cap, so retry without it."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return "nvidia-smi is not on PATH"
+    for fields in (NVIDIA_SMI_FIELDS, tuple(f for f in NVIDIA_SMI_FIELDS if f != "compute_cap")):
+        try:
+            result = subprocess.run(
+                [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"nvidia-smi failed: {exc}"
+        if result.returncode == 0:
+            try:
+                return parse_nvidia_smi(result.stdout, fields)
+            except (KeyError, ValueError) as exc:
+                return f"nvidia-smi printed something unexpected ({exc})"
+    return f"nvidia-smi failed: {(result.stderr or result.stdout).strip()[:200]}"
+
+
+def detect_host() -> Host:
+    """This machine, or the one described by GPUENV_HOST_FILE. Never raises for "no GPU"."""
+    described = os.environ.get(HOST_FILE_ENV)
+    if described:
+        return load_host_file(described)
+    reasons = []
+    for detect in (detect_nvml, detect_nvidia_smi):
+        found = detect()
+        if isinstance(found, Host):
+            return found
+        reasons.append(found)
+    return Host(None, (), "none", note="; ".join(reasons))
+
+
+def _check_driver(driver: Any, where: str) -> str | None:
+    if driver is None:
+        return None
+    if not isinstance(driver, str):
+        raise HostError(f"{where}: 'driver' must be a quoted version like \"535.104.05\"")
+    try:
+        driver_tuple(driver)
+    except InvalidDriverVersion as exc:
+        raise HostError(f"{where}: {exc}") from None
+    return driver
+
+
+def load_host_file(path: str) -> Host:
+    """Read a host description (see README, "Describing a host")."""
+    where = f"{HOST_FILE_ENV}={path}"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise HostError(f"{where}: cannot read the host file: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HostError(f"{where}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise HostError(f"{where}: expected a JSON object with 'driver' and 'gpus'")
+    unknown = set(data) - {"driver", "cuda_driver", "gpus", "note"}
+    if unknown:
+        raise HostError(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: driver, gpus)")
+    driver = _check_driver(data.get("driver"), where)
+    raw_gpus = data.get("gpus", [])
+    if not isinstance(raw_gpus, list):
+        raise HostError(f"{where}: 'gpus' must be a list")
+    gpus = []
+    for position, item in enumerate(raw_gpus):
+        gpus.append(_gpu_from_data(item, position, f"{where}: gpus[{position}]"))
+    indices = [gpu.index for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise HostError(f"{where}: two GPUs have the same index")
+    if gpus and driver is None:
+        raise HostError(f"{where}: GPUs are listed but no 'driver'")
+    return Host(driver, tuple(gpus), f"file:{path}", data.get("cuda_driver"))
+
+
+_GPU_KEYS = {"index", "name", "uuid", "compute_capability", "memory_total_mib", "brand"}
+
+
+def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
+    if isinstance(item, str):
+        item = {"name": item}
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise HostError(f"{where}: expected a GPU name or an object with at least 'name'")
+    unknown = set(item) - _GPU_KEYS
+    if unknown:
+        raise HostError(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(_GPU_KEYS))})")
+    cc = item.get("compute_capability")
+    if cc is not None:
+        try:
+            compute_capability(str(cc))
+        except InvalidComputeCapability as exc:
+            raise HostError(f"{where}: {exc}") from None
+    index = item.get("index", position)
+    memory = item.get("memory_total_mib")
+    if not isinstance(index, int) or index < 0:
+        raise HostError(f"{where}: 'index' must be a whole number ≥ 0")
+    if memory is not None and not isinstance(memory, int):
+        raise HostError(f"{where}: 'memory_total_mib' must be a whole number")
+    return Gpu(
+        index=index,
+        name=item["name"],
+        uuid=item.get("uuid"),
+        compute_capability=str(cc) if cc is not None else None,
+        memory_total_mib=memory,
+        brand=item.get("brand"),
+    )
+
+
+def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> Host:
+    """A planned host from `--driver` and `--gpu MODEL` flags, GPUs looked up in the matrix."""
+    checked = _check_driver(driver, "--driver")
+    gpus = []
+    for index, name in enumerate(models):
+        model = matrix.find_gpu(name)
+        if model is None:
+            import difflib
+
+            names = [m.name for m in matrix.gpus]
+            close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise HostError(
+                f"--gpu {name!r}: not a GPU model gpuenv knows.{hint} "
+                "`gpuenv matrix gpus` lists them."
+            )
+        gpus.append(Gpu(index=index, name=model.name, compute_capability=model.compute_capability))
+    if gpus and checked is None:
+        raise HostError("--gpu needs --driver too: which driver will that host run?")
+    return Host(checked, tuple(gpus), "flags")
+
+
+@dataclass(frozen=True)
+class HostOverride:
+    """The host flags a command was given (empty: detect this machine)."""
+
+    driver: str | None = None
+    gpus: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def given(self) -> bool:
+        return self.driver is not None or bool(self.gpus)
+
+
+def host_for(override: HostOverride, matrix: Matrix) -> Host:
+    """The host a command plans for: described by flags, else GPUENV_HOST_FILE, else detected."""
+    if override.given:
+        return describe_host(override.driver, override.gpus, matrix)
+    return detect_host()

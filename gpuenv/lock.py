@@ -1,0 +1,224 @@
+"""gpuenv.lock: the resolved environment, pinned, committed, checked.
+
+The lock records what was chosen and from what: the spec's hash, every requirements
+file's hash, the matrix version, the image (and its digest once pulled), every resolved
+version, and what the image needs from a host. It is written atomically (temporary file,
+fsync, rename), so a crash or Ctrl-C never leaves half a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuenv import __version__
+from gpuenv.errors import LockError
+from gpuenv.files import atomic_write, file_hash
+from gpuenv.resolve import Resolution
+from gpuenv.spec import Spec, inside_project
+
+LOCK_FILENAME = "gpuenv.lock"
+LOCK_VERSION = 1
+HEADER = """\
+# gpuenv.lock: written by gpuenv; do not edit by hand.
+# Commit this file: it pins the exact image and versions that every teammate, CI job
+# and cluster node will use. `gpuenv lock` updates it after gpuenv.yaml changes,
+# `gpuenv lock --upgrade` moves to the newest image that fits, and
+# `gpuenv lock --check` (for CI) fails when gpuenv.yaml no longer matches it.
+"""
+
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)[\s=]+(\S+)")
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The parsed lock; `data` keeps every section for commands that need more."""
+
+    spec_hash: str
+    requirements: dict[str, str]
+    matrix_version: str
+    image: str
+    digest: str
+    resolved: dict[str, Any]
+    requires: dict[str, Any]
+    resolved_for: dict[str, Any]
+    project: str
+    gpuenv_version: str = __version__
+    lock_version: int = LOCK_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pinned_image(self) -> str:
+        """The reference to use: by digest once known, else by tag."""
+        if self.digest:
+            return f"{self.image.rsplit(':', 1)[0]}@{self.digest}"
+        return self.image
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "lock_version": self.lock_version,
+            "gpuenv_version": self.gpuenv_version,
+            "project": self.project,
+            "spec_hash": self.spec_hash,
+            "requirements": dict(sorted(self.requirements.items())),
+            "matrix_version": self.matrix_version,
+            "image": {"reference": self.image, "digest": self.digest},
+            "resolved": self.resolved,
+            "requires": self.requires,
+            "resolved_for": self.resolved_for,
+            **self.extra,
+        }
+
+
+def requirements_hashes(spec: Spec) -> dict[str, str]:
+    """Hashes of the spec's requirements files and those they include (-r / -c)."""
+    out: dict[str, str] = {}
+    pending = list(spec.requirements)
+    while pending:
+        relative = pending.pop(0)
+        if relative in out:
+            continue
+        path = os.path.join(spec.project_dir, relative)
+        if not os.path.isfile(path) or not inside_project(spec.project_dir, relative):
+            out[relative] = "missing"
+            continue
+        out[relative] = file_hash(path)
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                match = _INCLUDE.match(line)
+                if match:
+                    included = (Path(relative).parent / match.group(1)).as_posix()
+                    if inside_project(spec.project_dir, included):
+                        pending.append(os.path.normpath(included))
+    return out
+
+
+def lock_from_resolution(
+    resolution: Resolution, matrix_version: str, digest: str = ""
+) -> Lock:
+    spec, row, host = resolution.spec, resolution.row, resolution.host
+    return Lock(
+        spec_hash=spec.digest(),
+        requirements=requirements_hashes(spec),
+        matrix_version=matrix_version,
+        image=row.image,
+        digest=digest,
+        project=spec.name,
+        resolved={
+            "framework": row.framework,
+            "framework_version": row.framework_version,
+            "release": row.release,
+            "cuda": row.cuda,
+            "cudnn": row.cudnn,
+            "python": row.python,
+            "ubuntu": row.ubuntu,
+            "evidence": row.evidence,
+            "unverified": list(row.unverified),
+        },
+        requires={
+            "min_driver": resolution.candidate.min_driver,
+            "forward_compat": list(row.forward_compat),
+            "min_compute_capability": row.min_compute_capability,
+            "compute_capabilities": list(resolution.required_compute_capabilities),
+        },
+        resolved_for={
+            "source": host.source,
+            "driver": host.driver,
+            "gpus": [g.name for g in host.gpus],
+        },
+    )
+
+
+def render_lock(lock: Lock) -> str:
+    body = yaml.safe_dump(lock.to_data(), sort_keys=False, default_flow_style=False, width=100)
+    return HEADER + body
+
+
+def write_lock(path: str, lock: Lock) -> None:
+    """Write atomically: a reader sees the old lock or the new one, never a mix."""
+    atomic_write(path, render_lock(lock))
+
+
+def _need(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind):
+        raise LockError(
+            f"{where} is damaged: '{key}' is missing or not a {kind.__name__}",
+            hint="run `gpuenv lock` to write it again from gpuenv.yaml",
+        )
+    return value
+
+
+def read_lock(path: str) -> Lock:
+    """Read and validate the lock; every failure is a LockError that says what to run."""
+    where = os.path.basename(path)
+    if not os.path.isfile(path):
+        raise LockError(f"{where} not found", hint="run `gpuenv lock` to resolve and write it")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"cannot read {where}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise LockError(
+            f"{where} is damaged (not valid YAML: {str(exc).splitlines()[0]})",
+            hint="run `gpuenv lock` to write it again from gpuenv.yaml",
+        ) from None
+    if not isinstance(data, dict):
+        raise LockError(f"{where} is damaged", hint="run `gpuenv lock` to write it again")
+    version = _need(data, "lock_version", int, where)
+    if version > LOCK_VERSION:
+        raise LockError(
+            f"{where} was written by a newer gpuenv ({data.get('gpuenv_version')}, lock "
+            f"format {version}); this gpuenv reads format {LOCK_VERSION}",
+            hint="upgrade gpuenv (pip install -U gpuenv)",
+        )
+    image = _need(data, "image", dict, where)
+    reference = _need(image, "reference", str, where)
+    digest = image.get("digest") or ""
+    if not isinstance(digest, str) or (digest and not re.match(r"^sha256:[0-9a-f]{64}$", digest)):
+        raise LockError(f"{where} is damaged: image digest {digest!r} is not sha256:<64 hex>")
+    known = {
+        "lock_version", "gpuenv_version", "project", "spec_hash", "requirements",
+        "matrix_version", "image", "resolved", "requires", "resolved_for",
+    }
+    return Lock(
+        spec_hash=_need(data, "spec_hash", str, where),
+        requirements=dict(_need(data, "requirements", dict, where)),
+        matrix_version=_need(data, "matrix_version", str, where),
+        image=reference,
+        digest=digest,
+        resolved=_need(data, "resolved", dict, where),
+        requires=_need(data, "requires", dict, where),
+        resolved_for=_need(data, "resolved_for", dict, where),
+        project=_need(data, "project", str, where),
+        gpuenv_version=str(data.get("gpuenv_version", "")),
+        lock_version=version,
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+def lock_differences(lock: Lock, spec: Spec) -> list[str]:
+    """What changed between the lock and the spec (empty: the lock is up to date)."""
+    out = []
+    spec_name = os.path.basename(spec.path) if spec.path else "gpuenv.yaml"
+    if lock.spec_hash != spec.digest():
+        out.append(f"{spec_name} changed since the lock was written")
+    current = requirements_hashes(spec)
+    for name in sorted(set(current) | set(lock.requirements)):
+        if name not in lock.requirements:
+            out.append(f"requirements file {name} is new")
+        elif name not in current:
+            out.append(f"requirements file {name} is no longer used")
+        elif current[name] != lock.requirements[name]:
+            out.append(f"requirements file {name} changed")
+    return out
+
+
+def with_digest(lock: Lock, digest: str) -> Lock:
+    return replace(lock, digest=digest)

@@ -1,0 +1,486 @@
+"""matrices/*.yaml -> a frozen, validated Matrix.
+
+The matrix is data we ship and users may extend (GPUENV_MATRIX_DIR), so it is validated
+like user input: every problem located, all reported at once. Versions are parsed once
+here so the resolver's loop only compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from gpuenv.errors import MatrixError, Problem
+from gpuenv.versions import (
+    InvalidComputeCapability,
+    InvalidDriverVersion,
+    compute_capability,
+    driver_tuple,
+    is_version,
+    parse_version,
+)
+from gpuenv.yamlfile import Path as YamlPath
+from gpuenv.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
+
+SCHEMA = 1
+EVIDENCE_LEVELS = ("primary", "secondary", "unverified")
+GPU_CLASSES = ("datacenter", "workstation", "consumer", "embedded")
+FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
+IMAGE_FIELDS = (
+    "tag",
+    "release",
+    "framework_version",
+    "cuda",
+    "cudnn",
+    "python",
+    "ubuntu",
+    "min_driver",
+    "forward_compat",
+    "min_compute_capability",
+    "evidence",
+    "unverified",
+    "note",
+)
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    """One container image and what it needs from a host."""
+
+    framework: str
+    family: str
+    repository: str
+    tag: str
+    release: str | None
+    framework_version: str | None
+    cuda: str | None
+    cudnn: str | None
+    python: str | None
+    ubuntu: str | None
+    min_driver: str | None
+    forward_compat: tuple[str, ...]
+    min_compute_capability: str | None
+    evidence: str
+    unverified: tuple[str, ...]
+    note: str
+    source: str
+
+    @property
+    def image(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+    @property
+    def label(self) -> str:
+        """How people name the row: ``PyTorch 24.05`` or the tag."""
+        return f"{FRAMEWORK_NAMES[self.framework]} {self.release or self.tag}"
+
+    def sort_key(self) -> tuple[Any, ...]:
+        release = tuple(int(p) for p in self.release.split(".")) if self.release else (0,)
+        cuda = parse_version(self.cuda) if self.cuda else parse_version("0")
+        ubuntu = parse_version(self.ubuntu) if self.ubuntu else parse_version("0")
+        return (release, cuda, ubuntu, self.tag)
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    version: str
+    label: str
+    min_driver: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Architecture:
+    compute_capability: str
+    architecture: str
+    added_in: str | None
+    removed_in: str | None
+    evidence: str
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    match: tuple[tuple[str, ...], ...]
+    compute_capability: str
+    gpu_class: str
+    architecture: str
+    evidence: str
+
+
+def name_tokens(name: str) -> tuple[str, ...]:
+    """``NVIDIA A100-SXM4-80GB`` -> ``('nvidia', 'a100', 'sxm4', '80gb')``."""
+    return tuple(token for token in re.split(r"[\s_-]+", name.lower()) if token)
+
+
+def _contains(tokens: tuple[str, ...], sequence: tuple[str, ...]) -> bool:
+    size = len(sequence)
+    return any(tokens[i : i + size] == sequence for i in range(len(tokens) - size + 1))
+
+
+@dataclass(frozen=True, eq=False)
+class Matrix:
+    """All matrix data; compared and hashed by identity (caches key on it)."""
+
+    images: tuple[ImageRow, ...]
+    minor_compat: tuple[tuple[int, str], ...]
+    toolkits: tuple[Toolkit, ...]
+    architectures: tuple[Architecture, ...]
+    gpus: tuple[GpuModel, ...]
+    version: str
+    directory: str
+
+    def images_for(self, framework: str, family: str = "ngc") -> list[ImageRow]:
+        """The images of one framework, newest first."""
+        return [row for row in self.images if row.framework == framework and row.family == family]
+
+    @cached_property
+    def _toolkits_by_version(self) -> dict[tuple[int, ...], Toolkit]:
+        return {parse_version(t.version).release[:3]: t for t in self.toolkits}
+
+    def toolkit(self, cuda: str) -> Toolkit | None:
+        """The toolkit row for a CUDA version: exact x.y.z, else the nearest lower update
+        of the same x.y (12.3.2 -> 12.3 Update 1), else that minor's lowest driver."""
+        release = tuple(parse_version(cuda).release[:3])
+        exact = self._toolkits_by_version.get(release)
+        if exact is not None:
+            return exact
+        same_minor = sorted(
+            (key, t) for key, t in self._toolkits_by_version.items() if key[:2] == release[:2]
+        )
+        lower = [t for key, t in same_minor if key <= release]
+        if lower and len(release) >= 3:
+            return lower[-1]
+        return min((t for _, t in same_minor), key=lambda t: driver_tuple(t.min_driver), default=None)
+
+    def minor_compat_floor(self, cuda: str) -> str | None:
+        """The lowest driver that runs any CUDA `major`.x application (minor-version compat)."""
+        major = parse_version(cuda).release[0]
+        return dict(self.minor_compat).get(major)
+
+    def architecture(self, cc: str) -> Architecture | None:
+        wanted = compute_capability(cc)
+        for arch in self.architectures:
+            if compute_capability(arch.compute_capability) == wanted:
+                return arch
+        return None
+
+    def find_gpu(self, name: str) -> GpuModel | None:
+        """The model a GPU name refers to (NVML's or a short one); longest match wins."""
+        tokens = name_tokens(name)
+        best: tuple[int, GpuModel] | None = None
+        for model in self.gpus:
+            for sequence in model.match:
+                if _contains(tokens, sequence) and (best is None or len(sequence) > best[0]):
+                    best = (len(sequence), model)
+        return best[1] if best else None
+
+    def frameworks(self) -> list[str]:
+        return sorted({row.framework for row in self.images})
+
+
+def default_matrix_dir() -> str:
+    """Where the matrices live: GPUENV_MATRIX_DIR, the installed wheel, or the source tree."""
+    override = os.environ.get("GPUENV_MATRIX_DIR")
+    if override:
+        return override
+    here = Path(__file__).resolve().parent
+    packaged = here / "_data" / "matrices"
+    if packaged.is_dir():
+        return str(packaged)
+    return str(here.parent / "matrices")
+
+
+class _Rows:
+    """Validation helpers bound to one document; problems go to a shared list."""
+
+    def __init__(self, doc: YamlDocument, problems: list[Problem]) -> None:
+        self.doc = doc
+        self.problems = problems
+
+    def add(self, path: YamlPath, message: str) -> None:
+        self.problems.append(self.doc.problem(path, message))
+
+    def mapping(self, path: YamlPath, value: Any, fields: Iterable[str]) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.add(path, "expected a mapping")
+            return None
+        known = tuple(fields)
+        for key in value:
+            if key not in known:
+                self.add((*path, str(key)), f"unknown field '{key}' (known: {', '.join(known)})")
+        for key in known:
+            if key not in value:
+                self.add(path, f"missing field '{key}' (write null when unknown)")
+        return value
+
+    def text(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
+        if value is None and nullable:
+            return None
+        if not isinstance(value, str):
+            hint = " (quote version numbers)" if isinstance(value, int | float) else ""
+            self.add(path, f"expected text, got {value!r}{hint}")
+            return None
+        return value
+
+    def version(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
+        text = self.text(path, value, nullable=nullable)
+        if text is not None and not is_version(text):
+            self.add(path, f"'{text}' is not a version")
+            return None
+        return text
+
+    def driver(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
+        text = self.text(path, value, nullable=nullable)
+        if text is None:
+            return None
+        try:
+            driver_tuple(text)
+        except InvalidDriverVersion as exc:
+            self.add(path, str(exc))
+            return None
+        return text
+
+    def cc(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
+        text = self.text(path, value, nullable=nullable)
+        if text is None:
+            return None
+        try:
+            compute_capability(text)
+        except InvalidComputeCapability as exc:
+            self.add(path, str(exc))
+            return None
+        return text
+
+    def choice(self, path: YamlPath, value: Any, choices: tuple[str, ...]) -> str:
+        if value not in choices:
+            self.add(path, f"{value!r} is not one of {', '.join(choices)}")
+            return choices[-1]
+        return str(value)
+
+    def text_list(self, path: YamlPath, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            self.add(path, "expected a list")
+            return ()
+        out = []
+        for index, item in enumerate(value):
+            text = self.text((*path, index), item, nullable=False)
+            if text is not None:
+                out.append(text)
+        return tuple(out)
+
+
+def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
+    data = doc.data
+    framework = rows.choice(("framework",), data.get("framework"), tuple(FRAMEWORK_NAMES))
+    family = rows.text(("family",), data.get("family"), nullable=False) or "ngc"
+    repository = rows.text(("repository",), data.get("repository"), nullable=False) or ""
+    images = data.get("images")
+    if not isinstance(images, list) or not images:
+        rows.add(("images",), "expected a non-empty list of images")
+        return []
+    out: list[ImageRow] = []
+    tags: dict[str, int] = {}
+    for index, raw in enumerate(images):
+        path: YamlPath = ("images", index)
+        entry = rows.mapping(path, raw, IMAGE_FIELDS)
+        if entry is None:
+            continue
+        tag = rows.text((*path, "tag"), entry.get("tag"), nullable=False)
+        if tag is None:
+            continue
+        if tag in tags:
+            rows.add((*path, "tag"), f"tag '{tag}' is listed twice (first as image {tags[tag]})")
+        tags[tag] = index
+        release = rows.text((*path, "release"), entry.get("release"))
+        if release is not None and not re.match(r"^\d\d\.\d\d$", release):
+            rows.add((*path, "release"), f"'{release}' is not an NGC release (YY.MM)")
+            release = None
+        unverified = rows.text_list((*path, "unverified"), entry.get("unverified", []))
+        for name in unverified:
+            if name not in IMAGE_FIELDS:
+                rows.add((*path, "unverified"), f"'{name}' is not a field of an image row")
+        forward_compat = tuple(
+            d
+            for i, d in enumerate(rows.text_list((*path, "forward_compat"), entry.get("forward_compat", [])))
+            if rows.driver((*path, "forward_compat", i), d, nullable=False)
+        )
+        out.append(
+            ImageRow(
+                framework=framework,
+                family=family,
+                repository=repository,
+                tag=tag,
+                release=release,
+                framework_version=rows.version((*path, "framework_version"), entry.get("framework_version")),
+                cuda=rows.version((*path, "cuda"), entry.get("cuda")),
+                cudnn=rows.version((*path, "cudnn"), entry.get("cudnn")),
+                python=rows.version((*path, "python"), entry.get("python")),
+                ubuntu=rows.version((*path, "ubuntu"), entry.get("ubuntu")),
+                min_driver=rows.driver((*path, "min_driver"), entry.get("min_driver")),
+                forward_compat=forward_compat,
+                min_compute_capability=rows.cc(
+                    (*path, "min_compute_capability"), entry.get("min_compute_capability")
+                ),
+                evidence=rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS),
+                unverified=unverified,
+                note=rows.text((*path, "note"), entry.get("note")) or "",
+                source=_where(doc, path),
+            )
+        )
+    return out
+
+
+def _where(doc: YamlDocument, path: YamlPath) -> str:
+    position = doc.position(path)
+    name = os.path.basename(doc.filename)
+    return f"{name}:{position.line}" if position else name
+
+
+def _cuda(doc: YamlDocument, rows: _Rows) -> tuple[list[tuple[int, str]], list[Toolkit], list[Architecture]]:
+    data = doc.data
+    compat: list[tuple[int, str]] = []
+    for index, raw in enumerate(data.get("minor_version_compat") or []):
+        path: YamlPath = ("minor_version_compat", index)
+        entry = rows.mapping(path, raw, ("major", "min_driver", "evidence", "note"))
+        if entry is None:
+            continue
+        major = entry.get("major")
+        driver = rows.driver((*path, "min_driver"), entry.get("min_driver"), nullable=False)
+        rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        if not isinstance(major, int) or isinstance(major, bool):
+            rows.add((*path, "major"), "expected a CUDA major version number")
+        elif driver:
+            compat.append((major, driver))
+    toolkits: list[Toolkit] = []
+    for index, raw in enumerate(data.get("toolkits") or []):
+        path = ("toolkits", index)
+        entry = rows.mapping(path, raw, ("version", "label", "min_driver", "evidence", "note"))
+        if entry is None:
+            continue
+        version = rows.version((*path, "version"), entry.get("version"), nullable=False)
+        driver = rows.driver((*path, "min_driver"), entry.get("min_driver"), nullable=False)
+        label = rows.text((*path, "label"), entry.get("label"), nullable=False)
+        evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        if version and driver and label:
+            toolkits.append(Toolkit(version, label, driver, evidence))
+    architectures: list[Architecture] = []
+    fields = ("compute_capability", "architecture", "added_in", "removed_in", "evidence", "note")
+    for index, raw in enumerate(data.get("compute_capabilities") or []):
+        path = ("compute_capabilities", index)
+        entry = rows.mapping(path, raw, fields)
+        if entry is None:
+            continue
+        cc = rows.cc((*path, "compute_capability"), entry.get("compute_capability"), nullable=False)
+        arch = rows.text((*path, "architecture"), entry.get("architecture"), nullable=False)
+        added = rows.version((*path, "added_in"), entry.get("added_in"))
+        removed = rows.version((*path, "removed_in"), entry.get("removed_in"))
+        evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        if cc and arch:
+            architectures.append(Architecture(cc, arch, added, removed, evidence))
+    if not compat or not toolkits or not architectures:
+        rows.add((), "needs minor_version_compat, toolkits and compute_capabilities")
+    return compat, toolkits, architectures
+
+
+def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
+    out: list[GpuModel] = []
+    seen: dict[tuple[str, ...], str] = {}
+    fields = ("name", "match", "compute_capability", "class", "architecture", "evidence", "note")
+    models = doc.data.get("models")
+    if not isinstance(models, list) or not models:
+        rows.add(("models",), "expected a non-empty list of GPU models")
+        return out
+    for index, raw in enumerate(models):
+        path: YamlPath = ("models", index)
+        entry = rows.mapping(path, raw, fields)
+        if entry is None:
+            continue
+        name = rows.text((*path, "name"), entry.get("name"), nullable=False)
+        match = [name_tokens(m) for m in rows.text_list((*path, "match"), entry.get("match"))]
+        cc = rows.cc((*path, "compute_capability"), entry.get("compute_capability"), nullable=False)
+        gpu_class = rows.choice((*path, "class"), entry.get("class"), GPU_CLASSES)
+        arch = rows.text((*path, "architecture"), entry.get("architecture"), nullable=False)
+        evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        if not match:
+            rows.add((*path, "match"), "needs at least one name to match")
+        for sequence in match:
+            if sequence in seen:
+                rows.add((*path, "match"), f"'{' '.join(sequence)}' also matches {seen[sequence]}")
+            seen[sequence] = name or "?"
+        if name and cc and arch:
+            out.append(GpuModel(name, tuple(match), cc, gpu_class, arch, evidence))
+    return out
+
+
+def load_matrix(directory: str | None = None) -> Matrix:
+    """Load and validate every matrices/*.yaml; raise MatrixError listing all problems."""
+    directory = directory or default_matrix_dir()
+    problems: list[Problem] = []
+    files = sorted(Path(directory).glob("*.yaml")) if os.path.isdir(directory) else []
+    if not files:
+        raise MatrixError(
+            [Problem(directory, None, None, None, "no matrix files (*.yaml) found")],
+            hint="reinstall gpuenv, or point GPUENV_MATRIX_DIR at a folder of matrices",
+        )
+    digest = hashlib.sha256()
+    images: list[ImageRow] = []
+    compat: list[tuple[int, str]] = []
+    toolkits: list[Toolkit] = []
+    architectures: list[Architecture] = []
+    gpus: list[GpuModel] = []
+    updated: list[str] = []
+    for file in files:
+        raw = file.read_bytes()
+        digest.update(file.name.encode() + b"\0" + raw)
+        try:
+            doc = parse_yaml(raw.decode("utf-8", errors="replace"), str(file))
+        except YamlSyntaxError as exc:
+            problems.append(exc.problem)
+            continue
+        rows = _Rows(doc, problems)
+        problems.extend(doc.duplicates)
+        if not isinstance(doc.data, dict):
+            rows.add((), "expected a mapping with schema, kind and data")
+            continue
+        if doc.data.get("schema") != SCHEMA:
+            rows.add(("schema",), f"schema {doc.data.get('schema')!r} is not supported (this gpuenv reads schema {SCHEMA})")
+            continue
+        date = rows.text(("updated",), doc.data.get("updated"), nullable=False)
+        if date:
+            updated.append(date)
+        kind = doc.data.get("kind")
+        if kind == "framework-images":
+            images.extend(_framework_images(doc, rows))
+        elif kind == "cuda":
+            c, t, a = _cuda(doc, rows)
+            compat.extend(c)
+            toolkits.extend(t)
+            architectures.extend(a)
+        elif kind == "gpus":
+            gpus.extend(_gpus(doc, rows))
+        else:
+            rows.add(("kind",), f"{kind!r} is not one of framework-images, cuda, gpus")
+    if not problems and not (images and toolkits and gpus):
+        problems.append(
+            Problem(directory, None, None, None, "needs framework-images, cuda and gpus files")
+        )
+    if problems:
+        raise MatrixError(problems, hint="the matrix data is broken: reinstall gpuenv or fix the file")
+    images.sort(key=ImageRow.sort_key, reverse=True)
+    version = f"{max(updated)}+{digest.hexdigest()[:12]}"
+    return Matrix(
+        images=tuple(images),
+        minor_compat=tuple(sorted(compat)),
+        toolkits=tuple(toolkits),
+        architectures=tuple(architectures),
+        gpus=tuple(gpus),
+        version=version,
+        directory=directory,
+    )

@@ -1,0 +1,434 @@
+"""resolve(spec, matrix, host) -> Resolution: the newest image that runs here, and why.
+
+Pure: no I/O. Every image of the spec's framework is checked against three groups of
+constraints, and each failed check becomes a sentence a user can act on:
+
+1. the spec: framework version, Python, CUDA;
+2. the driver: at least the image's minimum, or, on data-center GPUs only, a driver of
+   one of the image's forward-compatibility branches;
+3. the GPUs: compute capability at least the image's minimum, and one the image's CUDA
+   toolkit builds for (natively, or through a lower minor of the same major, which
+   NVIDIA's binary-compatibility rule allows).
+
+The newest image with no failed check wins. When none is left, the error names the
+nearest candidates and the smallest change that would make one fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from gpuenv.errors import ResolutionError
+from gpuenv.host import Gpu, Host
+from gpuenv.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
+from gpuenv.spec import Spec
+from gpuenv.versions import (
+    compute_capability,
+    driver_branch,
+    driver_tuple,
+    matches,
+    parse_version,
+    series,
+    sm,
+)
+
+SPEC_CHECKS = ("version", "python", "cuda")
+RELEVANT_FIELDS = ("framework_version", "cuda", "python", "min_driver", "min_compute_capability")
+
+
+@dataclass(frozen=True)
+class HostGpu:
+    """A host GPU with what the matrix adds: compute capability and class."""
+
+    gpu: Gpu
+    compute_capability: str | None
+    gpu_class: str | None  # datacenter | workstation | consumer | embedded | None (unknown)
+
+    @property
+    def name(self) -> str:
+        return self.gpu.name
+
+    @property
+    def datacenter(self) -> bool:
+        return self.gpu_class == "datacenter"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    check: str  # version | python | cuda | driver | gpu
+    reason: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    row: ImageRow
+    rejections: tuple[Rejection, ...]
+    min_driver: str | None
+    driver_route: str | None  # how the host driver qualifies, when it does
+
+    @property
+    def ok(self) -> bool:
+        return not self.rejections
+
+    def rejected_by(self, *checks: str) -> bool:
+        return any(r.check in checks for r in self.rejections)
+
+    def only_rejected_by(self, *checks: str) -> bool:
+        return bool(self.rejections) and all(r.check in checks for r in self.rejections)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    spec: Spec
+    host: Host
+    candidate: Candidate
+    candidates: tuple[Candidate, ...]
+    gpus: tuple[HostGpu, ...]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def row(self) -> ImageRow:
+        return self.candidate.row
+
+    @property
+    def required_compute_capabilities(self) -> tuple[str, ...]:
+        return tuple(sorted({g.compute_capability for g in self.gpus if g.compute_capability}))
+
+    def to_data(self) -> dict[str, Any]:
+        row = self.row
+        return {
+            "image": row.image,
+            "repository": row.repository,
+            "tag": row.tag,
+            "release": row.release,
+            "framework": row.framework,
+            "framework_version": row.framework_version,
+            "cuda": row.cuda,
+            "cudnn": row.cudnn,
+            "python": row.python,
+            "ubuntu": row.ubuntu,
+            "min_driver": self.candidate.min_driver,
+            "forward_compat": list(row.forward_compat),
+            "min_compute_capability": row.min_compute_capability,
+            "evidence": row.evidence,
+            "unverified": list(row.unverified),
+            "driver_route": self.candidate.driver_route,
+            "warnings": list(self.warnings),
+            "host": self.host.to_data(),
+        }
+
+
+def classify_gpus(host: Host, matrix: Matrix) -> tuple[HostGpu, ...]:
+    """Attach compute capability and class; NVML's compute capability wins over the matrix."""
+    out = []
+    for gpu in host.gpus:
+        model = matrix.find_gpu(gpu.name)
+        cc = gpu.compute_capability or (model.compute_capability if model else None)
+        gpu_class = model.gpu_class if model else _class_from_brand(gpu.brand)
+        out.append(HostGpu(gpu, cc, gpu_class))
+    return tuple(out)
+
+
+def _class_from_brand(brand: str | None) -> str | None:
+    if brand is None:
+        return None
+    if brand == "tesla":
+        return "datacenter"
+    if brand.startswith(("geforce", "titan")):
+        return "consumer"
+    if brand.startswith(("quadro", "nvidia_rtx", "nvs")):
+        return "workstation"
+    return None
+
+
+def selected_gpus(spec: Spec, gpus: Sequence[HostGpu]) -> tuple[HostGpu, ...]:
+    """The GPUs the spec will use: named ones, none, or all (a count may land on any)."""
+    request = spec.gpus
+    if request.mode == "none":
+        return ()
+    if request.mode == "devices":
+        chosen = [
+            g for g in gpus if str(g.gpu.index) in request.devices or g.gpu.uuid in request.devices
+        ]
+        return tuple(chosen) if chosen else tuple(gpus)
+    return tuple(gpus)
+
+
+def effective_min_driver(row: ImageRow, matrix: Matrix) -> str | None:
+    """The row's stated minimum, raised to its CUDA major's floor; derived when unstated."""
+    floors = []
+    if row.min_driver:
+        floors.append(row.min_driver)
+    elif row.cuda:
+        toolkit = matrix.toolkit(row.cuda)
+        if toolkit:
+            floors.append(toolkit.min_driver)
+    if row.cuda:
+        floor = matrix.minor_compat_floor(row.cuda)
+        if floor:
+            floors.append(floor)
+    return max(floors, key=driver_tuple) if floors else None
+
+
+def _fw(row: ImageRow) -> str:
+    return FRAMEWORK_NAMES[row.framework]
+
+
+def _spec_checks(spec: Spec, row: ImageRow) -> list[Rejection]:
+    out = []
+    wanted: list[tuple[str, SpecifierSet | None, str | None, str]] = [
+        ("version", spec.version_spec, row.framework_version, _fw(row)),
+        ("python", spec.python_spec, row.python, "Python"),
+        ("cuda", spec.cuda_spec, row.cuda, "CUDA"),
+    ]
+    for check, constraint, value, what in wanted:
+        if constraint is None:
+            continue
+        if value is None:
+            out.append(Rejection(check, f"its {what} version is not recorded in the matrix"))
+        elif not matches(constraint, value):
+            written = getattr(spec, check)
+            out.append(Rejection(check, f"has {what} {value}, not {written}"))
+    return out
+
+
+def _driver_check(
+    row: ImageRow, matrix: Matrix, host: Host, gpus: Sequence[HostGpu]
+) -> tuple[Rejection | None, str | None, str | None]:
+    minimum = effective_min_driver(row, matrix)
+    if host.driver is None:
+        return None, minimum, "not checked (no NVIDIA driver on this host)"
+    if minimum is None:
+        return Rejection("driver", "its minimum driver is not recorded in the matrix"), None, None
+    driver = driver_tuple(host.driver)
+    if driver >= driver_tuple(minimum):
+        return None, minimum, f"driver {host.driver} ≥ {minimum}"
+    branch = driver_branch(host.driver)
+    compat = [d for d in row.forward_compat if driver_branch(d) == branch]
+    on_branch = bool(compat) and driver >= driver_tuple(compat[0])
+    if on_branch and gpus and all(g.datacenter for g in gpus):
+        return (
+            None,
+            minimum,
+            f"CUDA forward compatibility: data-center GPU on R{branch} ≥ {compat[0]}",
+        )
+    reason = f"needs driver ≥ {minimum} (this host has {host.driver})"
+    if on_branch:
+        consumer = next((g for g in gpus if not g.datacenter), None)
+        if consumer is not None:
+            kind = consumer.gpu_class or "not a known data-center"
+            reason += (
+                f"; forward compatibility with R{branch} works on data-center GPUs only, "
+                f"and {consumer.name} is {_article(kind)} {kind} GPU"
+            )
+        else:
+            reason += f"; forward compatibility with R{branch} needs the GPUs to be known"
+    elif row.forward_compat:
+        branches = ", ".join(f"R{driver_branch(d)} ≥ {d}" for d in row.forward_compat)
+        reason += f" (data-center GPUs also run it on {branches})"
+    return Rejection("driver", reason), minimum, None
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+@lru_cache(maxsize=4096)
+def _cuda_supports(matrix: Matrix, cuda: str, cc: str) -> str | None:
+    """None when CUDA `cuda` builds for compute capability `cc`, else why not."""
+    version = parse_version(cuda)
+    arch = matrix.architecture(cc)
+    if arch is None:
+        return None
+    if arch.removed_in and version >= parse_version(arch.removed_in):
+        return f"CUDA {arch.removed_in} dropped {sm(cc)} ({arch.architecture}); this image has CUDA {cuda}"
+    if arch.added_in is None or version >= parse_version(arch.added_in):
+        return None
+    major, minor = compute_capability(cc)
+    for other in matrix.architectures:
+        other_major, other_minor = compute_capability(other.compute_capability)
+        if other_major == major and other_minor < minor:
+            native = other.added_in is None or version >= parse_version(other.added_in)
+            kept = other.removed_in is None or version < parse_version(other.removed_in)
+            if native and kept:
+                return None
+    return (
+        f"{arch.architecture} ({sm(cc)}) needs CUDA ≥ {arch.added_in}; this image has CUDA {cuda}"
+    )
+
+
+def _gpu_checks(row: ImageRow, matrix: Matrix, gpus: Sequence[HostGpu]) -> list[Rejection]:
+    out = []
+    reported: set[str] = set()
+    for gpu in gpus:
+        cc = gpu.compute_capability
+        if cc is None or gpu.name in reported:
+            continue
+        if row.min_compute_capability and compute_capability(cc) < compute_capability(
+            row.min_compute_capability
+        ):
+            out.append(
+                Rejection(
+                    "gpu",
+                    f"is built for compute capability ≥ {row.min_compute_capability}; "
+                    f"{gpu.name} is {cc} ({sm(cc)})",
+                )
+            )
+            reported.add(gpu.name)
+            continue
+        if row.cuda:
+            why = _cuda_supports(matrix, row.cuda, cc)
+            if why:
+                out.append(Rejection("gpu", f"cannot run on {gpu.name}: {why}"))
+                reported.add(gpu.name)
+    return out
+
+
+def evaluate(
+    spec: Spec, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], row: ImageRow
+) -> Candidate:
+    """Every check of one row against the spec and the host."""
+    rejections = _spec_checks(spec, row)
+    driver_rejection, minimum, route = _driver_check(row, matrix, host, gpus)
+    if driver_rejection:
+        rejections.append(driver_rejection)
+    rejections.extend(_gpu_checks(row, matrix, gpus))
+    return Candidate(row, tuple(rejections), minimum, route)
+
+
+def describe_request(spec: Spec) -> str:
+    """``PyTorch 2.4 with Python 3.10 and CUDA >=12.1``."""
+    name = FRAMEWORK_NAMES[spec.framework]
+    head = f"{name} {spec.version}" if spec.version and spec.framework != "none" else name
+    if spec.framework == "none":
+        head = "a CUDA base image"
+    extra = []
+    if spec.python:
+        extra.append(f"Python {spec.python}")
+    if spec.cuda:
+        extra.append(f"CUDA {spec.cuda}")
+    return head + (f" with {' and '.join(extra)}" if extra else "")
+
+
+def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -> Resolution:
+    """The newest image of the spec's framework that fits the spec and the host.
+
+    `prefer` names an image (the one already locked): if it still fits, it is kept, so
+    editing an unrelated field of the spec never moves the image.
+    """
+    rows = matrix.images_for(spec.framework, spec.base)
+    all_gpus = classify_gpus(host, matrix)
+    gpus = selected_gpus(spec, all_gpus)
+    candidates = tuple(evaluate(spec, matrix, host, gpus, row) for row in rows)
+    chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
+    chosen = chosen or next((c for c in candidates if c.ok), None)
+    if chosen is None:
+        raise _unresolvable(spec, host, candidates, gpus)
+    return Resolution(spec, host, chosen, candidates, gpus, tuple(_warnings(chosen, host, gpus)))
+
+
+def _warnings(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list[str]:
+    row = chosen.row
+    out = []
+    relied = [f for f in RELEVANT_FIELDS if f in row.unverified]
+    if row.evidence == "unverified" or relied:
+        fields = f" ({', '.join(relied)})" if relied else ""
+        out.append(
+            f"{row.label} rests on unverified data{fields}: {row.note or 'see ' + row.source}. "
+            "Check the image's release notes before relying on it."
+        )
+    if host.driver is None:
+        out.append(
+            "no NVIDIA driver on this host: driver and GPU checks were skipped "
+            f"(this image needs driver ≥ {chosen.min_driver or 'unknown'}); "
+            "describe the target with --driver/--gpu to plan for it"
+        )
+    elif chosen.driver_route and chosen.driver_route.startswith("CUDA forward"):
+        out.append(
+            f"runs through {chosen.driver_route}; the container's compat libraries are "
+            "used, and consumer GPUs would fail with error 804"
+        )
+    unknown = sorted({g.name for g in gpus if g.compute_capability is None})
+    if unknown:
+        out.append(f"compute capability of {', '.join(unknown)} is unknown: not checked")
+    return out
+
+
+def _unresolvable(
+    spec: Spec, host: Host, candidates: Sequence[Candidate], gpus: Sequence[HostGpu]
+) -> ResolutionError:
+    request = describe_request(spec)
+    if not candidates:
+        return ResolutionError(
+            f"the matrix has no {spec.base} images for {FRAMEWORK_NAMES[spec.framework]}"
+        )
+    message = f"no image fits {request} on this host ({host.describe()})"
+    explanation: list[str] = []
+    spec_ok = [c for c in candidates if not c.rejected_by(*SPEC_CHECKS)]
+    host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu")]
+    nearest = (spec_ok or sorted(candidates, key=lambda c: len(c.rejections)))[:3]
+    if not spec_ok:
+        explanation.append(f"no image in the matrix has {request}; the closest:")
+    for candidate in nearest:
+        reasons = "; ".join(r.reason for r in candidate.rejections)
+        explanation.append(f"{candidate.row.label} ({candidate.row.image}) {reasons}")
+    fixes = _fixes(spec, host, candidates, spec_ok, host_ok)
+    hint = "; or ".join(fixes) if fixes else None
+    if hint:
+        hint = hint[0].upper() + hint[1:]
+    return ResolutionError(message, explanation, hint=hint)
+
+
+def _fixes(
+    spec: Spec,
+    host: Host,
+    candidates: Sequence[Candidate],
+    spec_ok: Sequence[Candidate],
+    host_ok: Sequence[Candidate],
+) -> list[str]:
+    fixes = []
+    driver_only = [c for c in spec_ok if c.only_rejected_by("driver") and c.min_driver]
+    if driver_only:
+        best = min(driver_only, key=lambda c: driver_tuple(c.min_driver or "0"))
+        fixes.append(
+            f"upgrade the NVIDIA driver to ≥ {best.min_driver} ({best.row.label} then fits)"
+        )
+    if host_ok:
+        index = {id(c): i for i, c in enumerate(candidates)}
+        spec_positions = [index[id(c)] for c in spec_ok]
+
+        def distance(c: Candidate) -> tuple[int, int, int]:
+            violated = sum(1 for r in c.rejections if r.check in SPEC_CHECKS)
+            gap = min((abs(index[id(c)] - p) for p in spec_positions), default=0)
+            return (violated, gap, index[id(c)])
+
+        nearest = min(host_ok, key=distance)
+        newer = bool(spec_positions) and index[id(nearest)] < min(spec_positions)
+        changes = _spec_changes(spec, nearest, newer)
+        if changes:
+            fixes.append(f"allow {' and '.join(changes)} ({nearest.row.label}, {nearest.row.image})")
+    elif not driver_only:
+        fixes.append(
+            "no image in the matrix runs on this host as described; "
+            "`gpuenv resolve --explain` lists every image and why"
+        )
+    return fixes
+
+
+def _spec_changes(spec: Spec, candidate: Candidate, newer: bool) -> list[str]:
+    row = candidate.row
+    op = "≥" if newer else "≤"
+    out = []
+    for rejection in candidate.rejections:
+        if rejection.check == "version" and row.framework_version:
+            out.append(f"{_fw(row)} {op} {series(row.framework_version)} (version: '{series(row.framework_version)}')")
+        elif rejection.check == "python" and row.python:
+            out.append(f"Python {series(row.python)} (python: '{series(row.python)}')")
+        elif rejection.check == "cuda" and row.cuda:
+            out.append(f"CUDA {series(row.cuda)} (cuda: '{series(row.cuda)}')")
+    return out
