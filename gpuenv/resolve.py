@@ -370,27 +370,46 @@ def _unresolvable(
     message = f"no image fits {request} on this host ({host.describe()})"
     explanation: list[str] = []
     spec_ok = [c for c in candidates if not c.rejected_by(*SPEC_CHECKS)]
-    host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu")]
-    nearest = (spec_ok or sorted(candidates, key=lambda c: len(c.rejections)))[:3]
-    if not spec_ok:
+    if spec_ok:
+        nearest = sorted(spec_ok, key=lambda c: len(c.rejections))[:3]
+    else:
         explanation.append(f"no image in the matrix has {request}; the closest:")
+        nearest = []
+        for check in SPEC_CHECKS:
+            passing = next((c for c in candidates if not c.rejected_by(check)), None)
+            if passing is not None and passing not in nearest and getattr(spec, check):
+                nearest.append(passing)
+        nearest = nearest or list(candidates[:3])
     for candidate in nearest:
         reasons = "; ".join(r.reason for r in candidate.rejections)
         explanation.append(f"{candidate.row.label} ({candidate.row.image}) {reasons}")
-    fixes = _fixes(spec, host, candidates, spec_ok, host_ok)
+    fixes = _fixes(spec, candidates, spec_ok)
     hint = "; or ".join(fixes) if fixes else None
     if hint:
         hint = hint[0].upper() + hint[1:]
     return ResolutionError(message, explanation, hint=hint)
 
 
-def _fixes(
-    spec: Spec,
-    host: Host,
-    candidates: Sequence[Candidate],
-    spec_ok: Sequence[Candidate],
-    host_ok: Sequence[Candidate],
-) -> list[str]:
+def _spec_value(row: ImageRow, check: str) -> str | None:
+    return {"version": row.framework_version, "python": row.python, "cuda": row.cuda}[check]
+
+
+def _anchor(spec: Spec, check: str) -> tuple[int, int] | None:
+    """The version a constraint is about (``>=2.4`` -> 2.4), to measure how far a row is."""
+    constraint = getattr(spec, f"{check}_spec")
+    for specifier in constraint or ():
+        release = parse_version(specifier.version.rstrip(".*")).release
+        return (release[0], release[1] if len(release) > 1 else 0)
+    return None
+
+
+def _series_tuple(text: str) -> tuple[int, int]:
+    release = parse_version(text).release
+    return (release[0], release[1] if len(release) > 1 else 0)
+
+
+def _fixes(spec: Spec, candidates: Sequence[Candidate], spec_ok: Sequence[Candidate]) -> list[str]:
+    """The smallest changes that make an image fit: a driver upgrade, or looser constraints."""
     fixes = []
     driver_only = [c for c in spec_ok if c.only_rejected_by("driver") and c.min_driver]
     if driver_only:
@@ -398,37 +417,43 @@ def _fixes(
         fixes.append(
             f"upgrade the NVIDIA driver to ≥ {best.min_driver} ({best.row.label} then fits)"
         )
-    if host_ok:
-        index = {id(c): i for i, c in enumerate(candidates)}
-        spec_positions = [index[id(c)] for c in spec_ok]
+    host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu")]
+    by_changes: dict[tuple[str, ...], list[Candidate]] = {}
+    for candidate in host_ok:
+        changed = tuple(r.check for r in candidate.rejections if r.check in SPEC_CHECKS)
+        if changed and all(_spec_value(candidate.row, c) for c in changed):
+            by_changes.setdefault(changed, []).append(candidate)
+    fewest = min((len(k) for k in by_changes), default=0)
+    for changed, options in by_changes.items():
+        if len(changed) != fewest:
+            continue
 
-        def distance(c: Candidate) -> tuple[int, int, int]:
-            violated = sum(1 for r in c.rejections if r.check in SPEC_CHECKS)
-            gap = min((abs(index[id(c)] - p) for p in spec_positions), default=0)
-            return (violated, gap, index[id(c)])
+        def distance(c: Candidate, changed: tuple[str, ...] = changed) -> int:
+            total = 0
+            for check in changed:
+                anchor = _anchor(spec, check)
+                value = _series_tuple(_spec_value(c.row, check) or "0")
+                if anchor:
+                    total += abs((value[0] - anchor[0]) * 1000 + value[1] - anchor[1])
+            return total
 
-        nearest = min(host_ok, key=distance)
-        newer = bool(spec_positions) and index[id(nearest)] < min(spec_positions)
-        changes = _spec_changes(spec, nearest, newer)
-        if changes:
-            fixes.append(f"allow {' and '.join(changes)} ({nearest.row.label}, {nearest.row.image})")
-    elif not driver_only:
+        best = min(options, key=distance)  # candidates are newest first: ties go to newer
+        parts = [_change_text(spec, best.row, check) for check in changed]
+        fixes.append(f"allow {' and '.join(parts)} ({best.row.label}, {best.row.image})")
+    if not fixes:
         fixes.append(
             "no image in the matrix runs on this host as described; "
             "`gpuenv resolve --explain` lists every image and why"
         )
-    return fixes
+    return fixes[:3]
 
 
-def _spec_changes(spec: Spec, candidate: Candidate, newer: bool) -> list[str]:
-    row = candidate.row
-    op = "≥" if newer else "≤"
-    out = []
-    for rejection in candidate.rejections:
-        if rejection.check == "version" and row.framework_version:
-            out.append(f"{_fw(row)} {op} {series(row.framework_version)} (version: '{series(row.framework_version)}')")
-        elif rejection.check == "python" and row.python:
-            out.append(f"Python {series(row.python)} (python: '{series(row.python)}')")
-        elif rejection.check == "cuda" and row.cuda:
-            out.append(f"CUDA {series(row.cuda)} (cuda: '{series(row.cuda)}')")
-    return out
+def _change_text(spec: Spec, row: ImageRow, check: str) -> str:
+    value = _spec_value(row, check) or "0"
+    wanted = series(value)
+    anchor = _anchor(spec, check)
+    op = ""
+    if anchor is not None:
+        op = "≥ " if _series_tuple(value) > anchor else "≤ "
+    what = {"version": _fw(row), "python": "Python", "cuda": "CUDA"}[check]
+    return f"{what} {op}{wanted} ({check}: '{wanted}')"
