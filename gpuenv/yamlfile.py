@@ -89,7 +89,7 @@ def _walk(
         return
     seen.add(id(node))
     if isinstance(node, yaml.ScalarNode):
-        if node.style is None and node.tag in _NUMBER_TAGS:
+        if not node.style and node.tag in _NUMBER_TAGS:
             number_text[path] = node.value
     elif isinstance(node, yaml.MappingNode):
         first_seen: dict[str, Position] = {}

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+from gpuenv.host import Gpu, Host
+from gpuenv.matrix import Matrix, load_matrix
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MATRICES = os.path.join(REPO, "matrices")
+
+
+@pytest.fixture(scope="session")
+def matrix() -> Matrix:
+    return load_matrix(MATRICES)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see the developer's host file or matrix override."""
+    monkeypatch.delenv("GPUENV_HOST_FILE", raising=False)
+    monkeypatch.delenv("GPUENV_MATRIX_DIR", raising=False)
+    monkeypatch.delenv("GPUENV_DEBUG", raising=False)
+
+
+def make_host(driver: str | None, *names: str, brand: str | None = None) -> Host:
+    """A described host: GPU names as NVML would print them (cc from the matrix)."""
+    gpus = tuple(Gpu(index=i, name=name, brand=brand) for i, name in enumerate(names))
+    return Host(driver, gpus, "test")
+
+
+@pytest.fixture
+def host() -> Callable[..., Host]:
+    return make_host

@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuenv.errors import ResolutionError
+from gpuenv.host import Gpu, Host
+from gpuenv.matrix import Matrix
+from gpuenv.resolve import _cuda_supports, resolve
+from gpuenv.spec import GpuRequest, Spec, default_spec
+
+from ..conftest import make_host
+
+
+def spec(framework: str = "pytorch", **fields: Any) -> Spec:
+    return default_spec("/tmp/project", framework).with_overrides(**fields)
+
+
+# (spec fields, host, expected image tag, expected driver route fragment)
+CASES = [
+    pytest.param({}, make_host(None), "26.09-py3", "not checked", id="no-gpu-host-newest"),
+    pytest.param({"version": "2.4"}, make_host("550.54.15", "NVIDIA GeForce RTX 4090"), "24.05-py3", "≥ 545", id="consumer-meets-minimum"),
+    pytest.param({"version": "2.4"}, make_host("535.104.05", "NVIDIA A100-SXM4-80GB"), "24.06-py3", "forward compatibility", id="datacenter-forward-compat"),
+    pytest.param({}, make_host("525.85.12", "NVIDIA H100 80GB HBM3"), "25.06-py3", "R525 ≥ 525.85", id="h100-on-r525"),
+    pytest.param({}, make_host("580.95.05", "NVIDIA GeForce RTX 5090"), "26.09-py3", "≥ 580", id="blackwell-new-driver"),
+    pytest.param({}, make_host("580.95.05", "Tesla V100-SXM2-32GB"), "24.12-py3", "≥ 560", id="volta-stops-at-cc-6.0-images"),
+    pytest.param({"python": "3.10"}, make_host("580.95.05"), "24.10-py3", "≥ 560", id="python-3.10-last"),
+    pytest.param({"cuda": "12.4"}, make_host(None), "24.05-py3", "not checked", id="cuda-series"),
+    pytest.param({"version": ">=2.1,<2.3"}, make_host("535.104.05", "NVIDIA GeForce RTX 3090"), "23.10-py3", "≥ 535", id="range"),
+    pytest.param({"version": "2.4"}, make_host("535.104.05", "Some Server GPU", brand="tesla"), "24.06-py3", "forward compatibility", id="nvml-brand-tesla-is-datacenter"),
+]
+
+
+@pytest.mark.parametrize(("fields", "host", "tag", "route"), CASES)
+def test_resolves(matrix: Matrix, fields: dict[str, str], host: Host, tag: str, route: str) -> None:
+    resolution = resolve(spec(**fields), matrix, host)
+    assert resolution.row.tag == tag
+    assert route in (resolution.candidate.driver_route or "")
+
+
+@pytest.mark.parametrize(
+    ("framework", "fields", "image"),
+    [
+        ("tensorflow", {}, "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"),
+        ("jax", {}, "nvcr.io/nvidia/jax:25.08-py3"),
+        ("none", {"cuda": "12.4"}, "nvcr.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"),
+    ],
+)
+def test_other_frameworks(matrix: Matrix, framework: str, fields: dict[str, str], image: str) -> None:
+    assert resolve(spec(framework, **fields), matrix, make_host("580.95.05")).row.image == image
+
+
+# (spec fields, host, fragments of message + explanation, fragments of the hint)
+FAILURES = [
+    pytest.param(
+        {"version": "2.4"},
+        make_host("535.104.05", "NVIDIA GeForce RTX 4090"),
+        ["needs driver ≥ 545 (this host has 535.104.05)", "works on data-center GPUs only", "RTX 4090 is a consumer GPU"],
+        ["Upgrade the NVIDIA driver to ≥ 545", "PyTorch ≤ 2.1", "23.10-py3"],
+        id="issue-example-old-driver-geforce",
+    ),
+    pytest.param(
+        {"version": "2.4"},
+        make_host("575.51.03", "NVIDIA GeForce RTX 5090"),
+        ["Blackwell (sm_120) needs CUDA ≥ 12.8; this image has CUDA 12.4.1"],
+        ["PyTorch ≥ 2.6", "25.01-py3"],
+        id="sm120-needs-cuda-12.8",
+    ),
+    pytest.param(
+        {"version": "2.1", "python": "3.12"},
+        make_host(None),
+        ["no image in the matrix has PyTorch 2.1 with Python 3.12", "has Python 3.10, not 3.12"],
+        ["Python ≤ 3.10", "PyTorch ≥ 2.6"],
+        id="spec-contradicts-matrix",
+    ),
+    pytest.param(
+        {},
+        make_host("470.82.01", "Tesla K80"),
+        ["K80 is 3.7 (sm_37)"],
+        ["No image in the matrix runs on this host"],
+        id="kepler",
+    ),
+    pytest.param(
+        {"version": "2.8"},
+        make_host("575.51.03", "Tesla V100-SXM2-32GB"),
+        ["is built for compute capability ≥ 7.5; Tesla V100-SXM2-32GB is 7.0 (sm_70)"],
+        ["PyTorch ≤ 2.6"],
+        id="volta-dropped-from-25.01",
+    ),
+    pytest.param(
+        {"cuda": ">=13"},
+        make_host("575.51.03", "NVIDIA GeForce RTX 4090"),
+        ["needs driver ≥ 580 (this host has 575.51.03)"],
+        ["Upgrade the NVIDIA driver to ≥ 580"],
+        id="cuda-13-needs-r580",
+    ),
+    pytest.param(
+        {"version": "9.9"},
+        make_host(None),
+        ["has PyTorch 2.14.0a0+b2c75dd062, not 9.9"],
+        ["PyTorch ≤ 2.14"],
+        id="unknown-version",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "host", "explains", "hints"), FAILURES)
+def test_failures_explain(matrix: Matrix, fields: dict[str, str], host: Host, explains: list[str], hints: list[str]) -> None:
+    with pytest.raises(ResolutionError) as info:
+        resolve(spec(**fields), matrix, host)
+    text = "\n".join([info.value.message, *info.value.explanation])
+    for fragment in explains:
+        assert fragment in text
+    for fragment in hints:
+        assert fragment in (info.value.hint or "")
+    assert info.value.exit_code == 4
+
+
+@pytest.mark.parametrize(
+    ("cuda", "cc", "expected"),
+    [
+        ("12.6.3", "9.0", None),
+        ("11.4", "8.9", None),  # binary compatible: sm_86 cubins run on sm_89
+        ("11.4", "9.0", "Hopper (sm_90) needs CUDA ≥ 11.8"),
+        ("12.6.3", "12.0", "needs CUDA ≥ 12.8"),
+        ("12.6.3", "10.0", "needs CUDA ≥ 12.8"),
+        ("12.8.0", "12.0", None),
+        ("13.0.0", "7.0", "CUDA 13.0 dropped sm_70 (Volta)"),
+        ("12.9.1", "7.0", None),
+        ("13.0.0", "7.5", None),
+        ("12.0.1", "3.7", "CUDA 12.0 dropped sm_37"),
+    ],
+)
+def test_cuda_builds_for(matrix: Matrix, cuda: str, cc: str, expected: str | None) -> None:
+    why = _cuda_supports(matrix, cuda, cc)
+    if expected is None:
+        assert why is None
+    else:
+        assert why is not None and expected in why
+
+
+def test_selected_gpus_only(matrix: Matrix) -> None:
+    host = make_host("580.95.05", "Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB")
+    assert resolve(spec(), matrix, host).row.tag == "24.12-py3"
+    pinned = spec().with_overrides(gpus=GpuRequest("devices", devices=("1",)))
+    assert resolve(pinned, matrix, host).row.tag == "26.09-py3"
+    no_gpu = spec().with_overrides(gpus=GpuRequest("none"))
+    assert resolve(no_gpu, matrix, host).row.tag == "26.09-py3"
+
+
+def test_nvml_compute_capability_wins(matrix: Matrix) -> None:
+    host = Host("575.51.03", (Gpu(0, "NVIDIA Future GPU", compute_capability="12.0"),), "test")
+    with pytest.raises(ResolutionError, match="no image fits"):
+        resolve(spec(version="2.4"), matrix, host)
+
+
+def test_unknown_gpu_warns(matrix: Matrix) -> None:
+    resolution = resolve(spec(), matrix, make_host("580.95.05", "NVIDIA Mystery"))
+    assert any("compute capability of NVIDIA Mystery is unknown" in w for w in resolution.warnings)
+
+
+def test_prefer_keeps_the_locked_image(matrix: Matrix) -> None:
+    host = make_host("580.95.05")
+    assert resolve(spec(), matrix, host, prefer="nvcr.io/nvidia/pytorch:24.05-py3").row.tag == "24.05-py3"
+    # A preference that no longer fits is ignored.
+    assert resolve(spec(version="2.5"), matrix, host, prefer="nvcr.io/nvidia/pytorch:24.05-py3").row.tag == "24.10-py3"
+
+
+def test_unverified_rows_warn(matrix: Matrix) -> None:
+    resolution = resolve(spec(version="2.3"), matrix, make_host("580.95.05"))
+    assert resolution.row.tag == "24.04-py3"
+    assert any("rests on unverified data" in w for w in resolution.warnings)
+    verified = resolve(spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090"))
+    assert not any("unverified" in w for w in verified.warnings)
+
+
+def test_forward_compat_warns(matrix: Matrix) -> None:
+    resolution = resolve(spec(version="2.4"), matrix, make_host("535.104.05", "NVIDIA A100-SXM4-80GB"))
+    assert any("error 804" in w for w in resolution.warnings)
+
+
+def test_json_payload(matrix: Matrix) -> None:
+    data = resolve(spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")).to_data()
+    assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert data["framework_version"] == "2.4.0a0+07cecf4168"
+    assert (data["cuda"], data["python"], data["min_driver"]) == ("12.4.1", "3.10", "545")
