@@ -1,0 +1,248 @@
+"""The CLI end to end (in-process), with described hosts: exit codes, files, messages."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuenv.cli import main
+
+RTX4090_OLD = ["--driver", "535.104.05", "--gpu", "RTX 4090"]
+RTX4090_OK = ["--driver", "550.54.15", "--gpu", "RTX 4090"]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "requirements.txt").write_text("torch==2.4.0\nnumpy\n")
+    return tmp_path
+
+
+def run(project: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, ["-C", str(project), *args], env=env, catch_exceptions=False)
+
+
+def test_help_lists_commands_and_exit_codes() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for word in ("init", "resolve", "lock", "check", "matrix", "Exit codes:", "130  interrupted"):
+        assert word in result.output
+
+
+def test_init_writes_spec_and_lock(project: Path) -> None:
+    result = run(project, "init", *RTX4090_OK)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert "found requirements.txt: torch==2.4.0" in result.stderr
+    assert 'version: "2.4"' in (project / "gpuenv.yaml").read_text()
+    assert "reference: nvcr.io/nvidia/pytorch:24.05-py3" in (project / "gpuenv.lock").read_text()
+    assert run(project, "lock", "--check").exit_code == 0
+
+
+def test_init_refuses_to_overwrite(project: Path) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    before = (project / "gpuenv.yaml").read_text()
+    result = run(project, "init", "--framework", "jax")
+    assert result.exit_code == 2
+    assert "gpuenv.yaml and gpuenv.lock already exist" in result.stderr
+    assert "--force" in result.stderr
+    assert (project / "gpuenv.yaml").read_text() == before
+    assert run(project, "init", "--force", "--framework", "jax").exit_code == 0
+    assert "framework: jax" in (project / "gpuenv.yaml").read_text()
+
+
+def test_init_unresolvable_writes_spec_but_no_lock(project: Path) -> None:
+    result = run(project, "init", *RTX4090_OLD)
+    assert result.exit_code == 4
+    assert (project / "gpuenv.yaml").exists() and not (project / "gpuenv.lock").exists()
+    assert "needs driver ≥ 545 (this host has 535.104.05)" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_resolve_json(project: Path) -> None:
+    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OK)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert data["framework"] == "pytorch"
+    assert data["framework_version"] == "2.4.0a0+07cecf4168"
+    assert (data["cuda"], data["python"], data["min_driver"]) == ("12.4.1", "3.10", "545")
+    assert data["host"]["driver"] == "550.54.15"
+
+
+def test_resolve_failure_goes_to_stderr(project: Path) -> None:
+    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OLD)
+    assert result.exit_code == 4
+    assert result.stdout == ""
+    assert "hint: Upgrade the NVIDIA driver to ≥ 545" in result.stderr
+    assert "PyTorch ≤ 2.1" in result.stderr
+
+
+def test_resolve_explain_lists_candidates(project: Path) -> None:
+    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--explain", *RTX4090_OK)
+    assert result.exit_code == 0
+    assert "chosen" in result.stdout and "24.05-py3" in result.stdout
+    assert "24.07-py3" in result.stdout  # rejected candidates are listed too
+
+
+def test_resolve_without_spec_needs_framework(project: Path) -> None:
+    result = run(project, "resolve")
+    assert result.exit_code == 2
+    assert "no gpuenv.yaml in" in result.stderr and "gpuenv init" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["resolve", "--framework", "pytorch", "--cuda", "12.x"], "--cuda: '12.x' is not a version"),
+        (["resolve", "--framework", "pytorch", "--driver", "abc"], "--driver: 'abc' is not a driver version"),
+        (["resolve", "--framework", "pytorch", "--driver", "535.1", "--gpu", "Voodoo 5"], "--gpu 'Voodoo 5': not a GPU model"),
+        (["lock", "--check", "--upgrade"], "cannot be combined"),
+    ],
+)
+def test_usage_errors(project: Path, args: list[str], message: str) -> None:
+    (project / "gpuenv.yaml").write_text("framework: pytorch\n")
+    result = run(project, *args)
+    assert result.exit_code in (2, 7)
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_invalid_spec_exit_3(project: Path) -> None:
+    (project / "gpuenv.yaml").write_text("framework: pytorch\ncuda: 12.x\nshm: 8g\n")
+    result = run(project, "resolve")
+    assert result.exit_code == 3
+    assert "gpuenv.yaml:2:1: field 'cuda': '12.x' is not a version" in result.stderr
+    assert "gpuenv.yaml:3:1: field 'shm': unknown field 'shm'; did you mean 'shm_size'?" in result.stderr
+
+
+def test_debug_shows_traceback(project: Path) -> None:
+    (project / "gpuenv.yaml").write_text("framework: pytorch\ncuda: 12.x\n")
+    result = CliRunner().invoke(main, ["--debug", "-C", str(project), "resolve"])
+    assert result.exit_code == 3
+    assert "Traceback" in result.stderr
+
+
+def test_lock_check_and_update_cycle(project: Path) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    spec = project / "gpuenv.yaml"
+    lock = project / "gpuenv.lock"
+    digest = "sha256:" + "ab" * 32
+    lock.write_text(lock.read_text().replace("digest: ''", f"digest: {digest}"))
+
+    # An unrelated edit: --check fails and says why; `lock` keeps image and digest.
+    spec.write_text(spec.read_text().replace("apt: []", "apt: [git]"))
+    result = run(project, "lock", "--check")
+    assert result.exit_code == 5
+    assert "gpuenv.yaml changed since the lock was written" in result.stderr
+    result = run(project, "lock", *RTX4090_OK)
+    assert result.exit_code == 0, result.output
+    assert "the image is unchanged" in result.stderr
+    assert digest in lock.read_text()
+    assert run(project, "lock", "--check").exit_code == 0
+    assert "is up to date" in run(project, "lock").stderr
+
+    # A requirements change is caught too.
+    (project / "requirements.txt").write_text("torch==2.4.0\nnumpy\nscipy\n")
+    result = run(project, "lock", "--check")
+    assert result.exit_code == 5 and "requirements file requirements.txt changed" in result.stderr
+
+    # --upgrade moves to the newest image that fits; the digest of the old image is dropped.
+    spec.write_text(spec.read_text().replace('version: "2.4"', 'version: ">=2.4"'))
+    result = run(project, "lock", "--upgrade", "--driver", "580.95.05", "--gpu", "RTX 4090")
+    assert result.exit_code == 0
+    assert "nvcr.io/nvidia/pytorch:24.05-py3 → nvcr.io/nvidia/pytorch:26.09-py3" in result.stderr
+    assert "digest: ''" in lock.read_text()
+
+
+def test_unresolvable_lock_leaves_the_old_lock(project: Path) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    lock = project / "gpuenv.lock"
+    before = lock.read_text()
+    spec = project / "gpuenv.yaml"
+    spec.write_text(spec.read_text().replace('version: "2.4"', 'version: "9.9"'))
+    result = run(project, "lock", *RTX4090_OK)
+    assert result.exit_code == 4
+    assert lock.read_text() == before
+
+
+def test_damaged_lock_is_rewritten(project: Path) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    (project / "gpuenv.lock").write_text("lock_version: [\n")
+    assert run(project, "lock", "--check").exit_code == 5
+    result = run(project, "lock", *RTX4090_OK)
+    assert result.exit_code == 0
+    assert "is damaged" in result.stderr
+    assert run(project, "lock", "--check").exit_code == 0
+
+
+def test_check(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    result = run(project, "check")
+    assert result.exit_code == 0, result.output
+    assert "gpuenv.yaml: valid" in result.stderr and "gpuenv.lock: matches" in result.stderr
+
+    (project / "gpuenv.yaml").write_text("framework: pytorch\nversion: '2.5'\n")
+    result = run(project, "check")
+    assert result.exit_code == 5 and "out of date" in result.stderr
+
+    (project / "gpuenv.yaml").write_text("framework: pytorch\ngpus: 0\n")
+    result = run(project, "check")
+    assert result.exit_code == 3 and "a GPU count must be at least 1" in result.stderr
+
+    broken = tmp_path_factory.mktemp("matrices")
+    (broken / "x.yaml").write_text("schema: 2\n")
+    result = run(project, "check", env={"GPUENV_MATRIX_DIR": str(broken)})
+    assert result.exit_code == 6 and "schema 2 is not supported" in result.stderr
+
+
+def test_bad_host_file_exit_7(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    host_file = tmp_path_factory.mktemp("h") / "host.json"
+    host_file.write_text('{"driver": 535}')
+    result = run(project, "resolve", "--framework", "pytorch", env={"GPUENV_HOST_FILE": str(host_file)})
+    assert result.exit_code == 7
+    assert "must be a quoted version" in result.stderr
+
+
+def test_host_file_is_used(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    host_file = tmp_path_factory.mktemp("h") / "host.json"
+    host_file.write_text(json.dumps({"driver": "535.104.05", "gpus": ["NVIDIA A100-SXM4-80GB"]}))
+    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", env={"GPUENV_HOST_FILE": str(host_file)})
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.06-py3"
+    assert "forward compatibility" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["matrix"], "pytorch"),
+        (["matrix", "pytorch"], "nvcr.io/nvidia/pytorch:24.05-py3"),
+        (["matrix", "gpus"], "RTX 4090"),
+        (["matrix", "cuda"], "12.8 GA"),
+    ],
+)
+def test_matrix_tables(project: Path, args: list[str], expected: str) -> None:
+    result = CliRunner().invoke(main, args, env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    assert expected in result.stdout
+
+
+def test_matrix_json() -> None:
+    result = CliRunner().invoke(main, ["matrix", "pytorch", "--json"])
+    rows = json.loads(result.stdout)
+    assert rows[0]["tag"] == "26.09-py3"
+    assert {"framework_version", "cuda", "min_driver", "evidence", "unverified"} <= set(rows[0])
+    gpus = json.loads(CliRunner().invoke(main, ["matrix", "gpus", "--json"]).stdout)
+    assert any(g["name"] == "A100" and g["class"] == "datacenter" for g in gpus)
+    cuda = json.loads(CliRunner().invoke(main, ["matrix", "cuda", "--json"]).stdout)
+    assert {"minor_version_compat", "toolkits", "compute_capabilities"} == set(cuda)
+
+
+def test_directory_option(project: Path) -> None:
+    result = CliRunner().invoke(main, ["-C", str(project / "missing"), "check"])
+    assert result.exit_code == 2
+    assert os.path.isdir(project)

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpuenv.errors import LockError
+from gpuenv.lock import (
+    LOCK_FILENAME,
+    lock_differences,
+    lock_from_resolution,
+    read_lock,
+    render_lock,
+    requirements_hashes,
+    write_lock,
+)
+from gpuenv.matrix import Matrix
+from gpuenv.resolve import resolve
+from gpuenv.spec import load_spec
+
+from ..conftest import make_host
+
+SPEC = 'framework: pytorch\nversion: "2.4"\nrequirements: requirements.txt\n'
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "gpuenv.yaml").write_text(SPEC)
+    (tmp_path / "requirements.txt").write_text("numpy==1.26.4\n-r extra/more.txt\n")
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "more.txt").write_text("einops\n")
+    return tmp_path
+
+
+def locked(project: Path, matrix: Matrix) -> Path:
+    spec = load_spec(str(project))
+    resolution = resolve(spec, matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090"))
+    path = project / LOCK_FILENAME
+    write_lock(str(path), lock_from_resolution(resolution, matrix.version))
+    return path
+
+
+def test_round_trip(project: Path, matrix: Matrix) -> None:
+    path = locked(project, matrix)
+    text = path.read_text()
+    assert text.startswith("# gpuenv.lock: written by gpuenv; do not edit by hand.\n# Commit this file")
+    lock = read_lock(str(path))
+    assert lock.image == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert lock.digest == "" and lock.pinned_image == lock.image
+    assert lock.resolved["framework_version"] == "2.4.0a0+07cecf4168"  # the full string
+    assert lock.requires["min_driver"] == "545"
+    assert lock.requires["compute_capabilities"] == ["8.9"]
+    assert lock.resolved_for["driver"] == "550.54.15"
+    assert set(lock.requirements) == {"requirements.txt", "extra/more.txt"}
+    assert lock.matrix_version == matrix.version
+    assert render_lock(lock) == text  # stable: the same lock renders byte for byte the same
+    keys = [line.split(":")[0] for line in text.splitlines() if line and line[0].isalpha()]
+    assert keys == ["lock_version", "gpuenv_version", "project", "spec_hash", "requirements",
+                    "matrix_version", "image", "resolved", "requires", "resolved_for"]
+
+
+def test_up_to_date(project: Path, matrix: Matrix) -> None:
+    lock = read_lock(str(locked(project, matrix)))
+    assert lock_differences(lock, load_spec(str(project))) == []
+
+
+def test_comment_edit_is_not_a_change(project: Path, matrix: Matrix) -> None:
+    lock = read_lock(str(locked(project, matrix)))
+    (project / "gpuenv.yaml").write_text("# tuned\n" + SPEC.replace('"2.4"', "'2.4'   # pinned"))
+    assert lock_differences(lock, load_spec(str(project))) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda p: (p / "gpuenv.yaml").write_text(SPEC.replace("2.4", "2.5")), "gpuenv.yaml changed since the lock was written"),
+        (lambda p: (p / "requirements.txt").write_text("numpy==2.0\n-r extra/more.txt\n"), "requirements file requirements.txt changed"),
+        (lambda p: (p / "extra" / "more.txt").write_text("einops==0.8\n"), "requirements file extra/more.txt changed"),
+        (lambda p: (p / "requirements.txt").write_text("numpy\n"), "requirements file extra/more.txt is no longer used"),
+    ],
+)
+def test_differences(project: Path, matrix: Matrix, edit, expected: str) -> None:
+    lock = read_lock(str(locked(project, matrix)))
+    edit(project)
+    assert expected in lock_differences(lock, load_spec(str(project)))
+
+
+def test_new_requirements_file(project: Path, matrix: Matrix) -> None:
+    lock = read_lock(str(locked(project, matrix)))
+    (project / "dev.txt").write_text("pytest\n")
+    (project / "gpuenv.yaml").write_text(SPEC.replace("requirements.txt", "[requirements.txt, dev.txt]"))
+    changes = lock_differences(lock, load_spec(str(project)))
+    assert "requirements file dev.txt is new" in changes
+
+
+def test_includes_outside_the_project_are_not_followed(project: Path) -> None:
+    (project / "requirements.txt").write_text("-r ../../etc/passwd\n")
+    spec = load_spec(str(project))
+    assert set(requirements_hashes(spec)) == {"requirements.txt"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("lock_version: [\n", "is damaged (not valid YAML"),
+        ("- a\n", "is damaged"),
+        ("lock_version: 1\n", "'image' is missing"),
+        ("lock_version: 99\ngpuenv_version: 9.0\n", "written by a newer gpuenv (9.0"),
+    ],
+)
+def test_damaged_locks(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / LOCK_FILENAME
+    path.write_text(text)
+    with pytest.raises(LockError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        read_lock(str(path))
+
+
+def test_bad_digest_is_damage(project: Path, matrix: Matrix) -> None:
+    path = locked(project, matrix)
+    path.write_text(path.read_text().replace("digest: ''", "digest: latest"))
+    with pytest.raises(LockError, match="is not sha256"):
+        read_lock(str(path))
+
+
+def test_missing_lock(tmp_path: Path) -> None:
+    with pytest.raises(LockError, match="not found") as info:
+        read_lock(str(tmp_path / LOCK_FILENAME))
+    assert info.value.exit_code == 5
+
+
+def test_atomic_write_keeps_old_lock_on_failure(project: Path, matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = locked(project, matrix)
+    before = path.read_text()
+    lock = read_lock(str(path))
+
+    def crash(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        write_lock(str(path), lock)
+    assert path.read_text() == before
+    assert sorted(p.name for p in project.iterdir() if p.name.startswith(".")) == []
