@@ -94,7 +94,11 @@ def _debug(ctx: click.Context) -> bool:
     return bool(obj and obj.debug) or os.environ.get("GPUENV_DEBUG") == "1"
 
 
-@click.group(cls=GpuenvGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=GpuenvGroup,
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, "--version", "-V", prog_name="gpuenv")
 @click.option(
     "-C",
@@ -159,7 +163,9 @@ class Overrides:
     cuda: str | None = None
 
 
-def _checked_overrides(framework: str | None, version: str | None, python: str | None, cuda: str | None) -> Overrides:
+def _checked_overrides(
+    framework: str | None, version: str | None, python: str | None, cuda: str | None
+) -> Overrides:
     from gpuenv.errors import UsageError
     from gpuenv.versions import InvalidConstraint, parse_constraint
 
@@ -169,7 +175,9 @@ def _checked_overrides(framework: str | None, version: str | None, python: str |
                 parse_constraint(value)
             except InvalidConstraint as exc:
                 raise UsageError(f"{flag}: {exc}") from None
-    return Overrides(framework, version and version.strip(), python and python.strip(), cuda and cuda.strip())
+    return Overrides(
+        framework, version and version.strip(), python and python.strip(), cuda and cuda.strip()
+    )
 
 
 def _spec(directory: str, overrides: Overrides, *, need_file: bool = False) -> Spec:
@@ -317,8 +325,18 @@ def resolve(
 
 @main.command()
 @host_options
-@click.option("--check", "check_only", is_flag=True, help="Only verify that gpuenv.lock matches gpuenv.yaml and its requirements (for CI); write nothing.")
-@click.option("--upgrade", is_flag=True, help="Re-resolve to the newest image that fits, even if the locked one still does.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only verify that gpuenv.lock matches gpuenv.yaml and its requirements "
+    "(for CI); write nothing.",
+)
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="Re-resolve to the newest image that fits, even if the locked one still does.",
+)
 @click.pass_obj
 def lock(
     obj: Context,
@@ -336,7 +354,14 @@ def lock(
     """
     from gpuenv import ui
     from gpuenv.errors import LockError, UsageError
-    from gpuenv.lock import LOCK_FILENAME, lock_differences, lock_from_resolution, read_lock, write_lock
+    from gpuenv.lock import (
+        LOCK_FILENAME,
+        Lock,
+        lock_differences,
+        lock_from_resolution,
+        read_lock,
+        write_lock,
+    )
     from gpuenv.matrix import load_matrix
     from gpuenv.resolve import resolve as do_resolve
 
@@ -345,16 +370,16 @@ def lock(
     spec = _spec(obj.directory, Overrides(), need_file=True)
     path = os.path.join(obj.directory, LOCK_FILENAME)
     if check_only:
-        existing = read_lock(path)
-        changes = lock_differences(existing, spec)
+        current = read_lock(path)
+        changes = lock_differences(current, spec)
         if changes:
             raise LockError(
                 f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
                 hint="run `gpuenv lock` and commit gpuenv.lock",
             )
-        ui.success(f"{LOCK_FILENAME} is up to date ({existing.pinned_image})")
+        ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
         return
-    existing = None
+    existing: Lock | None = None
     if os.path.exists(path):
         try:
             existing = read_lock(path)
@@ -419,7 +444,8 @@ def init(
         names = " and ".join(os.path.basename(p) for p in existing)
         raise UsageError(
             f"{names} already exist{'s' if len(existing) == 1 else ''} in {obj.directory}",
-            hint="edit gpuenv.yaml and run `gpuenv lock`, or use `gpuenv init --force` to start over",
+            hint="edit gpuenv.yaml and run `gpuenv lock`, "
+            "or use `gpuenv init --force` to start over",
         )
     matrix = load_matrix()
     host = _host(driver, gpu_models, matrix)
@@ -427,7 +453,10 @@ def init(
     chosen_framework = overrides.framework or detected.framework
     if chosen_framework is None:
         chosen_framework = "pytorch"
-        ui.info("no framework pinned in requirements*.txt, pyproject.toml or environment.yml; using pytorch")
+        ui.info(
+            "no framework pinned in requirements*.txt, pyproject.toml or environment.yml; "
+            "using pytorch"
+        )
     same_framework = chosen_framework == detected.framework
     text = render_spec(
         obj.directory,
@@ -466,7 +495,7 @@ def check(obj: Context) -> None:
     5 lock, 7 host file), 0 when all is well.
     """
     from gpuenv import ui
-    from gpuenv.errors import GpuenvError, HostError, LockError, MatrixError, SpecError
+    from gpuenv.errors import HostError, LockError, MatrixError, SpecError
     from gpuenv.host import HOST_FILE_ENV, load_host_file
     from gpuenv.lock import LOCK_FILENAME, lock_differences, read_lock
     from gpuenv.matrix import load_matrix
@@ -480,7 +509,9 @@ def check(obj: Context) -> None:
 
     try:
         matrix = load_matrix()
-        ui.success(f"matrix {matrix.version}: {len(matrix.images)} images, {len(matrix.gpus)} GPU models")
+        ui.success(
+            f"matrix {matrix.version}: {len(matrix.images)} images, {len(matrix.gpus)} GPU models"
+        )
     except MatrixError as exc:
         failed(exc)
     spec = None
@@ -494,7 +525,12 @@ def check(obj: Context) -> None:
         existing = read_lock(lock_path)
         changes = lock_differences(existing, spec) if spec else []
         if changes:
-            failed(LockError(f"{LOCK_FILENAME} is out of date: " + "; ".join(changes), hint="run `gpuenv lock`"))
+            failed(
+                LockError(
+                    f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
+                    hint="run `gpuenv lock`",
+                )
+            )
         else:
             ui.success(f"{LOCK_FILENAME}: matches ({existing.pinned_image})")
     except LockError as exc:
@@ -508,7 +544,9 @@ def check(obj: Context) -> None:
             failed(exc)
     if failures:
         order = (MatrixError, SpecError, LockError, HostError)
-        first = min(failures, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9))
+        first = min(
+            failures, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9)
+        )
         sys.exit(first.exit_code)
 
 

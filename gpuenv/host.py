@@ -8,6 +8,7 @@ flags (`--driver`, `--gpu`) or by the JSON file named in GPUENV_HOST_FILE.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -58,9 +59,7 @@ class Host:
             "source": self.source,
             "driver": self.driver,
             "cuda_driver": self.cuda_driver,
-            "gpus": [
-                {k: v for k, v in asdict(gpu).items() if v is not None} for gpu in self.gpus
-            ],
+            "gpus": [{k: v for k, v in asdict(gpu).items() if v is not None} for gpu in self.gpus],
         }
 
     def describe(self) -> str:
@@ -131,10 +130,8 @@ def detect_nvml() -> Host | str:
     except pynvml.NVMLError as exc:
         return f"NVML: {exc}"
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> Host:
@@ -250,7 +247,10 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         raise HostError(f"{where}: expected a GPU name or an object with at least 'name'")
     unknown = set(item) - _GPU_KEYS
     if unknown:
-        raise HostError(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(_GPU_KEYS))})")
+        raise HostError(
+            f"{where}: unknown keys {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(_GPU_KEYS))})"
+        )
     cc = item.get("compute_capability")
     if cc is not None:
         try:

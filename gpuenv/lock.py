@@ -98,9 +98,7 @@ def requirements_hashes(spec: Spec) -> dict[str, str]:
     return out
 
 
-def lock_from_resolution(
-    resolution: Resolution, matrix_version: str, digest: str = ""
-) -> Lock:
+def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: str = "") -> Lock:
     spec, row, host = resolution.spec, resolution.row, resolution.host
     return Lock(
         spec_hash=spec.digest(),
@@ -184,8 +182,16 @@ def read_lock(path: str) -> Lock:
     if not isinstance(digest, str) or (digest and not re.match(r"^sha256:[0-9a-f]{64}$", digest)):
         raise LockError(f"{where} is damaged: image digest {digest!r} is not sha256:<64 hex>")
     known = {
-        "lock_version", "gpuenv_version", "project", "spec_hash", "requirements",
-        "matrix_version", "image", "resolved", "requires", "resolved_for",
+        "lock_version",
+        "gpuenv_version",
+        "project",
+        "spec_hash",
+        "requirements",
+        "matrix_version",
+        "image",
+        "resolved",
+        "requires",
+        "resolved_for",
     }
     return Lock(
         spec_hash=_need(data, "spec_hash", str, where),

@@ -157,7 +157,9 @@ class Matrix:
         lower = [t for key, t in same_minor if key <= release]
         if lower and len(release) >= 3:
             return lower[-1]
-        return min((t for _, t in same_minor), key=lambda t: driver_tuple(t.min_driver), default=None)
+        return min(
+            (t for _, t in same_minor), key=lambda t: driver_tuple(t.min_driver), default=None
+        )
 
     def minor_compat_floor(self, cuda: str) -> str | None:
         """The lowest driver that runs any CUDA `major`.x application (minor-version compat)."""
@@ -308,7 +310,9 @@ def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
                 rows.add((*path, "unverified"), f"'{name}' is not a field of an image row")
         forward_compat = tuple(
             d
-            for i, d in enumerate(rows.text_list((*path, "forward_compat"), entry.get("forward_compat", [])))
+            for i, d in enumerate(
+                rows.text_list((*path, "forward_compat"), entry.get("forward_compat", []))
+            )
             if rows.driver((*path, "forward_compat", i), d, nullable=False)
         )
         out.append(
@@ -318,7 +322,9 @@ def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
                 repository=repository,
                 tag=tag,
                 release=release,
-                framework_version=rows.version((*path, "framework_version"), entry.get("framework_version")),
+                framework_version=rows.version(
+                    (*path, "framework_version"), entry.get("framework_version")
+                ),
                 cuda=rows.version((*path, "cuda"), entry.get("cuda")),
                 cudnn=rows.version((*path, "cudnn"), entry.get("cudnn")),
                 python=rows.version((*path, "python"), entry.get("python")),
@@ -343,7 +349,9 @@ def _where(doc: YamlDocument, path: YamlPath) -> str:
     return f"{name}:{position.line}" if position else name
 
 
-def _cuda(doc: YamlDocument, rows: _Rows) -> tuple[list[tuple[int, str]], list[Toolkit], list[Architecture]]:
+def _cuda(
+    doc: YamlDocument, rows: _Rows
+) -> tuple[list[tuple[int, str]], list[Toolkit], list[Architecture]]:
     data = doc.data
     compat: list[tuple[int, str]] = []
     for index, raw in enumerate(data.get("minor_version_compat") or []):
@@ -450,7 +458,11 @@ def load_matrix(directory: str | None = None) -> Matrix:
             rows.add((), "expected a mapping with schema, kind and data")
             continue
         if doc.data.get("schema") != SCHEMA:
-            rows.add(("schema",), f"schema {doc.data.get('schema')!r} is not supported (this gpuenv reads schema {SCHEMA})")
+            rows.add(
+                ("schema",),
+                f"schema {doc.data.get('schema')!r} is not supported "
+                f"(this gpuenv reads schema {SCHEMA})",
+            )
             continue
         date = rows.text(("updated",), doc.data.get("updated"), nullable=False)
         if date:
@@ -472,7 +484,9 @@ def load_matrix(directory: str | None = None) -> Matrix:
             Problem(directory, None, None, None, "needs framework-images, cuda and gpus files")
         )
     if problems:
-        raise MatrixError(problems, hint="the matrix data is broken: reinstall gpuenv or fix the file")
+        raise MatrixError(
+            problems, hint="the matrix data is broken: reinstall gpuenv or fix the file"
+        )
     images.sort(key=ImageRow.sort_key, reverse=True)
     version = f"{max(updated)}+{digest.hexdigest()[:12]}"
     return Matrix(

@@ -22,8 +22,21 @@ def _evidence(level: str, unverified: tuple[str, ...] = ()) -> str:
 
 def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table]:
     rows = matrix.images_for(framework)
-    table = Table(title=f"NGC {FRAMEWORK_NAMES[framework]} images ({len(rows)})", title_justify="left")
-    for column in ("image", "version", "CUDA", "cuDNN", "Python", "Ubuntu", "driver ≥", "DC compat", "CC ≥", "evidence"):
+    table = Table(
+        title=f"NGC {FRAMEWORK_NAMES[framework]} images ({len(rows)})", title_justify="left"
+    )
+    for column in (
+        "image",
+        "version",
+        "CUDA",
+        "cuDNN",
+        "Python",
+        "Ubuntu",
+        "driver ≥",
+        "DC compat",
+        "CC ≥",
+        "evidence",
+    ):
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
@@ -42,7 +55,9 @@ def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table
 
 
 def _cuda(matrix: Matrix) -> tuple[dict[str, Any], list[Table]]:
-    compat = Table(title="Minor-version compatibility: any CUDA X.y app runs on", title_justify="left")
+    compat = Table(
+        title="Minor-version compatibility: any CUDA X.y app runs on", title_justify="left"
+    )
     compat.add_column("CUDA")
     compat.add_column("driver ≥")
     for major, driver in matrix.minor_compat:
@@ -51,7 +66,9 @@ def _cuda(matrix: Matrix) -> tuple[dict[str, Any], list[Table]]:
     for column in ("toolkit", "version", "driver ≥", "evidence"):
         toolkits.add_column(column)
     for toolkit in matrix.toolkits:
-        toolkits.add_row(toolkit.label, toolkit.version, toolkit.min_driver, _evidence(toolkit.evidence))
+        toolkits.add_row(
+            toolkit.label, toolkit.version, toolkit.min_driver, _evidence(toolkit.evidence)
+        )
     archs = Table(title="Compute capabilities a CUDA toolkit builds for", title_justify="left")
     for column in ("CC", "architecture", "added in CUDA", "removed in CUDA", "evidence"):
         archs.add_column(column)
@@ -76,7 +93,13 @@ def _gpus(matrix: Matrix) -> tuple[list[dict[str, Any]], Table]:
     for column in ("model", "CC", "architecture", "class", "evidence"):
         table.add_column(column)
     for model in sorted(matrix.gpus, key=lambda m: (m.gpu_class, m.name)):
-        table.add_row(model.name, model.compute_capability, model.architecture, model.gpu_class, _evidence(model.evidence))
+        table.add_row(
+            model.name,
+            model.compute_capability,
+            model.architecture,
+            model.gpu_class,
+            _evidence(model.evidence),
+        )
     data = [
         {
             "name": m.name,
@@ -95,14 +118,27 @@ def show_matrix(matrix: Matrix, table: str | None, as_json: bool) -> None:
     if table is None:
         counts = {fw: len(matrix.images_for(fw)) for fw in FRAMEWORK_NAMES}
         if as_json:
-            ui.data({"version": matrix.version, "directory": matrix.directory, "images": counts,
-                     "toolkits": len(matrix.toolkits), "gpus": len(matrix.gpus)})
+            ui.data(
+                {
+                    "version": matrix.version,
+                    "directory": matrix.directory,
+                    "images": counts,
+                    "toolkits": len(matrix.toolkits),
+                    "gpus": len(matrix.gpus),
+                }
+            )
             return
         ui.out.print(f"matrix {matrix.version} ({matrix.directory})", markup=False)
         for framework, count in counts.items():
-            ui.out.print(f"  {framework:<11} {count:>3} images   gpuenv matrix {framework}", markup=False)
-        ui.out.print(f"  {'cuda':<11} {len(matrix.toolkits):>3} toolkits gpuenv matrix cuda", markup=False)
-        ui.out.print(f"  {'gpus':<11} {len(matrix.gpus):>3} models   gpuenv matrix gpus", markup=False)
+            ui.out.print(
+                f"  {framework:<11} {count:>3} images   gpuenv matrix {framework}", markup=False
+            )
+        ui.out.print(
+            f"  {'cuda':<11} {len(matrix.toolkits):>3} toolkits gpuenv matrix cuda", markup=False
+        )
+        ui.out.print(
+            f"  {'gpus':<11} {len(matrix.gpus):>3} models   gpuenv matrix gpus", markup=False
+        )
         return
     if table == "cuda":
         data, tables = _cuda(matrix)

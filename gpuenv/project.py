@@ -131,7 +131,9 @@ def detect_project(project_dir: str) -> Detected:
     """Framework, version, Python and requirements files from the files a project has."""
     root = Path(project_dir)
     finder = _Finder()
-    requirement_files = sorted(root.glob("requirements*.txt"), key=lambda p: (p.name != "requirements.txt", p.name))
+    requirement_files = sorted(
+        root.glob("requirements*.txt"), key=lambda p: (p.name != "requirements.txt", p.name)
+    )
     for path in requirement_files:
         for line in _requirement_lines(path):
             finder.requirement(line, path.name)

@@ -246,7 +246,10 @@ def _cuda_supports(matrix: Matrix, cuda: str, cc: str) -> str | None:
     if arch is None:
         return None
     if arch.removed_in and version >= parse_version(arch.removed_in):
-        return f"CUDA {arch.removed_in} dropped {sm(cc)} ({arch.architecture}); this image has CUDA {cuda}"
+        return (
+            f"CUDA {arch.removed_in} dropped {sm(cc)} ({arch.architecture}); "
+            f"this image has CUDA {cuda}"
+        )
     if arch.added_in is None or version >= parse_version(arch.added_in):
         return None
     major, minor = compute_capability(cc)

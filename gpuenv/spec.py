@@ -166,7 +166,7 @@ class Spec:
         blob = json.dumps(self.to_data(), sort_keys=True, separators=(",", ":"))
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
-    def with_overrides(self, **values: str | None) -> Spec:
+    def with_overrides(self, **values: Any) -> Spec:
         """The spec with command-line values (already validated) in place of its own."""
         given = {key: value for key, value in values.items() if value is not None}
         return replace(self, **given) if given else self
@@ -206,7 +206,9 @@ def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     except YamlSyntaxError as exc:
         raise SpecError([exc.problem], hint="fix the YAML syntax at that line") from None
     except OSError as exc:
-        raise SpecError([Problem(shown, None, None, None, f"cannot read: {exc.strerror}")]) from None
+        raise SpecError(
+            [Problem(shown, None, None, None, f"cannot read: {exc.strerror}")]
+        ) from None
     return spec_from_document(doc, project_dir, path)
 
 
@@ -276,7 +278,9 @@ class _Checker:
         if text is None:
             return None
         if text not in choices:
-            self.add((key,), f"'{text}' is not one of {', '.join(choices)}{_did_you_mean(text, choices)}")
+            self.add(
+                (key,), f"'{text}' is not one of {', '.join(choices)}{_did_you_mean(text, choices)}"
+            )
             return None
         return text
 
@@ -289,7 +293,10 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
         check.add((), "the file is empty; it needs at least 'framework:' (run `gpuenv init`)")
         raise SpecError(check.problems)
     if not isinstance(data, dict):
-        check.add((), f"expected a mapping of fields (framework: ..., version: ...), got {_describe(data)}")
+        check.add(
+            (),
+            f"expected a mapping of fields (framework: ..., version: ...), got {_describe(data)}",
+        )
         raise SpecError(check.problems)
 
     values: dict[str, Any] = {}
@@ -311,8 +318,9 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     if "framework" not in data:
         check.add((), f"missing required field 'framework' (one of {', '.join(FRAMEWORKS)})")
     field_of("framework", lambda v: check.choice("framework", v, FRAMEWORKS))
-    for key in ("version", "python", "cuda"):
-        field_of(key, lambda v, key=key: check.constraint(key, v))
+    field_of("version", lambda v: check.constraint("version", v))
+    field_of("python", lambda v: check.constraint("python", v))
+    field_of("cuda", lambda v: check.constraint("cuda", v))
     field_of("base", lambda v: check.choice("base", v, FAMILIES))
     field_of("requirements", lambda v: _requirements(check, v))
     field_of("packages", lambda v: _packages(check, v))
@@ -324,7 +332,10 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     field_of("mounts", lambda v: _mounts(check, v))
 
     if values.get("ipc") == "host" and "shm_size" in values:
-        check.add(("shm_size",), "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one")
+        check.add(
+            ("shm_size",),
+            "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one",
+        )
     if values.get("framework") == "none" and "version" in values:
         check.add(("version",), "constrains the framework version, but 'framework' is none")
 
@@ -430,7 +441,10 @@ def _env(check: _Checker, value: Any) -> tuple[tuple[str, str], ...] | None:
             check.add(("env", str(key)), f"'{key}' is not a valid environment variable name")
             continue
         if isinstance(item, bool):
-            check.add(("env", key), f"write the value in quotes ('{str(item).lower()}'): YAML reads it as a boolean")
+            check.add(
+                ("env", key),
+                f"write the value in quotes ('{str(item).lower()}'): YAML reads it as a boolean",
+            )
             continue
         text = check.text(("env", key), item, "a text value (write '' for an empty one)")
         if text is not None:
@@ -442,7 +456,9 @@ def parse_gpus_value(check: _Checker, value: Any) -> GpuRequest | None:
     """The spec's `gpus`: all | none | optional | a count | indices or GPU UUIDs."""
     path: YamlPath = ("gpus",)
     if isinstance(value, bool):
-        check.add(path, f"expected all, none, optional, a count or a list of GPUs, got {_describe(value)}")
+        check.add(
+            path, f"expected all, none, optional, a count or a list of GPUs, got {_describe(value)}"
+        )
         return None
     if isinstance(value, int):
         if value < 1:
@@ -458,7 +474,9 @@ def parse_gpus_value(check: _Checker, value: Any) -> GpuRequest | None:
     elif isinstance(value, list):
         items = value
     else:
-        check.add(path, f"expected all, none, optional, a count or a list of GPUs, got {_describe(value)}")
+        check.add(
+            path, f"expected all, none, optional, a count or a list of GPUs, got {_describe(value)}"
+        )
         return None
     devices: list[str] = []
     problems_before = len(check.problems)
@@ -508,7 +526,10 @@ def _size(check: _Checker, value: Any) -> int | None:
             return None
         size = parse_size(text)
     if size is None or size < 1024**2:
-        check.add(("shm_size",), f"{_describe(value)} is not a size of at least 1m (write e.g. 8g or 512m)")
+        check.add(
+            ("shm_size",),
+            f"{_describe(value)} is not a size of at least 1m (write e.g. 8g or 512m)",
+        )
         return None
     return size
 
@@ -517,7 +538,7 @@ def _mounts(check: _Checker, value: Any) -> tuple[Mount, ...] | None:
     if not isinstance(value, list):
         check.add(("mounts",), f"expected a list of mounts, got {_describe(value)}")
         return None
-    out = []
+    out: list[Mount] = []
     for index, item in enumerate(value):
         path: YamlPath = ("mounts", index)
         mount = _mount(check, path, item)
@@ -544,27 +565,42 @@ def _mount(check: _Checker, path: YamlPath, item: Any) -> Mount | None:
         fields = item
         for key in item:
             if key not in ("source", "target", "read_only"):
-                check.add((*path, str(key)), f"unknown mount field '{key}'{_did_you_mean(str(key), ('source', 'target', 'read_only'))}")
+                check.add(
+                    (*path, str(key)),
+                    f"unknown mount field '{key}'"
+                    f"{_did_you_mean(str(key), ('source', 'target', 'read_only'))}",
+                )
     else:
-        check.add(path, f"expected SOURCE:TARGET or a mapping with source and target, got {_describe(item)}")
+        check.add(
+            path,
+            f"expected SOURCE:TARGET or a mapping with source and target, got {_describe(item)}",
+        )
         return None
     ok = True
     source = check.text((*path, "source"), fields.get("source"), "a source path")
-    target = check.text((*path, "target"), fields.get("target"), "an absolute path in the container")
+    target = check.text(
+        (*path, "target"), fields.get("target"), "an absolute path in the container"
+    )
     read_only = fields.get("read_only", False)
     if not isinstance(read_only, bool):
         check.add((*path, "read_only"), f"expected true or false, got {_describe(read_only)}")
         ok = False
     if source is not None and (not source or "," in source or ":" in source):
-        check.add((*path, "source"), f"'{source}' is not a usable path (empty, or contains ',' or ':')")
+        check.add(
+            (*path, "source"), f"'{source}' is not a usable path (empty, or contains ',' or ':')"
+        )
         ok = False
     if target is not None:
         target_parts = target.split("/")
         if not target.startswith("/") or ".." in target_parts or "," in target or ":" in target:
-            check.add((*path, "target"), f"'{target}' must be an absolute path without '..', ',' or ':'")
+            check.add(
+                (*path, "target"), f"'{target}' must be an absolute path without '..', ',' or ':'"
+            )
             ok = False
         elif target.rstrip("/") in ("", WORKSPACE):
-            check.add((*path, "target"), f"'{target}' is reserved (the project is mounted at {WORKSPACE})")
+            check.add(
+                (*path, "target"), f"'{target}' is reserved (the project is mounted at {WORKSPACE})"
+            )
             ok = False
     if not ok or source is None or target is None:
         return None

@@ -26,12 +26,18 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.glob("*.py") if p.name not in EDGE), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(p for p in PACKAGE.glob("*.py") if p.name not in EDGE), ids=lambda p: p.name
+)
 def test_core_is_pure(path: Path) -> None:
     assert not imported_modules(path) & FORBIDDEN
 
 
-@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.glob("*.py") if p.name != "docker_engine.py"), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in PACKAGE.glob("*.py") if p.name != "docker_engine.py"),
+    ids=lambda p: p.name,
+)
 def test_only_the_adapter_imports_docker(path: Path) -> None:
     assert "docker" not in imported_modules(path)
 
@@ -44,6 +50,8 @@ def test_version_starts_without_heavy_imports() -> None:
         "heavy = sorted(m for m in ('rich', 'docker', 'yaml', 'packaging', 'pynvml') if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert "gpuenv, version" in result.stdout
     assert "HEAVY=\n" in result.stdout

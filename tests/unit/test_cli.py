@@ -63,7 +63,9 @@ def test_init_unresolvable_writes_spec_but_no_lock(project: Path) -> None:
 
 
 def test_resolve_json(project: Path) -> None:
-    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OK)
+    result = run(
+        project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OK
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
@@ -74,7 +76,9 @@ def test_resolve_json(project: Path) -> None:
 
 
 def test_resolve_failure_goes_to_stderr(project: Path) -> None:
-    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OLD)
+    result = run(
+        project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OLD
+    )
     assert result.exit_code == 4
     assert result.stdout == ""
     assert "hint: Upgrade the NVIDIA driver to ≥ 545" in result.stderr
@@ -82,7 +86,9 @@ def test_resolve_failure_goes_to_stderr(project: Path) -> None:
 
 
 def test_resolve_explain_lists_candidates(project: Path) -> None:
-    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--explain", *RTX4090_OK)
+    result = run(
+        project, "resolve", "--framework", "pytorch", "--version", "2.4", "--explain", *RTX4090_OK
+    )
     assert result.exit_code == 0
     assert "chosen" in result.stdout and "24.05-py3" in result.stdout
     assert "24.07-py3" in result.stdout  # rejected candidates are listed too
@@ -97,9 +103,18 @@ def test_resolve_without_spec_needs_framework(project: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["resolve", "--framework", "pytorch", "--cuda", "12.x"], "--cuda: '12.x' is not a version"),
-        (["resolve", "--framework", "pytorch", "--driver", "abc"], "--driver: 'abc' is not a driver version"),
-        (["resolve", "--framework", "pytorch", "--driver", "535.1", "--gpu", "Voodoo 5"], "--gpu 'Voodoo 5': not a GPU model"),
+        (
+            ["resolve", "--framework", "pytorch", "--cuda", "12.x"],
+            "--cuda: '12.x' is not a version",
+        ),
+        (
+            ["resolve", "--framework", "pytorch", "--driver", "abc"],
+            "--driver: 'abc' is not a driver version",
+        ),
+        (
+            ["resolve", "--framework", "pytorch", "--driver", "535.1", "--gpu", "Voodoo 5"],
+            "--gpu 'Voodoo 5': not a GPU model",
+        ),
         (["lock", "--check", "--upgrade"], "cannot be combined"),
     ],
 )
@@ -116,7 +131,10 @@ def test_invalid_spec_exit_3(project: Path) -> None:
     result = run(project, "resolve")
     assert result.exit_code == 3
     assert "gpuenv.yaml:2:1: field 'cuda': '12.x' is not a version" in result.stderr
-    assert "gpuenv.yaml:3:1: field 'shm': unknown field 'shm'; did you mean 'shm_size'?" in result.stderr
+    assert (
+        "gpuenv.yaml:3:1: field 'shm': unknown field 'shm'; did you mean 'shm_size'?"
+        in result.stderr
+    )
 
 
 def test_debug_shows_traceback(project: Path) -> None:
@@ -202,7 +220,9 @@ def test_check(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
 def test_bad_host_file_exit_7(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     host_file = tmp_path_factory.mktemp("h") / "host.json"
     host_file.write_text('{"driver": 535}')
-    result = run(project, "resolve", "--framework", "pytorch", env={"GPUENV_HOST_FILE": str(host_file)})
+    result = run(
+        project, "resolve", "--framework", "pytorch", env={"GPUENV_HOST_FILE": str(host_file)}
+    )
     assert result.exit_code == 7
     assert "must be a quoted version" in result.stderr
 
@@ -210,7 +230,15 @@ def test_bad_host_file_exit_7(project: Path, tmp_path_factory: pytest.TempPathFa
 def test_host_file_is_used(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     host_file = tmp_path_factory.mktemp("h") / "host.json"
     host_file.write_text(json.dumps({"driver": "535.104.05", "gpus": ["NVIDIA A100-SXM4-80GB"]}))
-    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", env={"GPUENV_HOST_FILE": str(host_file)})
+    result = run(
+        project,
+        "resolve",
+        "--framework",
+        "pytorch",
+        "--version",
+        "2.4",
+        env={"GPUENV_HOST_FILE": str(host_file)},
+    )
     assert result.exit_code == 0
     assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.06-py3"
     assert "forward compatibility" in result.stderr

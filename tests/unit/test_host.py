@@ -32,7 +32,10 @@ def test_parse_nvidia_smi() -> None:
     assert host.gpus[0].compute_capability == "8.0"
     assert host.gpus[1].uuid == "GPU-1a2b3c4d-0000-0000-0000-000000000001"
     assert host.gpus[0].memory_total_mib == 81920
-    assert host.describe() == "driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through nvidia-smi)"
+    assert (
+        host.describe()
+        == "driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through nvidia-smi)"
+    )
 
 
 def test_parse_old_nvidia_smi_without_compute_cap() -> None:
@@ -52,7 +55,9 @@ def test_this_machine_without_gpu_is_a_valid_host(monkeypatch: pytest.MonkeyPatc
     assert "nvidia-smi is not on PATH" in (host.note or "")
 
 
-def test_nvidia_smi_fallback_runs_the_program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_smi_fallback_runs_the_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A stand-in nvidia-smi that, like nvidia-smi before 510, rejects the compute_cap field.
     script = tmp_path / "nvidia-smi"
     script.write_text(
@@ -74,13 +79,22 @@ def write(tmp_path: Path, data: object) -> str:
 
 
 def test_host_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write(tmp_path, {
-        "driver": "535.104.05",
-        "gpus": [
-            "NVIDIA GeForce RTX 4090",
-            {"index": 1, "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-abc", "compute_capability": "8.0", "memory_total_mib": 81920},
-        ],
-    })
+    path = write(
+        tmp_path,
+        {
+            "driver": "535.104.05",
+            "gpus": [
+                "NVIDIA GeForce RTX 4090",
+                {
+                    "index": 1,
+                    "name": "NVIDIA A100-SXM4-80GB",
+                    "uuid": "GPU-abc",
+                    "compute_capability": "8.0",
+                    "memory_total_mib": 81920,
+                },
+            ],
+        },
+    )
     monkeypatch.setenv("GPUENV_HOST_FILE", path)
     host = detect_host()
     assert host.source == f"file:{path}"
@@ -98,8 +112,14 @@ def test_host_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ({"driver": "535.1", "gpus": {}}, "'gpus' must be a list"),
         ({"driver": "535.1", "gpus": [{"nme": "A100"}]}, "expected a GPU name or an object"),
         ({"driver": "535.1", "gpus": [{"name": "A100", "cc": "8.0"}]}, "unknown keys cc"),
-        ({"driver": "535.1", "gpus": [{"name": "A100", "compute_capability": "eight"}]}, "is not a compute capability"),
-        ({"driver": "535.1", "gpus": ["A100", {"name": "A100", "index": 0}]}, "two GPUs have the same index"),
+        (
+            {"driver": "535.1", "gpus": [{"name": "A100", "compute_capability": "eight"}]},
+            "is not a compute capability",
+        ),
+        (
+            {"driver": "535.1", "gpus": ["A100", {"name": "A100", "index": 0}]},
+            "two GPUs have the same index",
+        ),
         ({"gpus": ["A100"]}, "GPUs are listed but no 'driver'"),
         ({"driver": "535.1", "gpu": []}, "unknown keys gpu"),
     ],
@@ -132,12 +152,16 @@ def test_describe_host(matrix: Matrix) -> None:
         ("r535", [], "--driver: 'r535' is not a driver version"),
     ],
 )
-def test_describe_host_errors(matrix: Matrix, driver: str | None, gpus: list[str], message: str) -> None:
+def test_describe_host_errors(
+    matrix: Matrix, driver: str | None, gpus: list[str], message: str
+) -> None:
     with pytest.raises(HostError, match=message):
         describe_host(driver, gpus, matrix)
 
 
-def test_flags_win_over_host_file(matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_win_over_host_file(
+    matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPUENV_HOST_FILE", write(tmp_path, {"driver": "470.82.01"}))
     assert host_for(HostOverride("580.95.05"), matrix).driver == "580.95.05"
     assert host_for(HostOverride(), matrix).driver == "470.82.01"

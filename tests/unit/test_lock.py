@@ -44,7 +44,9 @@ def locked(project: Path, matrix: Matrix) -> Path:
 def test_round_trip(project: Path, matrix: Matrix) -> None:
     path = locked(project, matrix)
     text = path.read_text()
-    assert text.startswith("# gpuenv.lock: written by gpuenv; do not edit by hand.\n# Commit this file")
+    assert text.startswith(
+        "# gpuenv.lock: written by gpuenv; do not edit by hand.\n# Commit this file"
+    )
     lock = read_lock(str(path))
     assert lock.image == "nvcr.io/nvidia/pytorch:24.05-py3"
     assert lock.digest == "" and lock.pinned_image == lock.image
@@ -56,8 +58,18 @@ def test_round_trip(project: Path, matrix: Matrix) -> None:
     assert lock.matrix_version == matrix.version
     assert render_lock(lock) == text  # stable: the same lock renders byte for byte the same
     keys = [line.split(":")[0] for line in text.splitlines() if line and line[0].isalpha()]
-    assert keys == ["lock_version", "gpuenv_version", "project", "spec_hash", "requirements",
-                    "matrix_version", "image", "resolved", "requires", "resolved_for"]
+    assert keys == [
+        "lock_version",
+        "gpuenv_version",
+        "project",
+        "spec_hash",
+        "requirements",
+        "matrix_version",
+        "image",
+        "resolved",
+        "requires",
+        "resolved_for",
+    ]
 
 
 def test_up_to_date(project: Path, matrix: Matrix) -> None:
@@ -74,10 +86,22 @@ def test_comment_edit_is_not_a_change(project: Path, matrix: Matrix) -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (lambda p: (p / "gpuenv.yaml").write_text(SPEC.replace("2.4", "2.5")), "gpuenv.yaml changed since the lock was written"),
-        (lambda p: (p / "requirements.txt").write_text("numpy==2.0\n-r extra/more.txt\n"), "requirements file requirements.txt changed"),
-        (lambda p: (p / "extra" / "more.txt").write_text("einops==0.8\n"), "requirements file extra/more.txt changed"),
-        (lambda p: (p / "requirements.txt").write_text("numpy\n"), "requirements file extra/more.txt is no longer used"),
+        (
+            lambda p: (p / "gpuenv.yaml").write_text(SPEC.replace("2.4", "2.5")),
+            "gpuenv.yaml changed since the lock was written",
+        ),
+        (
+            lambda p: (p / "requirements.txt").write_text("numpy==2.0\n-r extra/more.txt\n"),
+            "requirements file requirements.txt changed",
+        ),
+        (
+            lambda p: (p / "extra" / "more.txt").write_text("einops==0.8\n"),
+            "requirements file extra/more.txt changed",
+        ),
+        (
+            lambda p: (p / "requirements.txt").write_text("numpy\n"),
+            "requirements file extra/more.txt is no longer used",
+        ),
     ],
 )
 def test_differences(project: Path, matrix: Matrix, edit, expected: str) -> None:
@@ -89,7 +113,9 @@ def test_differences(project: Path, matrix: Matrix, edit, expected: str) -> None
 def test_new_requirements_file(project: Path, matrix: Matrix) -> None:
     lock = read_lock(str(locked(project, matrix)))
     (project / "dev.txt").write_text("pytest\n")
-    (project / "gpuenv.yaml").write_text(SPEC.replace("requirements.txt", "[requirements.txt, dev.txt]"))
+    (project / "gpuenv.yaml").write_text(
+        SPEC.replace("requirements.txt", "[requirements.txt, dev.txt]")
+    )
     changes = lock_differences(lock, load_spec(str(project)))
     assert "requirements file dev.txt is new" in changes
 
@@ -129,7 +155,9 @@ def test_missing_lock(tmp_path: Path) -> None:
     assert info.value.exit_code == 5
 
 
-def test_atomic_write_keeps_old_lock_on_failure(project: Path, matrix: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_write_keeps_old_lock_on_failure(
+    project: Path, matrix: Matrix, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = locked(project, matrix)
     before = path.read_text()
     lock = read_lock(str(path))

@@ -38,9 +38,15 @@ def test_images_are_newest_first(matrix: Matrix) -> None:
         ("25.08-py3", "2.8.0a0+34c6371d24", "13.0.0", "580"),  # CUDA 13 floor, not "575"
     ],
 )
-def test_known_rows(matrix: Matrix, tag: str, framework_version: str, cuda: str, min_driver: str) -> None:
+def test_known_rows(
+    matrix: Matrix, tag: str, framework_version: str, cuda: str, min_driver: str
+) -> None:
     row = next(r for r in matrix.images_for("pytorch") if r.tag == tag)
-    assert (row.framework_version, row.cuda, row.min_driver) == (framework_version, cuda, min_driver)
+    assert (row.framework_version, row.cuda, row.min_driver) == (
+        framework_version,
+        cuda,
+        min_driver,
+    )
 
 
 def test_rows_are_consistent(matrix: Matrix) -> None:
@@ -94,7 +100,12 @@ def test_unknown_gpu_names(matrix: Matrix, name: str) -> None:
 
 @pytest.mark.parametrize(
     ("cuda", "label"),
-    [("12.4.1", "12.4 Update 1"), ("12.8.0", "12.8 GA"), ("12.3.2", "12.3 Update 1"), ("11.8", "11.8 GA")],
+    [
+        ("12.4.1", "12.4 Update 1"),
+        ("12.8.0", "12.8 GA"),
+        ("12.3.2", "12.3 Update 1"),
+        ("11.8", "11.8 GA"),
+    ],
 )
 def test_toolkit_lookup(matrix: Matrix, cuda: str, label: str) -> None:
     toolkit = matrix.toolkit(cuda)
@@ -111,12 +122,17 @@ def test_broken_matrix_is_located(tmp_path: Path) -> None:
     folder = _copy(tmp_path)
     path = folder / "ngc-pytorch.yaml"
     text = path.read_text()
-    text = text.replace('cuda: "12.4.1"', "cuda: 12.4", 1).replace('min_driver: "545"', 'min_driver: "five"', 1)
+    text = text.replace('cuda: "12.4.1"', "cuda: 12.4", 1).replace(
+        'min_driver: "545"', 'min_driver: "five"', 1
+    )
     path.write_text(text)
     with pytest.raises(MatrixError) as info:
         load_matrix(str(folder))
     messages = [str(p) for p in info.value.problems]
-    assert any("ngc-pytorch.yaml:" in m and "expected text, got 12.4 (quote version numbers)" in m for m in messages)
+    assert any(
+        "ngc-pytorch.yaml:" in m and "expected text, got 12.4 (quote version numbers)" in m
+        for m in messages
+    )
     assert any("'five' is not a driver version" in m for m in messages)
 
 
@@ -134,11 +150,11 @@ def test_duplicate_tags_and_missing_fields(tmp_path: Path) -> None:
     for name in ("cuda.yaml", "gpus.yaml"):
         shutil.copy(Path(MATRICES) / name, folder / name)
     (folder / "x.yaml").write_text(
-        'schema: 1\nkind: framework-images\nframework: pytorch\nfamily: ngc\n'
+        "schema: 1\nkind: framework-images\nframework: pytorch\nfamily: ngc\n"
         'repository: r\nupdated: "2026-01-01"\nimages:\n'
         '  - {tag: a, release: "24.01", framework_version: "2.2", cuda: "12.3", cudnn: null,'
         ' python: "3.10", ubuntu: null, min_driver: "545", forward_compat: [],'
-        ' min_compute_capability: null, evidence: primary, unverified: [], note: null}\n'
+        " min_compute_capability: null, evidence: primary, unverified: [], note: null}\n"
         '  - {tag: a, release: "24.13x"}\n'
     )
     with pytest.raises(MatrixError) as info:

@@ -18,21 +18,40 @@ from gpuenv.spec import GpuRequest, parse_spec_text
         ({"requirements-gpu.txt": "tensorflow==2.15.0\n"}, "tensorflow", "2.15", None),
         ({"requirements.txt": "tensorflow[and-cuda]==2.17.0\n"}, "tensorflow", "2.17", None),
         ({"requirements.txt": "jax[cuda12]==0.4.30\n"}, "jax", "0.4", None),
-        ({"requirements.txt": "Torch==2.4.0\n", ".python-version": "3.10.12\n"}, "pytorch", "2.4", "3.10"),
         (
-            {"pyproject.toml": '[project]\nname = "x"\nrequires-python = ">=3.10"\ndependencies = ["torch==2.4.1", "numpy"]\n'},
-            "pytorch", "2.4", ">=3.10",
+            {"requirements.txt": "Torch==2.4.0\n", ".python-version": "3.10.12\n"},
+            "pytorch",
+            "2.4",
+            "3.10",
         ),
         (
-            {"environment.yml": "dependencies:\n  - python=3.10\n  - pytorch=2.1.0\n  - pip:\n    - einops\n"},
-            "pytorch", "2.1", "3.10",
+            {
+                "pyproject.toml": '[project]\nname = "x"\nrequires-python = ">=3.10"\ndependencies = ["torch==2.4.1", "numpy"]\n'
+            },
+            "pytorch",
+            "2.4",
+            ">=3.10",
+        ),
+        (
+            {
+                "environment.yml": "dependencies:\n  - python=3.10\n  - pytorch=2.1.0\n  - pip:\n    - einops\n"
+            },
+            "pytorch",
+            "2.1",
+            "3.10",
         ),
         ({"environment.yml": "dependencies:\n  - pip:\n    - jax==0.4.26\n"}, "jax", "0.4", None),
         ({"README.md": "hello"}, None, None, None),
         ({"pyproject.toml": "not [valid toml"}, None, None, None),
     ],
 )
-def test_detection(tmp_path: Path, files: dict[str, str], framework: str | None, version: str | None, python: str | None) -> None:
+def test_detection(
+    tmp_path: Path,
+    files: dict[str, str],
+    framework: str | None,
+    version: str | None,
+    python: str | None,
+) -> None:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     detected = detect_project(str(tmp_path))
@@ -49,12 +68,27 @@ def test_priority_and_also(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("version", [None, "2.3", ">=2.1,<2.5"])
-def test_rendered_spec_is_valid_and_means_what_was_chosen(tmp_path: Path, version: str | None) -> None:
+def test_rendered_spec_is_valid_and_means_what_was_chosen(
+    tmp_path: Path, version: str | None
+) -> None:
     (tmp_path / "requirements.txt").write_text("torch==2.3.1\n")
     detected = detect_project(str(tmp_path))
-    text = render_spec(str(tmp_path), detected, framework="pytorch", version=version, python="3.10", cuda=None, gpus=GpuRequest("all"))
+    text = render_spec(
+        str(tmp_path),
+        detected,
+        framework="pytorch",
+        version=version,
+        python="3.10",
+        cuda=None,
+        gpus=GpuRequest("all"),
+    )
     spec = parse_spec_text(text, str(tmp_path))
-    assert (spec.framework, spec.version, spec.python, spec.cuda) == ("pytorch", version, "3.10", None)
+    assert (spec.framework, spec.version, spec.python, spec.cuda) == (
+        "pytorch",
+        version,
+        "3.10",
+        None,
+    )
     assert spec.requirements == ("requirements.txt",)
     assert spec.shm_size == 8 * 1024**3
     assert "# Detected when this file was written: requirements.txt: torch==2.3.1." in text

