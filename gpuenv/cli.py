@@ -304,11 +304,7 @@ def resolve(
         resolution = do_resolve(spec, matrix, host)
     except ResolutionError as exc:
         if explain:
-            from gpuenv.resolve import classify_gpus, evaluate, selected_gpus
-
-            gpus = selected_gpus(spec, classify_gpus(host, matrix))
-            rows = matrix.images_for(spec.framework, spec.base)
-            _explain_table([evaluate(spec, matrix, host, gpus, r) for r in rows], None, host)
+            _explain_table(exc.candidates, None, host)
         raise exc from None
     if as_json:
         payload = resolution.to_data()

@@ -112,3 +112,5 @@ class ResolutionError(GpuenvError):
     ) -> None:
         super().__init__(message, hint=hint)
         self.explanation = tuple(explanation)
+        # The resolver's Candidate list, for `resolve --explain` after a failure.
+        self.candidates: tuple[object, ...] = ()

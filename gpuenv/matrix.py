@@ -163,8 +163,11 @@ class Matrix:
 
     def minor_compat_floor(self, cuda: str) -> str | None:
         """The lowest driver that runs any CUDA `major`.x application (minor-version compat)."""
-        major = parse_version(cuda).release[0]
-        return dict(self.minor_compat).get(major)
+        return self._floors.get(parse_version(cuda).release[0])
+
+    @cached_property
+    def _floors(self) -> dict[int, str]:
+        return dict(self.minor_compat)
 
     def architecture(self, cc: str) -> Architecture | None:
         wanted = compute_capability(cc)

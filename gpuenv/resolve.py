@@ -33,6 +33,8 @@ from gpuenv.versions import (
     driver_tuple,
     matches,
     parse_version,
+    release_of,
+    selects_builds,
     series,
     sm,
 )
@@ -64,12 +66,22 @@ class Rejection:
     reason: str
 
 
-@dataclass(frozen=True)
 class Candidate:
-    row: ImageRow
-    rejections: tuple[Rejection, ...]
-    min_driver: str | None
-    driver_route: str | None  # how the host driver qualifies, when it does
+    """One image's verdict. A plain slotted class: the resolver makes one per matrix row."""
+
+    __slots__ = ("driver_route", "min_driver", "rejections", "row")
+
+    def __init__(
+        self,
+        row: ImageRow,
+        rejections: tuple[Rejection, ...],
+        min_driver: str | None,
+        driver_route: str | None,  # how the host driver qualifies, when it does
+    ) -> None:
+        self.row = row
+        self.rejections = rejections
+        self.min_driver = min_driver
+        self.driver_route = driver_route
 
     @property
     def ok(self) -> bool:
@@ -179,22 +191,51 @@ def _fw(row: ImageRow) -> str:
     return FRAMEWORK_NAMES[row.framework]
 
 
-def _spec_checks(spec: Spec, row: ImageRow) -> list[Rejection]:
-    out = []
-    wanted: list[tuple[str, SpecifierSet | None, str | None, str]] = [
-        ("version", spec.version_spec, row.framework_version, _fw(row)),
-        ("python", spec.python_spec, row.python, "Python"),
-        ("cuda", spec.cuda_spec, row.cuda, "CUDA"),
-    ]
-    for check, constraint, value, what in wanted:
-        if constraint is None:
-            continue
+_SPEC_FIELDS = {"version": "framework_version", "python": "python", "cuda": "cuda"}
+
+
+class _SpecChecks:
+    """The spec's constraints, parsed once per resolve, with verdicts memoized by value."""
+
+    def __init__(self, spec: Spec) -> None:
+        names = {"version": FRAMEWORK_NAMES[spec.framework], "python": "Python", "cuda": "CUDA"}
+        self.wanted: list[tuple[str, str, SpecifierSet, str, str]] = [
+            (check, _SPEC_FIELDS[check], constraint, getattr(spec, check), names[check])
+            for check, constraint in (
+                ("version", spec.version_spec),
+                ("python", spec.python_spec),
+                ("cuda", spec.cuda_spec),
+            )
+            if constraint is not None
+        ]
+        # Builds of one release share a verdict unless a constraint names a build.
+        self.by_release = not any(selects_builds(w[2]) for w in self.wanted)
+        self.verdicts: dict[tuple[str, str], bool] = {}
+        self.rejections: dict[tuple[str, str | None], Rejection | None] = {}
+
+    def __call__(self, row: ImageRow) -> list[Rejection]:
+        out = []
+        for check, attribute, constraint, written, what in self.wanted:
+            value = getattr(row, attribute)
+            known = self.rejections.get((check, value), False)
+            if known is False:
+                known = self.rejections[(check, value)] = self._check(
+                    check, value, constraint, written, what
+                )
+            if known is not None:
+                out.append(known)
+        return out
+
+    def _check(
+        self, check: str, value: str | None, constraint: SpecifierSet, written: str, what: str
+    ) -> Rejection | None:
         if value is None:
-            out.append(Rejection(check, f"its {what} version is not recorded in the matrix"))
-        elif not matches(constraint, value):
-            written = getattr(spec, check)
-            out.append(Rejection(check, f"has {what} {value}, not {written}"))
-    return out
+            return Rejection(check, f"its {what} version is not recorded in the matrix")
+        key = (check, release_of(value) if self.by_release else value)
+        ok = self.verdicts.get(key)
+        if ok is None:
+            ok = self.verdicts[key] = matches(constraint, value)
+        return None if ok else Rejection(check, f"has {what} {value}, not {written}")
 
 
 def _driver_check(
@@ -293,15 +334,31 @@ def _gpu_checks(row: ImageRow, matrix: Matrix, gpus: Sequence[HostGpu]) -> list[
 
 
 def evaluate(
-    spec: Spec, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], row: ImageRow
-) -> Candidate:
-    """Every check of one row against the spec and the host."""
-    rejections = _spec_checks(spec, row)
-    driver_rejection, minimum, route = _driver_check(row, matrix, host, gpus)
-    if driver_rejection:
-        rejections.append(driver_rejection)
-    rejections.extend(_gpu_checks(row, matrix, gpus))
-    return Candidate(row, tuple(rejections), minimum, route)
+    spec: Spec, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], rows: Sequence[ImageRow]
+) -> tuple[Candidate, ...]:
+    """Every check of every row against the spec and the host.
+
+    Verdicts depend on a few fields of a row, and matrices repeat those values a lot,
+    so each distinct combination is checked once.
+    """
+    spec_checks = _SpecChecks(spec)
+    host_memo: dict[
+        tuple[str | None, str | None, tuple[str, ...], str | None],
+        tuple[list[Rejection], str | None, str | None],
+    ] = {}
+    out = []
+    for row in rows:
+        spec_rejections = spec_checks(row)
+        host_key = (row.cuda, row.min_driver, row.forward_compat, row.min_compute_capability)
+        host_verdict = host_memo.get(host_key)
+        if host_verdict is None:
+            driver_rejection, minimum, route = _driver_check(row, matrix, host, gpus)
+            host_rejections = [driver_rejection] if driver_rejection else []
+            host_rejections.extend(_gpu_checks(row, matrix, gpus))
+            host_verdict = host_memo[host_key] = (host_rejections, minimum, route)
+        rejections, minimum, route = host_verdict
+        out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route))
+    return tuple(out)
 
 
 def describe_request(spec: Spec) -> str:
@@ -327,11 +384,13 @@ def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -
     rows = matrix.images_for(spec.framework, spec.base)
     all_gpus = classify_gpus(host, matrix)
     gpus = selected_gpus(spec, all_gpus)
-    candidates = tuple(evaluate(spec, matrix, host, gpus, row) for row in rows)
+    candidates = evaluate(spec, matrix, host, gpus, rows)
     chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
     chosen = chosen or next((c for c in candidates if c.ok), None)
     if chosen is None:
-        raise _unresolvable(spec, host, candidates, gpus)
+        error = _unresolvable(spec, host, candidates, gpus)
+        error.candidates = candidates
+        raise error
     return Resolution(spec, host, chosen, candidates, gpus, tuple(_warnings(chosen, host, gpus)))
 
 
@@ -394,7 +453,8 @@ def _unresolvable(
 
 
 def _spec_value(row: ImageRow, check: str) -> str | None:
-    return {"version": row.framework_version, "python": row.python, "cuda": row.cuda}[check]
+    value: str | None = getattr(row, _SPEC_FIELDS[check])
+    return value
 
 
 def _anchor(spec: Spec, check: str) -> tuple[int, int] | None:

@@ -2,14 +2,17 @@
 
 NGC containers carry framework builds such as ``2.4.0a0+07cecf4168.nv24.05``: a
 pre-release of 2.4.0 built from a commit. To a user that *is* PyTorch 2.4, so a
-constraint matches a build when it matches the build's exact version *or* the release
-the build precedes (its base version, ``2.4.0``). The lock keeps the full string.
+constraint is checked against the release a build precedes (its base version,
+``2.4.0``). A constraint that itself names a pre-release or local version
+(``==2.4.0a0+07cecf4168``) selects builds exactly. The lock keeps the full string.
 
 >>> matches(parse_constraint("2.4"), "2.4.0a0+07cecf4168")
 True
 >>> matches(parse_constraint(">=2.4"), "2.4.0a0+07cecf4168")
 True
 >>> matches(parse_constraint("<2.4"), "2.4.0a0+07cecf4168")
+False
+>>> matches(parse_constraint("!=2.4.0"), "2.4.0a0+07cecf4168")
 False
 """
 
@@ -87,20 +90,24 @@ def is_version(text: str) -> bool:
     return True
 
 
-@lru_cache(maxsize=65536)
-def _matches(spec: SpecifierSet, text: str) -> bool:
-    version = parse_version(text)
-    if spec.contains(version, prereleases=True):
-        return True
-    release = Version(version.base_version)
-    return release != version and spec.contains(release, prereleases=True)
+@lru_cache(maxsize=1024)
+def selects_builds(spec: SpecifierSet) -> bool:
+    """Whether a constraint names a pre-release, dev or local version (a specific build)."""
+    for specifier in spec:
+        version = Version(specifier.version.removesuffix(".*"))
+        if version.is_prerelease or version.is_devrelease or version.local is not None:
+            return True
+    return False
 
 
 def matches(spec: SpecifierSet, text: str) -> bool:
     """Whether `text` (a version from the matrix) satisfies `spec`, with the NGC rule."""
-    return _matches(spec, text)
+    if selects_builds(spec):
+        return spec.contains(parse_version(text), prereleases=True)
+    return spec.contains(parse_version(release_of(text)), prereleases=True)
 
 
+@lru_cache(maxsize=65536)
 def release_of(text: str) -> str:
     """The release a build belongs to: ``2.4.0a0+07cecf4168`` -> ``2.4.0``."""
     return parse_version(text).base_version

@@ -83,3 +83,20 @@ def test_compute_capability() -> None:
     assert sm("8.6") == "sm_86"
     with pytest.raises(InvalidComputeCapability):
         compute_capability("sm_86")
+
+
+@pytest.mark.parametrize(
+    ("constraint", "version", "expected"),
+    [
+        # A build *is* its release: excluding the release excludes its builds.
+        ("!=2.4.0", "2.4.0a0+07cecf4168", False),
+        ("!=2.4", "2.4.0a0+07cecf4168", False),
+        (">2.3", "2.4.0a0+07cecf4168", True),
+        ("<=2.4", "2.4.0a0+07cecf4168", True),
+        # Naming a build selects builds exactly.
+        ("==2.4.0a0+07cecf4168", "2.4.0a0+f70bd71a48", False),
+        ("<2.4.0a1", "2.4.0a0+07cecf4168", True),
+    ],
+)
+def test_builds_count_as_their_release(constraint: str, version: str, expected: bool) -> None:
+    assert matches(parse_constraint(constraint), version) is expected
