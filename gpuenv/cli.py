@@ -356,6 +356,7 @@ def lock(
         lock_differences,
         lock_from_resolution,
         read_lock,
+        recorded_host,
         write_lock,
     )
     from gpuenv.matrix import load_matrix
@@ -381,11 +382,22 @@ def lock(
             existing = read_lock(path)
         except LockError as exc:
             ui.warn(f"{exc.message}; writing a new lock")
-    if existing is not None and not upgrade and not lock_differences(existing, spec):
+    host_given = driver is not None or bool(gpu_models)
+    if (
+        existing is not None
+        and not upgrade
+        and not host_given
+        and not lock_differences(existing, spec)
+    ):
         ui.success(f"{LOCK_FILENAME} is up to date ({existing.pinned_image})")
         return
     matrix = load_matrix()
     host = _host(driver, gpu_models, matrix)
+    if host.driver is None and existing is not None and not host_given:
+        recorded = recorded_host(existing)
+        if recorded is not None:
+            host = recorded
+            ui.info(f"no NVIDIA driver here: planning for the host in the lock ({host.describe()})")
     prefer = existing.image if existing is not None and not upgrade else None
     resolution = do_resolve(spec, matrix, host, prefer=prefer)
     same_image = existing is not None and existing.image == resolution.row.image

@@ -75,7 +75,11 @@ class ProblemsError(GpuenvError):
         noun = "problem" if count == 1 else "problems"
         files = sorted({p.file for p in self.problems})
         lines = "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(f"{count} {noun} in {', '.join(files)}:\n{lines}", hint=hint)
+        if count == 1:
+            message = str(self.problems[0])
+        else:
+            message = f"{count} {noun} in {', '.join(files)}:\n{lines}"
+        super().__init__(message, hint=hint)
 
 
 class SpecError(ProblemsError):

@@ -74,6 +74,7 @@ class Host:
             "nvidia-smi": "detected through nvidia-smi",
             "flags": "described on the command line",
             "none": "detected: no NVIDIA GPU",
+            "lock": "as recorded in gpuenv.lock",
         }.get(self.source, f"described in {self.source.removeprefix('file:')}")
         return f"{driver}, {gpus or 'no GPUs'} ({how})"
 
@@ -221,7 +222,10 @@ def load_host_file(path: str) -> Host:
         raise HostError(f"{where}: expected a JSON object with 'driver' and 'gpus'")
     unknown = set(data) - {"driver", "cuda_driver", "gpus", "note"}
     if unknown:
-        raise HostError(f"{where}: unknown keys {', '.join(sorted(unknown))} (known: driver, gpus)")
+        raise HostError(
+            f"{where}: unknown keys {', '.join(sorted(unknown))} "
+            "(known: driver, cuda_driver, gpus, note)"
+        )
     driver = _check_driver(data.get("driver"), where)
     raw_gpus = data.get("gpus", [])
     if not isinstance(raw_gpus, list):

@@ -19,6 +19,7 @@ import yaml
 from gpuenv import __version__
 from gpuenv.errors import LockError
 from gpuenv.files import atomic_write, file_hash
+from gpuenv.host import Gpu, Host
 from gpuenv.resolve import Resolution
 from gpuenv.spec import Spec, inside_project
 
@@ -127,7 +128,10 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
         resolved_for={
             "source": host.source,
             "driver": host.driver,
-            "gpus": [g.name for g in host.gpus],
+            "gpus": [
+                {"name": g.name, "compute_capability": g.compute_capability}
+                for g in resolution.gpus
+            ],
         },
     )
 
@@ -224,6 +228,22 @@ def lock_differences(lock: Lock, spec: Spec) -> list[str]:
         elif current[name] != lock.requirements[name]:
             out.append(f"requirements file {name} changed")
     return out
+
+
+def recorded_host(lock: Lock) -> Host | None:
+    """The host a lock was resolved for, to plan for it again from a machine without GPUs."""
+    record = lock.resolved_for
+    driver = record.get("driver")
+    if not isinstance(driver, str):
+        return None
+    gpus = []
+    for index, item in enumerate(record.get("gpus") or []):
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            cc = item.get("compute_capability")
+            gpus.append(
+                Gpu(index, item["name"], compute_capability=cc if isinstance(cc, str) else None)
+            )
+    return Host(driver, tuple(gpus), "lock")
 
 
 def with_digest(lock: Lock, digest: str) -> Lock:

@@ -1,6 +1,6 @@
 """matrices/*.yaml -> a frozen, validated Matrix.
 
-The matrix is data we ship and users may extend (GPUENV_MATRIX_DIR), so it is validated
+The matrix is data we ship and users may replace (GPUENV_MATRIX_DIR), so it is validated
 like user input: every problem located, all reported at once. Versions are parsed once
 here so the resolver's loop only compares.
 """

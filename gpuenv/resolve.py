@@ -216,14 +216,13 @@ class _SpecChecks:
     def __call__(self, row: ImageRow) -> list[Rejection]:
         out = []
         for check, attribute, constraint, written, what in self.wanted:
-            value = getattr(row, attribute)
-            known = self.rejections.get((check, value), False)
-            if known is False:
-                known = self.rejections[(check, value)] = self._check(
-                    check, value, constraint, written, what
-                )
-            if known is not None:
-                out.append(known)
+            key = (check, getattr(row, attribute))
+            if key in self.rejections:
+                rejection = self.rejections[key]
+            else:
+                rejection = self.rejections[key] = self._check(*key, constraint, written, what)
+            if rejection is not None:
+                out.append(rejection)
         return out
 
     def _check(
@@ -415,6 +414,11 @@ def _warnings(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list[st
             f"runs through {chosen.driver_route}; the container's compat libraries are "
             "used, and consumer GPUs would fail with error 804"
         )
+    elif not gpus and host.driver is not None and not host.gpus:
+        out.append(
+            "no GPUs are known for this host: compute-capability checks were skipped "
+            "(describe them with --gpu MODEL)"
+        )
     unknown = sorted({g.name for g in gpus if g.compute_capability is None})
     if unknown:
         out.append(f"compute capability of {', '.join(unknown)} is unknown: not checked")
@@ -429,7 +433,7 @@ def _unresolvable(
         return ResolutionError(
             f"the matrix has no {spec.base} images for {FRAMEWORK_NAMES[spec.framework]}"
         )
-    message = f"no image fits {request} on this host ({host.describe()})"
+    message = f"no image fits {request} on this host: {host.describe()}"
     explanation: list[str] = []
     spec_ok = [c for c in candidates if not c.rejected_by(*SPEC_CHECKS)]
     if spec_ok:

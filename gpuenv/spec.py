@@ -462,7 +462,11 @@ def parse_gpus_value(check: _Checker, value: Any) -> GpuRequest | None:
         return None
     if isinstance(value, int):
         if value < 1:
-            check.add(path, "a GPU count must be at least 1 (use 'none' for no GPU)")
+            check.add(
+                path,
+                "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU "
+                "with index 0)",
+            )
             return None
         return GpuRequest("count", count=value)
     if isinstance(value, str):

@@ -274,3 +274,30 @@ def test_directory_option(project: Path) -> None:
     result = CliRunner().invoke(main, ["-C", str(project / "missing"), "check"])
     assert result.exit_code == 2
     assert os.path.isdir(project)
+
+
+def test_lock_without_gpu_plans_for_the_recorded_host(project: Path) -> None:
+    # Locked on an RTX 4090 server with driver 550; edited later on a laptop without GPUs.
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    spec = project / "gpuenv.yaml"
+    spec.write_text(spec.read_text().replace('version: "2.4"', 'version: ">=2.4"'))
+    result = run(project, "lock", "--upgrade")
+    assert result.exit_code == 0, result.output
+    assert "planning for the host in the lock" in result.stderr
+    # Not 26.09: the recorded driver 550 caps it at the newest image that driver runs.
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.05-py3"
+    lock = (project / "gpuenv.lock").read_text()
+    assert "driver: 550.54.15" in lock and "compute_capability: '8.9'" in lock
+
+
+def test_host_flags_re_resolve_an_up_to_date_lock(project: Path) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    result = run(project, "lock", *RTX4090_OLD)
+    assert result.exit_code == 4
+    assert "needs driver ≥ 545" in result.stderr
+
+
+def test_driver_without_gpus_warns(project: Path) -> None:
+    result = run(project, "resolve", "--framework", "pytorch", "--driver", "580.95.05")
+    assert result.exit_code == 0
+    assert "compute-capability checks were skipped" in result.stderr
