@@ -25,6 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GPUENV = str(BIN / "gpuenv")
 RUNS = int(os.environ.get("BENCH_RUNS", "15"))
+HEAVY_PROBE = """
+import sys
+from gpuenv.cli import main
+try:
+    main(["--version"])
+except SystemExit:
+    pass
+print("HEAVY=" + ",".join(m for m in ("rich", "docker", "yaml", "pynvml") if m in sys.modules))
+"""
 
 
 def median_seconds(action: Callable[[], object], runs: int = RUNS) -> float:
@@ -83,18 +92,26 @@ def main() -> None:
     version = median_seconds(command(GPUENV, "--version"))
     results.append(("gpuenv --version", version, "python -c pass", baseline))
     resolve_cli = median_seconds(
-        command(GPUENV, "resolve", "--framework", "pytorch", "--json", "--driver", "550.54.15",
-                "--gpu", "RTX 4090")
+        command(
+            GPUENV,
+            "resolve",
+            "--framework",
+            "pytorch",
+            "--json",
+            "--driver",
+            "550.54.15",
+            "--gpu",
+            "RTX 4090",
+        )
     )
-    results.append(("gpuenv resolve --json (shipped matrix)", resolve_cli, "python -c pass", baseline))
+    results.append(
+        ("gpuenv resolve --json (shipped matrix)", resolve_cli, "python -c pass", baseline)
+    )
 
     probe = subprocess.run(
-        [sys.executable, "-c",
-         "import sys\nfrom gpuenv.cli import main\ntry:\n main(['--version'])\nexcept SystemExit:\n pass\n"
-         "print(','.join(m for m in ('rich','docker','yaml','pynvml') if m in sys.modules))"],
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-c", HEAVY_PROBE], capture_output=True, text=True, check=True
     )
-    heavy = probe.stdout.strip().splitlines()[-1] if probe.stdout.strip().splitlines()[1:] else ""
+    heavy = probe.stdout.rsplit("HEAVY=", 1)[1].strip()
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -102,8 +119,12 @@ def main() -> None:
         load = median_seconds(lambda: load_matrix(str(folder)), runs=3)
         matrix = load_matrix(str(folder))
         assert len(matrix.images_for("pytorch")) == 10_000
-        host = Host("575.51.03", (Gpu(0, "NVIDIA A100-SXM4-80GB"), Gpu(1, "NVIDIA H100 80GB HBM3")), "bench")
-        spec = default_spec(tmp, "pytorch").with_overrides(version=">=2.3", python="3.11", cuda=">=12.4")
+        host = Host(
+            "575.51.03", (Gpu(0, "NVIDIA A100-SXM4-80GB"), Gpu(1, "NVIDIA H100 80GB HBM3")), "bench"
+        )
+        spec = default_spec(tmp, "pytorch").with_overrides(
+            version=">=2.3", python="3.11", cuda=">=12.4"
+        )
         # Every row is evaluated on each call (the explanation needs all of them).
         resolve_time = median_seconds(lambda: resolve(spec, matrix, host), runs=21)
 

@@ -51,7 +51,7 @@ def version_from_specifier(text: str) -> str | None:
     """``==2.3.1`` -> ``2.3`` (the series); other specifiers are kept as written.
 
     >>> version_from_specifier("==2.3.1+cu121"), version_from_specifier(">=2.1,<2.5")
-    ('2.3', '<2.5,>=2.1')
+    ('2.3', '>=2.1,<2.5')
     """
     text = text.strip()
     if not text:

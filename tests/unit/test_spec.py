@@ -145,7 +145,10 @@ def test_default_name_is_a_valid_image_name(tmp_path: Path) -> None:
         ("framework: pytorch\nenv: {DEBUG: yes}\n", "write the value in quotes ('true')"),
         ("framework: pytorch\nenv: {X: [1, 2]}\n", "field 'env.X': expected a text value"),
         ("framework: pytorch\nenv: [A=1]\n", "expected a mapping of NAME: value"),
-        ("framework: pytorch\ngpus: 0\n", "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU with index 0)"),
+        (
+            "framework: pytorch\ngpus: 0\n",
+            "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU with index 0)",
+        ),
         ("framework: pytorch\ngpus: some\n", "'some' is not a GPU index"),
         ("framework: pytorch\ngpus: [1, 1]\n", "GPU 1 is listed twice"),
         ("framework: pytorch\ngpus: []\n", "the list of GPUs is empty"),

@@ -1,0 +1,15 @@
+# The two commands a newcomer needs, plus the benchmark. See README.md.
+.PHONY: test demo bench clean
+
+test:  ## every test (unit + integration), lint and types; sets up what it needs
+	scripts/test.sh
+
+demo:  ## gpuenv's main job end to end on examples/quickstart
+	scripts/demo.sh
+
+bench:  ## timings against baselines measured in the same run (bench/results.md)
+	scripts/dev-env.sh
+	.venv/bin/python bench/bench.py
+
+clean:
+	rm -rf .venv dist build .pytest_cache .mypy_cache .ruff_cache

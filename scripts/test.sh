@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The README's test command (`make test`). On a fresh machine of this kind it sets up
+# everything the tests need, runs lint, type checks and every test (unit and
+# integration; none is skipped), and stops whatever it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/dev-env.sh
+
+echo "• lint (ruff) and types (mypy --strict)" >&2
+.venv/bin/ruff check gpuenv tests bench
+.venv/bin/ruff format --check --quiet gpuenv tests bench
+.venv/bin/mypy
+
+echo "• tests (pytest: doctests, unit, integration)" >&2
+.venv/bin/pytest --doctest-modules gpuenv tests "$@"
