@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
@@ -42,10 +40,15 @@ Exit codes:
 """
 
 
-@dataclass
-class Context:
+class Context(NamedTuple):
     directory: str
     debug: bool
+
+
+def _traceback() -> None:
+    import traceback
+
+    traceback.print_exc()
 
 
 def _report(exc: GpuenvError) -> None:
@@ -71,7 +74,7 @@ class GpuenvGroup(click.Group):
         except GpuenvError as exc:
             _report(exc)
             if _debug(ctx):
-                traceback.print_exc()
+                _traceback()
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -80,7 +83,7 @@ class GpuenvGroup(click.Group):
             raise
         except Exception as exc:
             if _debug(ctx):
-                traceback.print_exc()
+                _traceback()
             click.echo(
                 f"error: internal error: {type(exc).__name__}: {exc}\n"
                 "hint: this is a bug in gpuenv; run again with --debug and report the traceback",
@@ -155,8 +158,7 @@ def spec_options(func: F) -> F:
     return func
 
 
-@dataclass
-class Overrides:
+class Overrides(NamedTuple):
     framework: str | None = None
     version: str | None = None
     python: str | None = None
