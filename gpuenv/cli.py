@@ -36,6 +36,9 @@ Exit codes:
   5    gpuenv.lock missing, damaged or out of date
   6    the compatibility matrix data is invalid
   7    the host description is invalid
+  10   the Docker engine is not reachable or not permitted
+  11   an image could not be pulled (unknown, refused, unreachable)
+  12   the project image failed to build
   130  interrupted (Ctrl-C)
 """
 
@@ -53,11 +56,15 @@ def _traceback() -> None:
 
 def _report(exc: GpuenvError) -> None:
     from gpuenv import ui
-    from gpuenv.errors import ResolutionError
+    from gpuenv.errors import BuildError, ResolutionError
 
     ui.error(exc.message)
     if isinstance(exc, ResolutionError):
         for line in exc.explanation:
+            ui.detail(line)
+    if isinstance(exc, BuildError) and exc.output:
+        ui.info("last lines of its output:")
+        for line in exc.output:
             ui.detail(line)
     if exc.hint:
         from rich.markup import escape
@@ -123,6 +130,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Start:   gpuenv init            write gpuenv.yaml and gpuenv.lock
     Plan:    gpuenv resolve --explain
     Pin:     gpuenv lock            (--check in CI, --upgrade to move on)
+    Image:   gpuenv build           (pulls the base, pins its digest, builds)
     Check:   gpuenv check
     Data:    gpuenv matrix pytorch
     """
@@ -580,6 +588,219 @@ def matrix(table: str | None, as_json: bool) -> None:
     from gpuenv.matrix_view import show_matrix
 
     show_matrix(load_matrix(), table, as_json)
+
+
+def _mirror() -> str | None:
+    from gpuenv.errors import UsageError
+    from gpuenv.registry import InvalidMirror, registry_mirror
+
+    try:
+        return registry_mirror()[0]
+    except InvalidMirror as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _engine() -> Any:
+    from gpuenv.docker_engine import DockerEngine
+
+    return DockerEngine()
+
+
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output, only errors.")
+bake_option = click.option(
+    "--bake",
+    is_flag=True,
+    help="Copy the project into the image (/workspace), for images that travel to a cluster.",
+)
+
+
+@main.command()
+@bake_option
+@click.pass_obj
+def render(obj: Context, bake: bool) -> None:
+    """Print the Dockerfile `gpuenv build` would build; builds nothing.
+
+    The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
+    in gpuenv.lock; with a registry mirror, FROM names the mirror.
+    """
+    from gpuenv.images import load_project, plan
+
+    project = load_project(obj.directory)
+    click.echo(plan(project, _mirror(), bake=bake).dockerfile, nl=False)
+
+
+@main.command()
+@quiet_option
+@click.pass_obj
+def pull(obj: Context, quiet: bool) -> None:
+    """Pull the locked base image and pin its digest in gpuenv.lock.
+
+    Uses the digest once the lock has one, so a moved tag never changes what you get.
+    NGC_API_KEY (for nvcr.io) and Docker's stored credentials are used; with
+    GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
+    nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
+    """
+    from gpuenv import ui
+    from gpuenv.images import ensure_base, load_project
+    from gpuenv.live import make_view
+
+    project = load_project(obj.directory)
+    had_digest = bool(project.lock.digest)
+    project, local = ensure_base(project, _engine(), make_view(quiet), _mirror())
+    ui.result(local)
+    if had_digest:
+        ui.success(f"{project.lock.image} is present (pinned at {project.lock.digest})")
+    else:
+        ui.success(f"pinned {project.lock.image} at {project.lock.digest} in gpuenv.lock")
+
+
+@main.command()
+@bake_option
+@quiet_option
+@click.pass_obj
+def build(obj: Context, bake: bool, quiet: bool) -> None:
+    """Build the project image: the locked base (pulled and pinned first if needed), apt
+    packages, requirements, extra packages.
+
+    The tag is a hash of the base digest, the Dockerfile and the files copied in
+    (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
+    built. Project code is mounted at run time, not copied, unless --bake.
+    """
+    from gpuenv import stamp
+    from gpuenv.docker_engine import image_exists_fast
+
+    def up_to_date(tag: str) -> None:
+        click.echo(tag)
+        if not quiet:
+            click.echo("✓ up to date: nothing to build", err=True)
+
+    # The no-op path: nothing changed since the last build, and the engine has the image.
+    known = stamp.fresh_tag(obj.directory, bake)
+    if known and image_exists_fast(known):
+        up_to_date(known)
+        return
+
+    from gpuenv.images import build_inputs, load_project, plan
+
+    project = load_project(obj.directory)
+    mirror = _mirror()
+    if project.lock.digest:
+        planned = plan(project, mirror, bake=bake)
+        if image_exists_fast(planned.tag):
+            stamp.record(obj.directory, bake, planned.tag, build_inputs(project, planned))
+            up_to_date(planned.tag)
+            return
+    from gpuenv import ui
+    from gpuenv.images import build as do_build
+    from gpuenv.images import ensure_base
+    from gpuenv.live import make_view
+
+    engine = _engine()
+    view = make_view(quiet)
+    project, _ = ensure_base(project, engine, view, mirror)
+    planned = plan(project, mirror, bake=bake)
+    result = do_build(planned, engine, view)
+    stamp.record(obj.directory, bake, result.tag, build_inputs(project, planned))
+    ui.result(result.tag)
+    if not quiet:
+        if result.built:
+            ui.success(
+                f"built {result.tag} in {result.seconds:.1f}s "
+                f"({result.cached_steps} steps from cache)"
+            )
+        else:
+            ui.success("up to date: nothing to build")
+
+
+def _age(created: int) -> str:
+    import time
+
+    seconds = max(0, int(time.time()) - created)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@main.command()
+@click.argument("folders", nargs=-1, type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def images(folders: tuple[str, ...], as_json: bool) -> None:
+    """List gpuenv-built images: project, size, age, and whether a lock refers to it.
+
+    Without FOLDERS each image is checked against the lock of the project folder it was
+    built from; with FOLDERS, against the locks in those folders.
+    """
+    from rich.table import Table
+
+    from gpuenv import ui
+    from gpuenv.images import list_images
+
+    rows = list_images(_engine(), _mirror(), folders)
+    if as_json:
+        ui.data(
+            [
+                {
+                    "tags": list(r.info.tags),
+                    "id": r.info.id,
+                    "project": r.project,
+                    "project_dir": r.project_dir,
+                    "size": r.info.size,
+                    "created": r.info.created,
+                    "referenced": r.referenced,
+                    "status": r.reason,
+                }
+                for r in rows
+            ]
+        )
+        return
+    if not rows:
+        ui.info("no gpuenv-built images")
+        return
+    table = Table(title_justify="left")
+    for column in ("image", "project", "size", "age", "status"):
+        table.add_column(column)
+    for row in rows:
+        status = "[green]in use[/]" if row.referenced else f"[yellow]{row.reason}[/]"
+        table.add_row(
+            ", ".join(row.info.tags) or row.info.id[:19],
+            row.project,
+            f"{row.info.size / 1e9:.2f} GB",
+            _age(row.info.created),
+            status,
+        )
+    ui.out.print(table)
+
+
+@main.command()
+@click.argument("folders", nargs=-1, type=click.Path(file_okay=False, exists=True))
+@click.option("--yes", is_flag=True, help="Remove them (without it, only print what would go).")
+def gc(folders: tuple[str, ...], yes: bool) -> None:
+    """Remove gpuenv-built images that no lock refers to.
+
+    Without FOLDERS, an image is kept while the lock of the folder it was built from
+    still refers to it. With FOLDERS, only images referred to by those folders' locks are
+    kept. Prints what it would remove; --yes removes. Base images are never touched.
+    """
+    from gpuenv import ui
+    from gpuenv.images import collect, list_images
+
+    engine = _engine()
+    rows = list_images(engine, _mirror(), folders)
+
+    def removed(row: Any) -> None:
+        ui.success(f"removed {', '.join(row.info.tags) or row.info.id} ({row.reason})")
+
+    doomed = collect(engine, rows, yes, removed)
+    if not doomed:
+        ui.success("nothing to remove")
+    elif not yes:
+        for row in doomed:
+            ui.info(
+                f"would remove {', '.join(row.info.tags) or row.info.id} "
+                f"({row.project}: {row.reason})"
+            )
+        ui.info("run again with --yes to remove them")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,9 @@ EXIT_UNRESOLVABLE = 4
 EXIT_LOCK = 5
 EXIT_MATRIX = 6
 EXIT_HOST = 7
+EXIT_ENGINE = 10
+EXIT_PULL = 11
+EXIT_BUILD = 12
 EXIT_INTERRUPTED = 130
 
 
@@ -118,3 +121,33 @@ class ResolutionError(GpuenvError):
         self.explanation = tuple(explanation)
         # The resolver's Candidate list, for `resolve --explain` after a failure.
         self.candidates: tuple[object, ...] = ()
+
+
+class EngineError(GpuenvError):
+    """The Docker engine cannot be reached or used (not running, no permission)."""
+
+    exit_code = EXIT_ENGINE
+
+
+class PullError(GpuenvError):
+    """An image could not be pulled: unknown, refused by the registry, or unreachable."""
+
+    exit_code = EXIT_PULL
+
+
+class BuildError(GpuenvError):
+    """The project image failed to build; `step` and `output` say where and what."""
+
+    exit_code = EXIT_BUILD
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str | None = None,
+        output: Sequence[str] = (),
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.step = step
+        self.output = tuple(output)

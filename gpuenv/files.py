@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 
 
 def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
@@ -12,6 +11,8 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
 
     Temporary file in the same folder, fsync, rename; an existing file keeps its mode.
     """
+    import tempfile
+
     directory = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
     try:

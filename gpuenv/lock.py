@@ -12,16 +12,18 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from gpuenv import __version__
 from gpuenv.errors import LockError
 from gpuenv.files import atomic_write, file_hash
-from gpuenv.host import Gpu, Host
-from gpuenv.resolve import Resolution
 from gpuenv.spec import Spec, inside_project
+
+if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
+    from gpuenv.host import Host
+    from gpuenv.resolve import Resolution
 
 LOCK_FILENAME = "gpuenv.lock"
 LOCK_VERSION = 1
@@ -232,6 +234,8 @@ def lock_differences(lock: Lock, spec: Spec) -> list[str]:
 
 def recorded_host(lock: Lock) -> Host | None:
     """The host a lock was resolved for, to plan for it again from a machine without GPUs."""
+    from gpuenv.host import Gpu, Host
+
     record = lock.resolved_for
     driver = record.get("driver")
     if not isinstance(driver, str):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuenv.errors import MatrixError, Problem
+from gpuenv.resources import data_dir
 from gpuenv.versions import (
     InvalidComputeCapability,
     InvalidDriverVersion,
@@ -192,14 +193,7 @@ class Matrix:
 
 def default_matrix_dir() -> str:
     """Where the matrices live: GPUENV_MATRIX_DIR, the installed wheel, or the source tree."""
-    override = os.environ.get("GPUENV_MATRIX_DIR")
-    if override:
-        return override
-    here = Path(__file__).resolve().parent
-    packaged = here / "_data" / "matrices"
-    if packaged.is_dir():
-        return str(packaged)
-    return str(here.parent / "matrices")
+    return os.environ.get("GPUENV_MATRIX_DIR") or str(data_dir("matrices"))
 
 
 class _Rows:

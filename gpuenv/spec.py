@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 
 from gpuenv.errors import Problem, SpecError
@@ -69,6 +68,7 @@ ALIASES = {
 
 _NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 _APT = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[A-Za-z0-9-]+$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$", re.IGNORECASE)
@@ -397,6 +397,12 @@ def _requirements(check: _Checker, value: Any) -> tuple[str, ...] | None:
             check.add(path, f"'{text}' must be a path relative to the project folder")
         elif not inside_project(check.project_dir, text):
             check.add(path, f"'{text}' points outside the project folder")
+        elif not _SAFE_PATH.match(text):
+            check.add(
+                path,
+                f"'{text}' has characters gpuenv does not copy into images "
+                "(use letters, digits, . _ + - and /)",
+            )
         elif not os.path.isfile(os.path.join(check.project_dir, text)):
             check.add(path, f"'{text}' does not exist in the project folder")
         else:
@@ -405,8 +411,14 @@ def _requirements(check: _Checker, value: Any) -> tuple[str, ...] | None:
 
 
 def _packages(check: _Checker, value: Any) -> tuple[str, ...] | None:
+    items = check.string_list(("packages",), value, "pip requirements")
+    if not items:
+        return ()
+    # Imported here: reading a spec without `packages` (the hot paths) skips the parser.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     out = []
-    for path, text in check.string_list(("packages",), value, "pip requirements"):
+    for path, text in items:
         try:
             Requirement(text)
         except InvalidRequirement as exc:

@@ -1,0 +1,243 @@
+"""Pull the locked base image, build the project image, list and collect images.
+
+The core of the images capability: it talks to an `Engine` and reports progress to a
+`View`, and never imports docker or rich itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from gpuenv.engine import Engine, Event, ImageInfo
+from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
+from gpuenv.files import file_hash
+from gpuenv.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
+from gpuenv.progress import BuildProgress, PullProgress
+from gpuenv.registry import credentials, parse_reference, pull_repository, redact
+from gpuenv.render import LABEL_PREFIX, BuildPlan, plan_build
+from gpuenv.spec import Spec, load_spec
+
+PROJECT_LABEL = f"{LABEL_PREFIX}.project"
+
+
+class PullView(Protocol):
+    def pull_started(self, reference: str) -> None: ...
+    def pull_event(self, progress: PullProgress) -> None: ...
+    def pull_finished(self, progress: PullProgress) -> None: ...
+
+
+class BuildView(Protocol):
+    def build_started(self, tag: str) -> None: ...
+    def build_lines(self, progress: BuildProgress, lines: list[str]) -> None: ...
+    def build_finished(self, progress: BuildProgress) -> None: ...
+
+
+class View(PullView, BuildView, Protocol):
+    pass
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project folder's spec and lock, checked to agree (the lock is never re-resolved)."""
+
+    spec: Spec
+    lock: Lock
+    lock_path: str
+
+
+def load_project(directory: str) -> Project:
+    spec = load_spec(directory)
+    path = os.path.join(directory, LOCK_FILENAME)
+    lock = read_lock(path)
+    changes = lock_differences(lock, spec)
+    if changes:
+        raise LockError(
+            f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
+            hint="run `gpuenv lock` (gpuenv never re-resolves on its own), then try again",
+        )
+    return Project(spec, lock, path)
+
+
+def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> PullProgress:
+    progress = PullProgress()
+    view.pull_started(reference)
+    for event in events:
+        progress.feed(event)
+        if progress.error:
+            break
+        view.pull_event(progress)
+    view.pull_finished(progress)
+    if progress.error:
+        from gpuenv.docker_engine import pull_error
+
+        raise pull_error(reference, progress.error)
+    return progress
+
+
+def ensure_base(
+    project: Project, engine: Engine, view: PullView, mirror: str | None
+) -> tuple[Project, str]:
+    """Make the locked base image present; pin its digest in the lock on first pull.
+
+    Returns the project (with the digest) and the local reference to build FROM.
+    """
+    lock = project.lock
+    canonical = parse_reference(lock.image)
+    repository = pull_repository(canonical.repository, mirror)
+    auth = credentials(repository)
+    if lock.digest:
+        local = f"{repository}@{lock.digest}"
+        if not engine.has_image(local):
+            _consume_pull(engine.pull(repository, lock.digest, auth), local, view)
+            if not engine.has_image(local):
+                raise PullError(f"the pull of {local} finished, but the engine does not have it")
+        return project, local
+    assert canonical.tag is not None
+    reference = f"{repository}:{canonical.tag}"
+    progress = _consume_pull(engine.pull(repository, canonical.tag, auth), reference, view)
+    digests = [d for d in engine.repo_digests(reference) if d.startswith(f"{repository}@")]
+    digest = progress.digest or (digests[0].split("@", 1)[1] if digests else None)
+    if not digest:
+        raise PullError(
+            f"{reference} has no registry digest after the pull",
+            hint="the image must come from a registry (not `docker load`) for gpuenv to pin it",
+        )
+    pinned = replace(lock, digest=digest)
+    write_lock(project.lock_path, pinned)
+    return Project(project.spec, pinned, project.lock_path), f"{repository}@{digest}"
+
+
+def plan(project: Project, mirror: str | None, *, bake: bool = False) -> BuildPlan:
+    canonical = parse_reference(project.lock.image)
+    return plan_build(
+        project.spec,
+        project.lock,
+        pull_repository=pull_repository(canonical.repository, mirror),
+        bake=bake,
+        lock_digest=file_hash(project.lock_path),
+    )
+
+
+def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
+    """The files whose change can change the image: spec, lock, and what is copied in."""
+    paths = [project.spec.path or "", project.lock_path]
+    return [p for p in paths if p] + [f.path for f in plan.files if f.path]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    tag: str
+    built: bool  # False: the image was already there, the build API was not called
+    cached_steps: int = 0
+    seconds: float = 0.0
+
+
+def build(plan: BuildPlan, engine: Engine, view: BuildView) -> BuildResult:
+    """Build the plan's image unless the engine already has its content-addressed tag."""
+    if engine.has_image(plan.tag):
+        return BuildResult(plan.tag, built=False)
+    started = time.monotonic()
+    progress = BuildProgress()
+    view.build_started(plan.tag)
+    for event in engine.build(plan.context(), plan.tag):
+        lines = progress.feed(event)
+        view.build_lines(progress, lines)
+        if progress.error:
+            break
+    view.build_finished(progress)
+    if progress.error or not engine.has_image(plan.tag):
+        raise _build_failure(progress)
+    return BuildResult(plan.tag, True, progress.cached_steps, time.monotonic() - started)
+
+
+def _build_failure(progress: BuildProgress) -> BuildError:
+    error = redact(progress.error or "the build ended without an image")
+    tail = [line for line in progress.tail if line != progress.error][-15:]
+    hint = None
+    text = "\n".join(tail)
+    if "(constraint)" in text:
+        hint = (
+            "a requirement asks for another version of the image's own framework build; "
+            "gpuenv keeps NVIDIA's build: remove that pin (e.g. torch==...) from the requirements"
+        )
+    elif "pip-install.sh" in (progress.step or ""):
+        hint = "fix the requirement pip could not install, then run `gpuenv build` again"
+    elif "apt-install.sh" in (progress.step or ""):
+        hint = "check the Debian/Ubuntu package names in `apt:` for the image's release"
+    return BuildError(
+        f"build failed at {progress.step or 'the start'}: {error}",
+        step=progress.step,
+        output=tail,
+        hint=hint,
+    )
+
+
+@dataclass(frozen=True)
+class ImageRow:
+    info: ImageInfo
+    project: str
+    project_dir: str
+    referenced: bool
+    reason: str  # "current", "stale lock", "folder gone", ...
+
+
+def referenced_tags(directory: str, mirror: str | None) -> set[str]:
+    """The image tags a project folder's spec and lock refer to (plain and baked)."""
+    try:
+        project = load_project(directory)
+    except GpuenvError:
+        return set()
+    tags = {plan(project, mirror).tag}
+    with contextlib.suppress(GpuenvError, OSError):
+        tags.add(plan(project, mirror, bake=True).tag)
+    return tags
+
+
+def list_images(engine: Engine, mirror: str | None, folders: Sequence[str] = ()) -> list[ImageRow]:
+    """gpuenv-built images, each with whether a lock (of its own folder, or of `folders`)
+    still refers to it."""
+    infos = engine.images(PROJECT_LABEL)
+    cache: dict[str, set[str]] = {}
+
+    def tags_of(directory: str) -> set[str]:
+        if directory not in cache:
+            cache[directory] = referenced_tags(directory, mirror)
+        return cache[directory]
+
+    rows = []
+    for info in sorted(infos, key=lambda i: -i.created):
+        project = info.labels.get(PROJECT_LABEL, "?")
+        own = info.labels.get(f"{LABEL_PREFIX}.project-dir", "")
+        candidates: Iterable[str] = folders or ([own] if own else [])
+        referenced = any(
+            tag in tags_of(os.path.abspath(d)) for d in candidates for tag in info.tags
+        )
+        if referenced:
+            reason = "in use by a lock"
+        elif not folders and own and not os.path.isdir(own):
+            reason = "project folder gone"
+        elif not folders and own and not os.path.exists(os.path.join(own, LOCK_FILENAME)):
+            reason = "no gpuenv.lock in its folder"
+        else:
+            reason = "no lock refers to it"
+        rows.append(ImageRow(info, project, own, referenced, reason))
+    return rows
+
+
+def collect(
+    engine: Engine, rows: Sequence[ImageRow], remove: bool, on_remove: Callable[[ImageRow], None]
+) -> list[ImageRow]:
+    """The unreferenced images; removed when `remove` is true."""
+    doomed = [row for row in rows if not row.referenced]
+    if remove:
+        for row in doomed:
+            engine.remove_image(row.info.id if not row.info.tags else row.info.tags[0])
+            for tag in row.info.tags[1:]:
+                engine.remove_image(tag)
+            on_remove(row)
+    return doomed

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The real services the integration tests talk to, private to the test run:
+#   - a Docker engine on its own socket and data root, with a stand-in NVIDIA hook on
+#     its PATH so `--gpus` requests reach the daemon's nvidia device driver (see
+#     shared/notes/test-infrastructure.md); a second engine without the hook, as on a
+#     host without the NVIDIA Container Toolkit;
+#   - an OCI registry on 127.0.0.1:5000 holding stand-in NGC images
+#     (Debian bookworm + Python 3 + pip, pushed as nvidia/pytorch:<tag>).
+# `up` installs what is missing (apt), starts what is not running and waits until it
+# answers; `down` stops what `up` started, by pid. State that is slow to make (the
+# debootstrap root, images, registry storage) is kept, so a second run is fast.
+# Writes .cache/services.env for the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATE=${GPUENV_TEST_STATE:-/var/lib/gpuenv-test}
+RUN=${GPUENV_TEST_RUN:-/run/gpuenv-test}
+REGISTRY=127.0.0.1:5000
+ENV_FILE=.cache/services.env
+# Tags of the matrix that get a stand-in image in the registry.
+STANDIN_TAGS=(24.05-py3 24.04-py3)
+
+log() { echo "• $*" >&2; }
+die() { echo "error: $*" >&2; exit 1; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "the test services need root (a Docker engine, apt): run 'sudo make test'"
+}
+
+install_missing() {
+  local missing=()
+  command -v dockerd >/dev/null || missing+=(docker.io)
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v busybox >/dev/null || missing+=(busybox-static)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} (apt)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
+  local seconds=$1 what=$2
+  shift 2
+  for _ in $(seq "$((seconds * 4))"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.25
+  done
+  die "$what did not come up within ${seconds}s"
+}
+
+dockerd_up() {  # dockerd_up NAME WITH_HOOK
+  local name=$1 hook=$2 sock="$RUN/$1.sock" pidfile="$RUN/$1.pid"
+  if alive "$pidfile"; then
+    return 0
+  fi
+  local path=$PATH
+  if [ "$hook" = yes ]; then
+    mkdir -p "$STATE/hook"
+    # Stand-in for the NVIDIA Container Toolkit's prestart hook: it reads the OCI state
+    # on stdin and does nothing. Its presence makes dockerd register the nvidia driver.
+    printf '#!/bin/sh\ncat >/dev/null\nexit 0\n' >"$STATE/hook/nvidia-container-runtime-hook"
+    chmod +x "$STATE/hook/nvidia-container-runtime-hook"
+    path="$STATE/hook:$PATH"
+  fi
+  log "starting dockerd '$name' on $sock"
+  mkdir -p "$STATE/$name" "$RUN/$name-exec"
+  env PATH="$path" setsid dockerd \
+    --host "unix://$sock" \
+    --data-root "$STATE/$name" \
+    --exec-root "$RUN/$name-exec" \
+    --pidfile "$pidfile" \
+    --bridge=none --iptables=false --ip-masq=false \
+    >"$RUN/$name.log" 2>&1 </dev/null &
+  wait_for 60 "dockerd '$name' (log: $RUN/$name.log)" docker -H "unix://$sock" info
+}
+
+registry_up() {
+  local pidfile="$RUN/registry.pid"
+  if alive "$pidfile"; then
+    return 0
+  fi
+  mkdir -p "$STATE/registry"
+  cat >"$STATE/registry.yml" <<YAML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+YAML
+  log "starting the registry on $REGISTRY"
+  setsid docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  wait_for 30 "the registry (log: $RUN/registry.log)" \
+    python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+}
+
+standin_images() {
+  local docker=(docker -H "unix://$RUN/gpu.sock")
+  if ! "${docker[@]}" image inspect gpuenv-test/bookworm-python:1 >/dev/null 2>&1; then
+    local rootfs="$STATE/rootfs-bookworm"
+    if [ ! -x "$rootfs/usr/bin/python3" ]; then
+      log "making a Debian bookworm root with Python 3 and pip (debootstrap, about a minute)"
+      rm -rf "$rootfs"
+      debootstrap --variant=minbase --include=python3,python3-pip bookworm "$rootfs" \
+        http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||
+        die "debootstrap failed (log: $RUN/debootstrap.log)"
+      rm -rf "$rootfs/var/cache/apt/archives/"*.deb "$rootfs/var/lib/apt/lists/"*
+    fi
+    log "importing gpuenv-test/bookworm-python:1"
+    tar -C "$rootfs" -c . | "${docker[@]}" import - gpuenv-test/bookworm-python:1 >/dev/null
+  fi
+  local sock
+  for sock in "$RUN/gpu.sock" "$RUN/nogpu.sock"; do
+    if ! docker -H "unix://$sock" image inspect gpuenv-test/busybox:1 >/dev/null 2>&1; then
+      local bb
+      bb=$(mktemp -d)
+      mkdir -p "$bb/bin" "$bb/tmp" "$bb/etc"
+      cp "$(command -v busybox)" "$bb/bin/busybox"
+      for applet in sh true false sleep cat echo env id ls touch rm mkdir kill; do
+        ln -s busybox "$bb/bin/$applet"
+      done
+      tar -C "$bb" -c . | docker -H "unix://$sock" import - gpuenv-test/busybox:1 >/dev/null
+      rm -rf "$bb"
+    fi
+  done
+  for tag in "${STANDIN_TAGS[@]}"; do
+    local ref="$REGISTRY/nvidia/pytorch:$tag"
+    if ! "${docker[@]}" image inspect "$ref" >/dev/null 2>&1; then
+      log "building the stand-in for nvcr.io/nvidia/pytorch:$tag"
+      # Like NGC images: python on PATH, NVIDIA_VISIBLE_DEVICES=all baked in.
+      printf 'FROM gpuenv-test/bookworm-python:1\nENV NVIDIA_VISIBLE_DEVICES=all\nLABEL io.gpuenv.stand-in="nvcr.io/nvidia/pytorch:%s"\n' "$tag" |
+        "${docker[@]}" build -q -t "$ref" - >/dev/null 2>&1
+    fi
+    "${docker[@]}" push -q "$ref" >/dev/null
+  done
+}
+
+up() {
+  need_root
+  install_missing
+  mkdir -p "$STATE" "$RUN" .cache
+  dockerd_up gpu yes
+  dockerd_up nogpu no
+  registry_up
+  standin_images
+  cat >"$ENV_FILE" <<ENV
+DOCKER_HOST=unix://$RUN/gpu.sock
+GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
+GPUENV_TEST_REGISTRY=$REGISTRY
+GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
+ENV
+  log "services ready ($ENV_FILE)"
+}
+
+stop() {  # stop PIDFILE NAME
+  local pidfile=$1 name=$2
+  if alive "$pidfile"; then
+    local pid
+    pid=$(cat "$pidfile")
+    log "stopping $name (pid $pid)"
+    kill "$pid"
+    for _ in $(seq 80); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  rm -f "$pidfile"
+}
+
+down() {
+  stop "$RUN/registry.pid" registry
+  stop "$RUN/gpu.pid" "dockerd 'gpu'"
+  stop "$RUN/nogpu.pid" "dockerd 'nogpu'"
+  rm -f "$ENV_FILE"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) die "usage: scripts/services.sh up|down" ;;
+esac
