@@ -219,10 +219,8 @@ def pull_error(reference: str, explanation: str, status: int | None = None) -> P
     """One message per way a pull fails: unknown image, refused, unreachable."""
     text = redact(explanation)
     lowered = text.lower()
-    if any(
-        word in lowered
-        for word in ("unauthorized", "denied", "authentication required", "forbidden")
-    ) or status in (401, 403):
+    refused = ("unauthorized", "denied", "authentication required", "forbidden", "no basic auth")
+    if any(word in lowered for word in refused) or status in (401, 403):
         registry = reference.split("/", 1)[0]
         hint = (
             "set NGC_API_KEY to your NGC API key (https://ngc.nvidia.com/setup/api-key)"

@@ -12,5 +12,15 @@ echo "• lint (ruff) and types (mypy --strict)" >&2
 .venv/bin/ruff format --check --quiet gpuenv tests bench
 .venv/bin/mypy
 
+echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
+trap 'scripts/services.sh down' EXIT
+scripts/services.sh up
+set -a
+# shellcheck disable=SC1091
+. .cache/services.env
+set +a
+# Integration tests fail (never skip) when a service does not answer.
+export GPUENV_REQUIRE_DOCKER=1
+
 echo "• tests (pytest: doctests, unit, integration)" >&2
 .venv/bin/pytest --doctest-modules gpuenv tests "$@"

