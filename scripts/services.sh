@@ -181,8 +181,13 @@ down() {
   rm -f "$ENV_FILE"
 }
 
+status() {  # exit 0 when every service is running
+  alive "$RUN/gpu.pid" && alive "$RUN/nogpu.pid" && alive "$RUN/registry.pid"
+}
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  *) die "usage: scripts/services.sh up|down" ;;
+  status) status ;;
+  *) die "usage: scripts/services.sh up|down|status" ;;
 esac

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from gpuenv.progress import BuildProgress, PullProgress
+
+DIGEST = "sha256:" + "0" * 64
+
+
+def test_pull_progress_tracks_layers_and_totals() -> None:
+    progress = PullProgress()
+    for event in [
+        {"status": "Pulling from nvidia/pytorch", "id": "24.05-py3"},
+        {"status": "Pulling fs layer", "id": "a1"},
+        {"status": "Pulling fs layer", "id": "b2"},
+        {"status": "Downloading", "id": "a1", "progressDetail": {"current": 50, "total": 100}},
+        {"status": "Downloading", "id": "b2", "progressDetail": {"current": 10, "total": 400}},
+        {"status": "Download complete", "id": "a1"},
+        {"status": "Pull complete", "id": "a1"},
+        {"status": f"Digest: {DIGEST}"},
+        {"status": "Status: Downloaded newer image for 127.0.0.1:5000/nvidia/pytorch:24.05-py3"},
+    ]:
+        progress.feed(event)
+    assert set(progress.layers) == {"a1", "b2"}
+    assert progress.downloaded == 110 and progress.total == 500
+    assert progress.done_layers == 1
+    assert progress.digest == DIGEST
+    assert progress.status.startswith("Status: Downloaded newer image")
+    assert progress.error is None
+
+
+def test_pull_error_event() -> None:
+    progress = PullProgress()
+    progress.feed({"error": "manifest unknown", "errorDetail": {"message": "manifest unknown"}})
+    assert progress.error == "manifest unknown"
+
+
+def test_build_progress() -> None:
+    progress = BuildProgress()
+    events = [
+        {"stream": "Step 1/3 : FROM base@sha256:x\n"},
+        {"stream": " ---> 1234\n"},
+        {"stream": 'Step 2/3 : COPY ["gpuenv/", "/usr/local/lib/gpuenv/"]\n'},
+        {"stream": " ---> Using cache\n"},
+        {"stream": 'Step 3/3 : RUN ["/bin/sh", "pip-install.sh"]\n'},
+        {"stream": "Collecting numpy\n"},
+        {"stream": "ERROR: No matching distribution found for nothing\n"},
+        {"error": "The command returned a non-zero code: 1", "errorDetail": {"code": 1}},
+    ]
+    seen = []
+    for event in events:
+        seen += progress.feed(event)
+    assert progress.step_number == 3 and progress.step_count == 3
+    assert progress.step == 'Step 3/3 : RUN ["/bin/sh", "pip-install.sh"]'
+    assert progress.cached_steps == 1
+    assert list(progress.tail)[:2] == [
+        "Collecting numpy",
+        "ERROR: No matching distribution found for nothing",
+    ]
+    assert progress.error == "The command returned a non-zero code: 1"
+    assert "Collecting numpy" in seen
+
+
+def test_build_image_id() -> None:
+    progress = BuildProgress()
+    progress.feed({"aux": {"ID": "sha256:abc"}})
+    assert progress.image_id == "sha256:abc"

@@ -1,0 +1,122 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuenv.docker_engine import image_exists_fast, pull_error
+from gpuenv.registry import (
+    InvalidMirror,
+    credentials,
+    parse_reference,
+    pull_repository,
+    redact,
+    registry_mirror,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "repository", "tag", "digest", "registry"),
+    [
+        (
+            "nvcr.io/nvidia/pytorch:24.05-py3",
+            "nvcr.io/nvidia/pytorch",
+            "24.05-py3",
+            None,
+            "nvcr.io",
+        ),
+        (
+            "127.0.0.1:5000/nvidia/pytorch:24.05-py3",
+            "127.0.0.1:5000/nvidia/pytorch",
+            "24.05-py3",
+            None,
+            "127.0.0.1:5000",
+        ),
+        (
+            "localhost:5000/x@sha256:" + "a" * 64,
+            "localhost:5000/x",
+            None,
+            "sha256:" + "a" * 64,
+            "localhost:5000",
+        ),
+        ("ubuntu:22.04", "ubuntu", "22.04", None, "docker.io"),
+        ("library/ubuntu", "library/ubuntu", None, None, "docker.io"),
+    ],
+)
+def test_parse_reference(
+    text: str, repository: str, tag: str | None, digest: str | None, registry: str
+) -> None:
+    reference = parse_reference(text)
+    assert (reference.repository, reference.tag, reference.digest, reference.registry) == (
+        repository,
+        tag,
+        digest,
+        registry,
+    )
+    assert str(reference) == text
+
+
+def test_mirror_rewrites_only_nvcr() -> None:
+    assert (
+        pull_repository("nvcr.io/nvidia/pytorch", "mirror.local:5000")
+        == "mirror.local:5000/nvidia/pytorch"
+    )
+    assert pull_repository("ghcr.io/nvidia/jax", "mirror.local:5000") == "ghcr.io/nvidia/jax"
+
+
+def test_mirror_from_env_and_config(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("registry_mirror: mirror.example:5000\n")
+    assert registry_mirror({"GPUENV_CONFIG": str(config)}) == ("mirror.example:5000", str(config))
+    env = {"GPUENV_CONFIG": str(config), "GPUENV_REGISTRY_MIRROR": "http://127.0.0.1:5000/"}
+    assert registry_mirror(env) == ("127.0.0.1:5000", "GPUENV_REGISTRY_MIRROR")
+    assert registry_mirror({"GPUENV_CONFIG": str(tmp_path / "none.yaml")}) == (None, "")
+    with pytest.raises(InvalidMirror, match="is not a registry mirror"):
+        registry_mirror({"GPUENV_REGISTRY_MIRROR": "a b/c"})
+    config.write_text("registry_mirror: [1]\n")
+    with pytest.raises(InvalidMirror, match="must be text"):
+        registry_mirror({"GPUENV_CONFIG": str(config)})
+
+
+def test_ngc_key_only_for_nvcr() -> None:
+    env = {"NGC_API_KEY": "k-123456"}
+    assert credentials("nvcr.io/nvidia/pytorch", env) == {
+        "username": "$oauthtoken",
+        "password": "k-123456",
+        "serveraddress": "nvcr.io",
+    }
+    assert credentials("127.0.0.1:5000/nvidia/pytorch", env) is None
+    assert credentials("nvcr.io/nvidia/pytorch", {}) is None
+    assert redact("Get https://x?token=k-123456", env) == "Get https://x?token=***"
+
+
+@pytest.mark.parametrize(
+    ("explanation", "status", "fragment", "hint"),
+    [
+        (
+            "manifest for x:1 not found: manifest unknown",
+            404,
+            "does not exist in its registry",
+            "check the tag",
+        ),
+        ("unauthorized: authentication required", 401, "refused the pull", "NGC_API_KEY"),
+        (
+            'Head "http://127.0.0.1:9/v2/": dial tcp 127.0.0.1:9: connect: connection refused',
+            500,
+            "cannot reach the registry",
+            "GPUENV_REGISTRY_MIRROR",
+        ),
+        ("something else", 500, "failed: something else", None),
+    ],
+)
+def test_pull_errors(explanation: str, status: int, fragment: str, hint: str | None) -> None:
+    error = pull_error("nvcr.io/nvidia/pytorch:1", explanation, status)
+    assert fragment in error.message
+    assert error.exit_code == 11
+    if hint:
+        assert hint in (error.hint or "")
+
+
+def test_fast_check_without_engine() -> None:
+    assert image_exists_fast("x:1", "unix:///nonexistent/docker.sock") is None
+    assert image_exists_fast("x:1", "tcp://127.0.0.1:2375") is None

@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from gpuenv.lock import lock_from_resolution
+from gpuenv.matrix import Matrix
+from gpuenv.render import label_value, plan_build, project_files
+from gpuenv.resolve import resolve
+from gpuenv.spec import load_spec
+
+from ..conftest import make_host
+
+DIGEST = "sha256:" + "ab" * 32
+MIRROR_REPO = "127.0.0.1:5000/nvidia/pytorch"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "requirements.txt").write_text("numpy\n-r extra/dev.txt\n")
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "extra" / "dev.txt").write_text("einops\n")
+    (tmp_path / "gpuenv.yaml").write_text(
+        "name: demo\nframework: pytorch\nversion: '2.4'\nrequirements: requirements.txt\n"
+        "apt: [git, libgl1]\npackages: ['rich>=13', \"x; python_version < '3.13'\"]\n"
+    )
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+def planned(
+    project: Path, matrix: Matrix, digest: str = DIGEST, bake: bool = False, repo: str = MIRROR_REPO
+):
+    spec = load_spec(str(project))
+    lock = lock_from_resolution(
+        resolve(spec, matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")),
+        matrix.version,
+        digest,
+    )
+    return plan_build(spec, lock, pull_repository=repo, bake=bake, lock_digest="sha256:lock")
+
+
+def instructions(dockerfile: str) -> list[str]:
+    return [
+        line.split(" ", 1)[0]
+        for line in dockerfile.splitlines()
+        if line and not line.startswith((" ", "#"))
+    ]
+
+
+def test_layer_order_and_pinning(project: Path, matrix: Matrix) -> None:
+    plan = planned(project, matrix)
+    text = plan.dockerfile
+    assert f"FROM {MIRROR_REPO}@{DIGEST}\n" in text
+    assert f"# Base: nvcr.io/nvidia/pytorch@{DIGEST}\n" in text
+    assert instructions(text) == [
+        "FROM",
+        "COPY",
+        "RUN",
+        "COPY",
+        "COPY",
+        "RUN",
+        "RUN",
+        "WORKDIR",
+        "LABEL",
+    ]
+    apt, requirements, packages = (
+        text.index('apt-install.sh",'),
+        text.index("requirements/requirements.txt"),
+        text.index("rich>=13"),
+    )
+    assert apt < requirements < packages
+    assert '"-r", "/tmp/gpuenv/requirements/requirements.txt"' in text
+    assert 'COPY ["requirements/extra/dev.txt", "/tmp/gpuenv/requirements/extra/dev.txt"]' in text
+    assert "\\\"x; python_version < '3.13'\\\"" not in text  # JSON, not shell quoting
+    assert json.dumps("x; python_version < '3.13'") in text
+
+
+def test_exec_form_keeps_values_away_from_a_shell(project: Path, matrix: Matrix) -> None:
+    for line in planned(project, matrix).dockerfile.splitlines():
+        if line.startswith("RUN "):
+            arguments = json.loads(line[4:])
+            assert arguments[:2] == ["/bin/sh", arguments[1]] and arguments[1].startswith(
+                "/usr/local/lib/gpuenv/"
+            )
+
+
+def test_without_digest_uses_the_tag(project: Path, matrix: Matrix) -> None:
+    assert f"FROM {MIRROR_REPO}:24.05-py3\n" in planned(project, matrix, digest="").dockerfile
+
+
+def test_tag_is_content_addressed(project: Path, matrix: Matrix) -> None:
+    plan = planned(project, matrix)
+    assert re.fullmatch(r"gpuenv/demo:[0-9a-f]{16}", plan.tag)
+    # The mirror does not change the content, so not the tag either.
+    assert planned(project, matrix, repo="nvcr.io/nvidia/pytorch").tag == plan.tag
+    # Comments in gpuenv.yaml and the GPUs it asks for do not change the image.
+    spec = project / "gpuenv.yaml"
+    spec.write_text("# note\n" + spec.read_text() + "gpus: 2\n")
+    assert planned(project, matrix).tag == plan.tag
+    # An included requirements file, the base digest or baking do.
+    (project / "extra" / "dev.txt").write_text("einops==0.8\n")
+    changed = planned(project, matrix)
+    assert changed.tag != plan.tag
+    assert planned(project, matrix, digest="sha256:" + "cd" * 32).tag != changed.tag
+    assert planned(project, matrix, bake=True).tag != changed.tag
+
+
+def test_code_changes_only_affect_baked_images(project: Path, matrix: Matrix) -> None:
+    plain, baked = planned(project, matrix), planned(project, matrix, bake=True)
+    (project / "train.py").write_text("print('changed')\n")
+    assert planned(project, matrix).tag == plain.tag
+    assert planned(project, matrix, bake=True).tag != baked.tag
+
+
+def test_context_holds_only_what_is_needed(project: Path, matrix: Matrix) -> None:
+    (project / "data.bin").write_bytes(b"x" * 1000)
+    with tarfile.open(fileobj=io.BytesIO(planned(project, matrix).context())) as archive:
+        names = archive.getnames()
+    assert sorted(names) == sorted(
+        [
+            "Dockerfile",
+            "gpuenv/apt-install.sh",
+            "gpuenv/pip-install.sh",
+            "requirements/requirements.txt",
+            "requirements/extra/dev.txt",
+        ]
+    )
+
+
+def test_bake_excludes(project: Path) -> None:
+    (project / ".git").mkdir()
+    (project / ".git" / "HEAD").write_text("ref")
+    (project / "__pycache__").mkdir()
+    (project / "__pycache__" / "x.pyc").write_bytes(b"")
+    (project / ".env").write_text("SECRET=1")
+    (project / "data").mkdir()
+    (project / "data" / "big.npy").write_bytes(b"0")
+    (project / "notes.md").write_text("x")
+    (project / ".dockerignore").write_text("data\n*.md\n")
+    names = {f.name for f in project_files(str(project))}
+    assert "project/train.py" in names and "project/gpuenv.yaml" in names
+    assert not {
+        n for n in names if n.startswith(("project/.git", "project/__pycache__", "project/data"))
+    }
+    assert "project/.env" not in names and "project/notes.md" not in names
+
+
+def test_symlinks_are_copied_as_links(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside") / "secret"
+    outside.write_text("do not copy")
+    (project / "link").symlink_to(outside)
+    files = {f.name: f for f in project_files(str(project))}
+    assert files["project/link"].link == str(outside)
+    assert files["project/link"].content() == str(outside).encode()
+
+
+def test_labels(project: Path, matrix: Matrix) -> None:
+    plan = planned(project, matrix)
+    assert plan.labels["io.gpuenv.project"] == "demo"
+    assert plan.labels["io.gpuenv.lock"] == "sha256:lock"
+    assert plan.labels["io.gpuenv.base"] == f"nvcr.io/nvidia/pytorch@{DIGEST}"
+    assert 'io.gpuenv.project="demo"' in plan.dockerfile
+    assert plan.dockerfile.rstrip().endswith('io.gpuenv.version="0.1.0"')
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("plain", '"plain"'),
+        ('a "quoted" word', '"a \\"quoted\\" word"'),
+        ("$HOME and ${PATH}", '"\\$HOME and \\${PATH}"'),
+        ("back\\slash", '"back\\\\slash"'),
+        ("two\nlines", '"two lines"'),
+    ],
+)
+def test_label_values_are_escaped(value: str, expected: str) -> None:
+    assert label_value(value) == expected
