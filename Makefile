@@ -7,9 +7,8 @@ test:  ## every test (unit + integration), lint and types; sets up what it needs
 demo:  ## gpuenv's main job end to end on examples/quickstart
 	scripts/demo.sh
 
-bench:  ## timings against baselines measured in the same run (bench/results.md)
-	scripts/dev-env.sh
-	.venv/bin/python bench/bench.py
+bench:  ## timings against Docker measured in the same run (bench/results.md)
+	scripts/bench.sh
 
 clean:
 	rm -rf .venv dist build .pytest_cache .mypy_cache .ruff_cache

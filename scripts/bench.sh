@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The benchmark command (`make bench`): the same services as the tests, Debian's
+# docker-compose (a Python peer on docker-py) as a second baseline, then bench/bench.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/dev-env.sh
+if ! command -v docker-compose >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "• installing docker-compose (apt) for the comparison" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+fi
+if ! scripts/services.sh status 2>/dev/null; then
+  trap 'scripts/services.sh down' EXIT
+fi
+scripts/services.sh up
+set -a
+# shellcheck disable=SC1091
+. .cache/services.env
+set +a
+export GPUENV_REGISTRY_MIRROR=$GPUENV_TEST_REGISTRY
+.venv/bin/python bench/bench.py
