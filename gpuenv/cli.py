@@ -667,7 +667,7 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
     built. Project code is mounted at run time, not copied, unless --bake.
     """
     from gpuenv import stamp
-    from gpuenv.docker_engine import image_exists_fast
+    from gpuenv.docker_api import image_exists_fast
 
     def up_to_date(tag: str) -> None:
         click.echo(tag)

@@ -9,69 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from gpuenv.docker_api import docker_host, engine_error
 from gpuenv.engine import Event, ImageInfo
-from gpuenv.errors import BuildError, EngineError, GpuenvError, PullError
+from gpuenv.errors import BuildError, EngineError, PullError
 from gpuenv.registry import redact
-
-DEFAULT_HOST = "unix:///var/run/docker.sock"
-
-
-def docker_host(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get("DOCKER_HOST") or DEFAULT_HOST
-
-
-def image_exists_fast(reference: str, host: str | None = None) -> bool | None:
-    """Whether the engine has `reference`, asked over its unix socket without docker-py.
-
-    One HTTP/1.0 request and the status line, nothing more: the no-op `gpuenv build`
-    stays cheap. None when this cannot be answered that way (a tcp:// or ssh:// engine,
-    any error): the caller then asks through DockerEngine, which explains failures.
-    """
-    host = host or docker_host()
-    if not host.startswith("unix://"):
-        return None
-    path = f"/images/{urllib.parse.quote(reference, safe='')}/json"
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(10)
-            sock.connect(host.removeprefix("unix://"))
-            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-            head = sock.recv(64).split(b"\r\n", 1)[0].split()
-    except OSError:
-        return None
-    status = head[1] if len(head) >= 2 else b""
-    if status == b"200":
-        return True
-    if status == b"404":
-        return False
-    return None
-
-
-def _not_running(host: str) -> EngineError:
-    return EngineError(
-        f"cannot reach the Docker engine at {host}: is it running?",
-        hint="start it (`sudo systemctl start docker`, or `sudo dockerd &`), "
-        "or point DOCKER_HOST at a running engine",
-    )
-
-
-def _engine_error(exc: BaseException, host: str) -> GpuenvError:
-    text = str(exc)
-    if isinstance(exc, PermissionError) or "Permission denied" in text:
-        where = host.removeprefix("unix://")
-        return EngineError(
-            f"permission denied on the Docker socket {where}",
-            hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
-            "in again), or use rootless Docker",
-        )
-    return _not_running(host)
 
 
 class DockerEngine:
@@ -88,9 +32,9 @@ class DockerEngine:
         try:
             self.api = docker.APIClient(base_url=self._host, version="auto", timeout=600)
         except DockerException as exc:
-            raise _engine_error(exc, self._host) from None
+            raise engine_error(exc, self._host) from None
         except OSError as exc:
-            raise _engine_error(exc, self._host) from None
+            raise engine_error(exc, self._host) from None
 
     @property
     def endpoint(self) -> str:
@@ -106,7 +50,7 @@ class DockerEngine:
         except APIError:
             raise
         except (RequestsConnectionError, DockerException, OSError) as exc:
-            raise _engine_error(exc, self._host) from None
+            raise engine_error(exc, self._host) from None
 
     def ping(self) -> None:
         with self._calls():

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.docker_engine import image_exists_fast, pull_error
+from gpuenv.docker_api import image_exists_fast, pull_error
 from gpuenv.registry import (
     InvalidMirror,
     credentials,
