@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.docker_api import image_exists_fast, pull_error
+from gpuenv.docker_api import image_exists_fast
+from gpuenv.docker_engine import pull_error
 from gpuenv.registry import (
     InvalidMirror,
     credentials,
