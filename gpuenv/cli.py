@@ -39,6 +39,8 @@ Exit codes:
   10   the Docker engine is not reachable or not permitted
   11   an image could not be pulled (unknown, refused, unreachable)
   12   the project image failed to build
+  13   GPUs requested, but the Docker engine has no NVIDIA runtime
+  gpuenv run / shell exit with the command's own exit code once it has started.
   130  interrupted (Ctrl-C)
 """
 
@@ -131,6 +133,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Plan:    gpuenv resolve --explain
     Pin:     gpuenv lock            (--check in CI, --upgrade to move on)
     Image:   gpuenv build           (pulls the base, pins its digest, builds)
+    Run:     gpuenv run train.py    (as you, the project at /workspace)
     Check:   gpuenv check
     Data:    gpuenv matrix pytorch
     """
@@ -801,6 +804,223 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
                 f"({row.project}: {row.reason})"
             )
         ui.info("run again with --yes to remove them")
+
+
+def _ensure_image(obj: Context, quiet: bool) -> tuple[Any, str]:
+    """The project and its image tag, building (and pulling) first when it is missing."""
+    from gpuenv import stamp
+    from gpuenv.docker_api import image_exists_fast
+    from gpuenv.images import build_inputs, load_project, plan
+
+    project = load_project(obj.directory)
+    known = stamp.fresh_tag(obj.directory, False)
+    if known and image_exists_fast(known):
+        return project, known
+    mirror = _mirror()
+    if project.lock.digest:
+        planned = plan(project, mirror)
+        if image_exists_fast(planned.tag):
+            stamp.record(obj.directory, False, planned.tag, build_inputs(project, planned))
+            return project, planned.tag
+    from gpuenv.images import build as do_build
+    from gpuenv.images import ensure_base
+    from gpuenv.live import make_view
+
+    engine = _engine()
+    view = make_view(quiet)
+    project, _ = ensure_base(project, engine, view, mirror)
+    planned = plan(project, mirror)
+    result = do_build(planned, engine, view)
+    stamp.record(obj.directory, False, result.tag, build_inputs(project, planned))
+    return project, result.tag
+
+
+def _run(
+    obj: Context,
+    arguments: tuple[str, ...],
+    *,
+    gpus: str | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    root: bool,
+    force: bool,
+    quiet: bool,
+    shell: bool,
+) -> None:
+    from gpuenv.docker_api import EngineAPI
+    from gpuenv.errors import UsageError
+    from gpuenv.files import file_hash
+    from gpuenv.gpus import grant, parse_gpus_option
+    from gpuenv.host import detect_host
+    from gpuenv.run import (
+        command_for,
+        container_config,
+        environment,
+        invoking_identity,
+        labels,
+        preflight,
+        without_gpus,
+    )
+    from gpuenv.session import GpuRuntimeMissing, reap_orphans, run_container, stdin_is_input
+
+    def notice(text: str) -> None:
+        if not quiet:
+            click.echo(f"gpuenv: {text}", err=True)
+
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    if shell and not tty:
+        raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
+    command = ["bash", "-l"] if shell else command_for(arguments)
+    api = EngineAPI()
+    for name in reap_orphans(api):
+        notice(f"removed {name}, left behind by a gpuenv run that was killed")
+    project, tag = _ensure_image(obj, quiet)
+    spec = project.spec
+    host = detect_host()
+    granted = grant(parse_gpus_option(gpus) if gpus else spec.gpus, host)
+    if not force and host.driver is not None and granted.mode != "none":
+        from gpuenv.matrix import load_matrix
+
+        for warning in preflight(project.lock, host, granted, load_matrix()):
+            notice(warning)
+    identity = None if root or os.getuid() == 0 else invoking_identity()
+    variables = environment(spec, env, env_files, os.environ)
+    stdin = tty or stdin_is_input()
+    run_labels = labels(spec, file_hash(project.lock_path), granted, identity, command)
+    config = container_config(
+        spec, tag, command, granted, identity, variables, run_labels, tty=tty, stdin=stdin
+    )
+
+    def start(container: dict[str, Any]) -> Any:
+        return run_container(
+            api,
+            container,
+            identity=identity,
+            tty=tty,
+            stdin=stdin,
+            notice=notice,
+            second_interrupt_kills=not shell,
+        )
+
+    try:
+        outcome = start(config)
+    except GpuRuntimeMissing:
+        if not granted.optional:
+            raise
+        notice("no NVIDIA runtime in this Docker engine: running without GPUs (gpus: optional)")
+        outcome = start(without_gpus(config))
+    if outcome.oom_killed:
+        click.echo(
+            "gpuenv: the command was killed because it ran out of memory (OOM); "
+            "lower the batch size or the number of DataLoader workers, or use a bigger machine",
+            err=True,
+        )
+    sys.exit(outcome.exit_code)
+
+
+def run_options(func: F) -> F:
+    for decorator in reversed(
+        [
+            click.option(
+                "--gpus",
+                metavar="GPUS",
+                help="all | none | optional | N | 0,2 | device=0 | GPU-<uuid>,... "
+                "(default: the spec's gpus).",
+            ),
+            click.option(
+                "-e",
+                "--env",
+                multiple=True,
+                metavar="KEY[=VALUE]",
+                help="Set a variable; a bare KEY passes this shell's value (never printed).",
+            ),
+            click.option(
+                "--env-file",
+                "env_files",
+                multiple=True,
+                type=click.Path(dir_okay=False),
+                help="Read variables from a file of KEY=VALUE lines.",
+            ),
+            click.option("--root", is_flag=True, help="Run as root instead of as you."),
+            click.option(
+                "--force",
+                is_flag=True,
+                help="Start even if this host's driver or GPUs cannot run the locked image.",
+            ),
+            quiet_option,
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@run_options
+@click.argument("arguments", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.pass_obj
+def run(
+    obj: Context,
+    arguments: tuple[str, ...],
+    gpus: str | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    root: bool,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Run TARGET in the project's container: `train.py ARGS` runs python3 on it, and
+    `-- CMD ARGS` any command.
+
+    The locked image is used (built first if missing; a stale lock stops here, pointing
+    to `gpuenv lock`). The project is mounted at /workspace; the command runs as you, with
+    a HOME and a passwd entry, so the files it writes are yours. GPUs come from the spec
+    or --gpus, by UUID where known; NVIDIA_VISIBLE_DEVICES is exactly the grant. Shared
+    memory, NGC's ulimits and an init process are set. Ctrl-C stops the command (a second
+    one kills it); the container is always removed; the exit code is the command's.
+
+    \b
+    Examples:
+      gpuenv run train.py --lr 3e-4
+      gpuenv run --gpus 0,2 -e WANDB_API_KEY train.py
+      gpuenv run -- bash -lc 'nvidia-smi && python3 -c "import torch"'
+    """
+    _run(
+        obj,
+        arguments,
+        gpus=gpus,
+        env=env,
+        env_files=env_files,
+        root=root,
+        force=force,
+        quiet=quiet,
+        shell=False,
+    )
+
+
+@main.command()
+@run_options
+@click.pass_obj
+def shell(
+    obj: Context,
+    gpus: str | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    root: bool,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Open an interactive shell (bash -l) in the project's container, set up as for run."""
+    _run(
+        obj,
+        (),
+        gpus=gpus,
+        env=env,
+        env_files=env_files,
+        root=root,
+        force=force,
+        quiet=quiet,
+        shell=True,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

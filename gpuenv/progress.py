@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from gpuenv.engine import Event
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# The daemon colours a RUN step's stderr red with ANSI codes; logs and messages want text.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NOISE = ("Removing intermediate container", "---> Running in", "---> ")
 _DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$")
 DONE_STATES = ("Pull complete", "Already exists", "Download complete")
 
@@ -99,8 +102,8 @@ class BuildProgress:
         if isinstance(aux, dict) and "ID" in aux:
             self.image_id = str(aux["ID"])
         lines = []
-        for line in str(event.get("stream", "")).splitlines():
-            line = line.rstrip()
+        for raw in str(event.get("stream", "")).splitlines():
+            line = _ANSI.sub("", raw).rstrip()
             if not line:
                 continue
             match = _STEP.match(line)
@@ -110,7 +113,7 @@ class BuildProgress:
                 self.tail.clear()
             elif line.strip() == "---> Using cache":
                 self.cached_steps += 1
-            else:
+            elif not line.strip().startswith(_NOISE):
                 self.tail.append(line)
             lines.append(line)
         return lines

@@ -1,0 +1,340 @@
+"""What a `gpuenv run` container is: command, identity, environment, GPUs, mounts, limits.
+
+Decided here, as data (the Engine API's create body); `session` runs it. Nothing here
+talks to the engine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pwd
+import re
+import socket
+import tarfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuenv.errors import ResolutionError, UsageError
+from gpuenv.gpus import Grant
+from gpuenv.host import Host
+from gpuenv.lock import Lock
+from gpuenv.spec import WORKSPACE, Spec
+
+RUN_LABEL = "io.gpuenv.run"
+MEMLOCK_UNLIMITED = -1
+STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
+DEFAULT_SHM = 8 * 1024**3
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the command runs as inside the container: the invoking user, by number."""
+
+    uid: int
+    gid: int
+    name: str
+
+    @property
+    def home(self) -> str:
+        return f"/home/{self.name}"
+
+
+def invoking_identity() -> Identity:
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = os.environ.get("USER", "")
+    return Identity(uid, gid, name if _USER_NAME.match(name or "") else "gpuenv")
+
+
+def command_for(arguments: Sequence[str]) -> list[str]:
+    """``train.py --lr 3e-4`` -> ``python3 train.py --lr 3e-4``; anything else as given."""
+    if not arguments:
+        raise UsageError(
+            "nothing to run", hint="gpuenv run train.py [ARGS], or gpuenv run -- CMD [ARGS]"
+        )
+    if arguments[0].endswith(".py"):
+        return ["python3", *arguments]
+    return list(arguments)
+
+
+def read_env_file(path: str) -> list[tuple[str, str | None]]:
+    """KEY=VALUE lines (and bare KEY: take the host's value), # comments, as docker does."""
+    out: list[tuple[str, str | None]] = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--env-file {path}: cannot read it ({exc})") from None
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, has_value, value = stripped.partition("=")
+        if not _ENV_NAME.match(key):
+            raise UsageError(f"--env-file {path}:{number}: '{key}' is not a variable name")
+        out.append((key, value if has_value else None))
+    return out
+
+
+def environment(
+    spec: Spec,
+    options: Sequence[str],
+    env_files: Sequence[str],
+    host_env: Mapping[str, str],
+) -> dict[str, str]:
+    """The spec's env, then env files, then -e options; a bare KEY passes the host's value."""
+    result = dict(spec.env)
+    entries: list[tuple[str, str | None]] = []
+    for path in env_files:
+        entries += read_env_file(path)
+    for option in options:
+        key, has_value, value = option.partition("=")
+        if not _ENV_NAME.match(key):
+            raise UsageError(
+                f"-e {key!r}: not a variable name (KEY=VALUE, or KEY to pass it through)"
+            )
+        entries.append((key, value if has_value else None))
+    for key, given in entries:
+        if given is not None:
+            result[key] = given
+        elif key in host_env:
+            result[key] = host_env[key]
+    return result
+
+
+def preflight(lock: Lock, host: Host, grant: Grant, matrix: Any) -> list[str]:
+    """Refuse (ResolutionError) when this host cannot run the locked image; warnings else."""
+    from gpuenv.matrix import ImageRow
+    from gpuenv.resolve import classify_gpus, evaluate
+    from gpuenv.spec import default_spec
+
+    if host.driver is None or grant.mode == "none":
+        return []
+    resolved, requires = lock.resolved, lock.requires
+    repository, _, tag = lock.image.rpartition(":")
+    row = ImageRow(
+        framework=str(resolved.get("framework") or "none"),
+        family="ngc",
+        repository=repository,
+        tag=tag,
+        release=resolved.get("release"),
+        framework_version=resolved.get("framework_version"),
+        cuda=resolved.get("cuda"),
+        cudnn=resolved.get("cudnn"),
+        python=resolved.get("python"),
+        ubuntu=resolved.get("ubuntu"),
+        min_driver=requires.get("min_driver"),
+        forward_compat=tuple(requires.get("forward_compat") or ()),
+        min_compute_capability=requires.get("min_compute_capability"),
+        evidence=str(resolved.get("evidence") or "unverified"),
+        unverified=tuple(resolved.get("unverified") or ()),
+        note="",
+        source="gpuenv.lock",
+    )
+    gpus = classify_gpus(host, matrix)
+    if grant.mode == "devices":
+        gpus = tuple(
+            g for g in gpus if str(g.gpu.index) in grant.devices or g.gpu.uuid in grant.devices
+        )
+    (candidate,) = evaluate(default_spec(".", row.framework), matrix, host, gpus, [row])
+    if candidate.rejections:
+        raise ResolutionError(
+            f"this host cannot run the locked image {lock.image}: {host.describe()}",
+            [r.reason for r in candidate.rejections],
+            hint="upgrade the driver, or re-resolve for this host with `gpuenv lock --upgrade`; "
+            "--force tries anyway",
+        )
+    if candidate.driver_route and candidate.driver_route.startswith("CUDA forward"):
+        return [f"runs through {candidate.driver_route}"]
+    return []
+
+
+def process_start(pid: int) -> str:
+    """The kernel's start time of a process (so a reused pid is not mistaken for it)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def labels(
+    spec: Spec, lock_digest: str, grant: Grant, identity: Identity | None, command: Sequence[str]
+) -> dict[str, str]:
+    pid = os.getpid()
+    return {
+        RUN_LABEL: "1",
+        "io.gpuenv.project": spec.name,
+        "io.gpuenv.project-dir": os.path.abspath(spec.project_dir),
+        "io.gpuenv.lock": lock_digest,
+        "io.gpuenv.user": f"{identity.name} ({identity.uid})" if identity else "root (0)",
+        "io.gpuenv.gpus": grant.describe(),
+        "io.gpuenv.started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "io.gpuenv.command": " ".join(command)[:500],
+        "io.gpuenv.host": socket.gethostname(),
+        "io.gpuenv.pid": str(pid),
+        "io.gpuenv.pid-start": process_start(pid),
+    }
+
+
+def memlock_limit() -> int:
+    """NGC's `--ulimit memlock=-1`, unless this host caps locked memory (a hard limit the
+    engine could not raise either): then that cap, which still lets the container start."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return MEMLOCK_UNLIMITED if hard == resource.RLIM_INFINITY else int(hard)
+
+
+def shm_size(spec: Spec) -> int | None:
+    """The spec's shm_size; by default 8 GiB, at most half the host's memory."""
+    if spec.ipc == "host":
+        return None
+    if spec.shm_size:
+        return spec.shm_size
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return DEFAULT_SHM
+    return min(DEFAULT_SHM, memory // 2)
+
+
+def container_config(
+    spec: Spec,
+    image: str,
+    command: Sequence[str],
+    grant: Grant,
+    identity: Identity | None,
+    env: Mapping[str, str],
+    run_labels: Mapping[str, str],
+    *,
+    tty: bool,
+    stdin: bool,
+) -> dict[str, Any]:
+    """The Engine API body for POST /containers/create."""
+    mounts: list[dict[str, Any]] = [
+        {"Type": "bind", "Source": os.path.abspath(spec.project_dir), "Target": WORKSPACE}
+    ]
+    for mount in spec.mounts:
+        source = os.path.expanduser(mount.source)
+        source = source if os.path.isabs(source) else os.path.join(spec.project_dir, source)
+        if not os.path.exists(source):
+            raise UsageError(f"mount source {mount.source} does not exist (gpuenv.yaml, mounts)")
+        mounts.append(
+            {
+                "Type": "bind",
+                "Source": os.path.abspath(source),
+                "Target": mount.target,
+                "ReadOnly": mount.read_only,
+            }
+        )
+    full_env = {
+        **env,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "NVIDIA_VISIBLE_DEVICES": grant.visible_devices,
+    }
+    if identity is not None:
+        full_env.setdefault("HOME", identity.home)
+        full_env.setdefault("USER", identity.name)
+    host_config: dict[str, Any] = {
+        "Mounts": mounts,
+        "Init": True,
+        "Ulimits": [
+            {"Name": "memlock", "Soft": memlock_limit(), "Hard": memlock_limit()},
+            {"Name": "stack", "Soft": STACK_BYTES, "Hard": STACK_BYTES},
+        ],
+        "SecurityOpt": ["no-new-privileges"],
+    }
+    size = shm_size(spec)
+    if spec.ipc:
+        host_config["IpcMode"] = spec.ipc
+    if size is not None:
+        host_config["ShmSize"] = size
+    if grant.mode == "all":
+        host_config["DeviceRequests"] = [{"Count": -1, "Capabilities": [["gpu"]]}]
+    elif grant.mode == "devices":
+        host_config["DeviceRequests"] = [
+            {"DeviceIDs": list(grant.devices), "Capabilities": [["gpu"]]}
+        ]
+    return {
+        "Image": image,
+        "Cmd": list(command),
+        "WorkingDir": WORKSPACE,
+        "User": f"{identity.uid}:{identity.gid}" if identity else "",
+        "Env": [f"{key}={value}" for key, value in full_env.items()],
+        "Tty": tty,
+        "OpenStdin": stdin,
+        "StdinOnce": stdin,
+        "AttachStdin": stdin,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Labels": dict(run_labels),
+        "HostConfig": host_config,
+    }
+
+
+def without_gpus(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The same container with no GPU request (for `gpus: optional` without the runtime)."""
+    copy = dict(config)
+    copy["HostConfig"] = {k: v for k, v in config["HostConfig"].items() if k != "DeviceRequests"}
+    copy["Env"] = [
+        e if not e.startswith("NVIDIA_VISIBLE_DEVICES=") else "NVIDIA_VISIBLE_DEVICES=void"
+        for e in config["Env"]
+    ]
+    copy["Labels"] = {**config["Labels"], "io.gpuenv.gpus": "none"}
+    return copy
+
+
+def merge_accounts(passwd: str, group: str, identity: Identity) -> tuple[str, str]:
+    """The image's /etc/passwd and /etc/group, plus the invoking user if its ids are new."""
+
+    def has_id(text: str, field: int, value: int) -> bool:
+        for line in text.splitlines():
+            parts = line.split(":")
+            if len(parts) > field and parts[field] == str(value):
+                return True
+        return False
+
+    if not has_id(passwd, 2, identity.uid):
+        passwd = (
+            passwd.rstrip("\n")
+            + f"\n{identity.name}:x:{identity.uid}:{identity.gid}::{identity.home}:/bin/bash\n"
+        )
+    if not has_id(group, 2, identity.gid):
+        group = group.rstrip("\n") + f"\n{identity.name}:x:{identity.gid}:\n"
+    return passwd.lstrip("\n"), group.lstrip("\n")
+
+
+def accounts_archive(passwd: str, group: str, identity: Identity) -> bytes:
+    """A tar for PUT /archive at /: etc/passwd, etc/group and the user's (empty) home."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, text in (("etc/passwd", passwd), ("etc/group", group)):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+        home = tarfile.TarInfo(identity.home.lstrip("/"))
+        home.type, home.mode = tarfile.DIRTYPE, 0o755
+        home.uid, home.gid = identity.uid, identity.gid
+        archive.addfile(home)
+    return buffer.getvalue()
+
+
+def file_from_archive(data: bytes | None) -> str:
+    """The first file of a tar (GET /archive answers with one), as text; '' if none."""
+    if not data:
+        return ""
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for member in archive.getmembers():
+            if member.isfile():
+                extracted = archive.extractfile(member)
+                return extracted.read().decode(errors="replace") if extracted else ""
+    return ""

@@ -1,0 +1,227 @@
+"""Run one container like a local process: live output, the terminal and stdin when we
+have them, signals forwarded (a second Ctrl-C kills), the exit code passed back, and the
+container removed whatever happens. Containers of gpuenv processes that died (SIGKILL)
+are removed by the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import stat
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from gpuenv.docker_api import ApiError, EngineAPI
+from gpuenv.errors import GpuenvError
+from gpuenv.run import (
+    RUN_LABEL,
+    Identity,
+    accounts_archive,
+    file_from_archive,
+    merge_accounts,
+    process_start,
+)
+
+EXIT_GPU_RUNTIME = 13
+_NO_DRIVER = "could not select device driver"
+
+
+class GpuRuntimeMissing(GpuenvError):
+    """A GPU was requested, but the engine has no NVIDIA runtime."""
+
+    exit_code = EXIT_GPU_RUNTIME
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    oom_killed: bool
+    interrupted: bool
+
+
+def stdin_is_input() -> bool:
+    """Whether stdin carries input worth attaching: a terminal, a pipe or a file."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return sys.stdin.isatty() or stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def reap_orphans(api: EngineAPI) -> list[str]:
+    """Remove run containers whose gpuenv process (on this host) is gone."""
+    removed = []
+    hostname = socket.gethostname()
+    for container in api.containers(RUN_LABEL):
+        labels = container.get("Labels") or {}
+        if labels.get("io.gpuenv.host") != hostname:
+            continue
+        try:
+            pid = int(labels.get("io.gpuenv.pid", ""))
+        except ValueError:
+            continue
+        start = process_start(pid)
+        if start and start == labels.get("io.gpuenv.pid-start", start):
+            continue
+        api.remove(container["Id"])
+        names = container.get("Names") or [container["Id"][:12]]
+        removed.append(str(names[0]).lstrip("/"))
+    return removed
+
+
+def _demultiplex(buffer: bytearray, write: Callable[[int, bytes], None]) -> None:
+    """Docker's stream framing without a TTY: [kind, 0, 0, 0, size (4 bytes)] + payload."""
+    while len(buffer) >= 8:
+        size = int.from_bytes(buffer[4:8], "big")
+        if len(buffer) < 8 + size:
+            return
+        write(buffer[0], bytes(buffer[8 : 8 + size]))
+        del buffer[: 8 + size]
+
+
+def _write(kind: int, data: bytes) -> None:
+    stream = sys.stderr.buffer if kind == 2 else sys.stdout.buffer
+    stream.write(data)
+    stream.flush()
+
+
+@contextlib.contextmanager
+def _raw_terminal(enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+@contextlib.contextmanager
+def _signals(handlers: Mapping[int, Callable[[int, FrameType | None], None]]) -> Iterator[None]:
+    previous = {number: signal.signal(number, handler) for number, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _pump_stdin(sock: socket.socket, on_interrupt_byte: Callable[[], None] | None) -> None:
+    fd = sys.stdin.fileno()
+    try:
+        while True:
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            if on_interrupt_byte is not None and b"\x03" in data:
+                on_interrupt_byte()
+            sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+
+
+def _upload_identity(api: EngineAPI, container: str, identity: Identity) -> None:
+    passwd = file_from_archive(api.get_archive(container, "/etc/passwd"))
+    group = file_from_archive(api.get_archive(container, "/etc/group"))
+    passwd, group = merge_accounts(passwd, group, identity)
+    api.put_archive(container, "/", accounts_archive(passwd, group, identity))
+
+
+def run_container(
+    api: EngineAPI,
+    config: Mapping[str, Any],
+    *,
+    identity: Identity | None,
+    tty: bool,
+    stdin: bool,
+    second_interrupt_kills: bool = True,
+    notice: Callable[[str], None] = lambda text: None,
+) -> Outcome:
+    """Create, attach, start, stream, wait, remove. Raises GpuRuntimeMissing (after
+    removing the container) when the engine cannot give the container GPUs."""
+    container = api.create(config)
+    interrupts = 0
+    lock = threading.Lock()
+
+    def interrupt(kind: str = "SIGINT") -> None:
+        nonlocal interrupts
+        with lock:
+            interrupts += 1
+            count = interrupts
+        if count == 1:
+            notice("stopping the container (Ctrl-C again to kill it)")
+            api.kill(container, kind)
+        else:
+            api.kill(container, "SIGKILL")
+
+    try:
+        if identity is not None:
+            _upload_identity(api, container, identity)
+        sock, ahead = api.attach(container, stdin)
+        with sock:
+            try:
+                api.start(container)
+            except ApiError as exc:
+                if _NO_DRIVER in exc.message:
+                    raise GpuRuntimeMissing(
+                        "this Docker engine cannot give containers GPUs "
+                        f"({exc.message}): the NVIDIA Container Toolkit is missing",
+                        hint="install the NVIDIA Container Toolkit and restart Docker "
+                        "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
+                        "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
+                    ) from None
+                raise GpuenvError(f"the container did not start: {exc.message}") from None
+            handlers: dict[int, Callable[[int, FrameType | None], None]] = {
+                signal.SIGINT: lambda *_: interrupt("SIGINT"),
+                signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
+                signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
+            }
+            if tty:
+
+                def resize(*_: object) -> None:
+                    size = os.get_terminal_size(sys.stdout.fileno())
+                    api.resize(container, size.lines, size.columns)
+
+                handlers[signal.SIGWINCH] = resize
+                resize()
+            with _signals(handlers), _raw_terminal(tty):
+                if stdin:
+                    on_byte = (
+                        (lambda: interrupt("SIGINT")) if tty and second_interrupt_kills else None
+                    )
+                    threading.Thread(target=_pump_stdin, args=(sock, on_byte), daemon=True).start()
+                buffer = bytearray(ahead)
+                if tty and buffer:
+                    _write(1, bytes(buffer))
+                    buffer.clear()
+                while True:
+                    try:
+                        chunk = sock.recv(65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    if tty:
+                        _write(1, chunk)
+                    else:
+                        buffer += chunk
+                        _demultiplex(buffer, _write)
+                code = api.wait(container)
+        state = api.inspect(container).get("State", {})
+        return Outcome(code, bool(state.get("OOMKilled")), interrupts > 0)
+    finally:
+        api.remove(container)
