@@ -843,6 +843,7 @@ def _run(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
+    memory: str | None,
     force: bool,
     quiet: bool,
     shell: bool,
@@ -890,6 +891,13 @@ def _run(
     config = container_config(
         spec, tag, command, granted, identity, variables, run_labels, tty=tty, stdin=stdin
     )
+    if memory:
+        from gpuenv.spec import parse_size
+
+        limit = parse_size(memory)
+        if limit is None or limit < 6 * 1024**2:
+            raise UsageError(f"--memory {memory!r}: not a size of at least 6m (e.g. 32g)")
+        config["HostConfig"]["Memory"] = limit
 
     def start(container: dict[str, Any]) -> Any:
         return run_container(
@@ -943,6 +951,11 @@ def run_options(func: F) -> F:
             ),
             click.option("--root", is_flag=True, help="Run as root instead of as you."),
             click.option(
+                "--memory",
+                metavar="SIZE",
+                help="Limit the container's memory (e.g. 32g); an out-of-memory kill is reported.",
+            ),
+            click.option(
                 "--force",
                 is_flag=True,
                 help="Start even if this host's driver or GPUs cannot run the locked image.",
@@ -965,6 +978,7 @@ def run(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
+    memory: str | None,
     force: bool,
     quiet: bool,
 ) -> None:
@@ -991,6 +1005,7 @@ def run(
         env=env,
         env_files=env_files,
         root=root,
+        memory=memory,
         force=force,
         quiet=quiet,
         shell=False,
@@ -1006,6 +1021,7 @@ def shell(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
+    memory: str | None,
     force: bool,
     quiet: bool,
 ) -> None:
@@ -1017,6 +1033,7 @@ def shell(
         env=env,
         env_files=env_files,
         root=root,
+        memory=memory,
         force=force,
         quiet=quiet,
         shell=True,

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -120,10 +122,14 @@ def make_project(
     """Projects named itest-<random>; every image they build is removed afterwards."""
     made: list[Project] = []
     cache = tmp_path_factory.mktemp("xdg-cache")
+    # Under /tmp and world-traversable (pytest's own folders are not), so that tests can
+    # run gpuenv as another user against these projects.
+    base = Path(tempfile.mkdtemp(prefix="gpuenv-itest-", dir="/tmp"))
+    base.chmod(0o755)
 
     def make(spec: str = "", version: str = "2.4", requirements: str = "") -> Project:
         name = f"itest-{uuid.uuid4().hex[:8]}"
-        path = tmp_path_factory.mktemp("projects") / name
+        path = base / name
         path.mkdir()
         path.chmod(0o755)
         env = {
@@ -149,6 +155,7 @@ def make_project(
         listed = docker("images", "-q", f"gpuenv/{project.name}", host=docker_host).stdout.split()
         if listed:
             docker("rmi", "-f", *set(listed), host=docker_host, check=False)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def image_labels(reference: str, host: str) -> dict[str, str]:

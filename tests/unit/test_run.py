@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuenv.errors import UsageError
+from gpuenv.gpus import Grant, grant, parse_gpus_option
+from gpuenv.host import Gpu, Host
+from gpuenv.run import (
+    Identity,
+    command_for,
+    container_config,
+    environment,
+    merge_accounts,
+    read_env_file,
+    without_gpus,
+)
+from gpuenv.session import _demultiplex
+from gpuenv.spec import GpuRequest, parse_spec_text
+
+HOST = Host(
+    "550.54.15", tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}") for i in range(4)), "test"
+)
+NO_GPUS_KNOWN = Host(None, (), "none")
+
+
+@pytest.mark.parametrize(
+    ("option", "host", "expected"),
+    [
+        ("all", HOST, Grant("all")),
+        ("optional", HOST, Grant("all", optional=True)),
+        ("none", HOST, Grant("none")),
+        ("2", HOST, Grant("devices", ("GPU-0", "GPU-1"))),
+        ("1,3", HOST, Grant("devices", ("GPU-1", "GPU-3"))),
+        ("device=2", HOST, Grant("devices", ("GPU-2",))),
+        ("GPU-3", HOST, Grant("devices", ("GPU-3",))),
+        ("2", NO_GPUS_KNOWN, Grant("devices", ("0", "1"))),
+        ("0,2", NO_GPUS_KNOWN, Grant("devices", ("0", "2"))),
+    ],
+)
+def test_grants(option: str, host: Host, expected: Grant) -> None:
+    assert grant(parse_gpus_option(option), host) == expected
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("0", "a GPU count must be at least 1"),
+        ("5", "5 GPUs requested, but this host has 4"),
+        ("4,1", r"GPU 4 does not exist on this host \(it has 0, 1, 2, 3\)"),
+        ("GPU-9", "no GPU with UUID GPU-9 on this host"),
+        ("some", "is not a GPU index"),
+    ],
+)
+def test_bad_grants(option: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        grant(parse_gpus_option(option), HOST)
+
+
+@pytest.mark.parametrize(
+    ("grant_value", "visible"),
+    [
+        (Grant("all"), "all"),
+        (Grant("none"), "void"),
+        (Grant("devices", ("GPU-1", "GPU-3")), "GPU-1,GPU-3"),
+    ],
+)
+def test_visible_devices_is_never_wider_than_the_grant(grant_value: Grant, visible: str) -> None:
+    assert grant_value.visible_devices == visible
+
+
+@pytest.mark.parametrize(
+    ("arguments", "command"),
+    [
+        (("train.py", "--lr", "3e-4"), ["python3", "train.py", "--lr", "3e-4"]),
+        (("bash", "-lc", "echo hi"), ["bash", "-lc", "echo hi"]),
+        (("scripts/x.py",), ["python3", "scripts/x.py"]),
+    ],
+)
+def test_commands(arguments: tuple[str, ...], command: list[str]) -> None:
+    assert command_for(arguments) == command
+
+
+def test_environment_precedence(tmp_path: Path) -> None:
+    spec = parse_spec_text("framework: none\nenv: {A: spec, B: spec}\n", str(tmp_path))
+    env_file = tmp_path / "vars.env"
+    env_file.write_text("# c\n\nB=file\nC=file\nHOSTONLY\n")
+    result = environment(
+        spec, ["C=flag", "SECRET", "MISSING"], [str(env_file)], {"SECRET": "s", "HOSTONLY": "h"}
+    )
+    assert result == {"A": "spec", "B": "file", "C": "flag", "SECRET": "s", "HOSTONLY": "h"}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"), [("1BAD=x", "is not a variable name"), ("A B=c", "is not a variable name")]
+)
+def test_bad_env_files(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "bad.env"
+    path.write_text(line + "\n")
+    with pytest.raises(UsageError, match=message):
+        read_env_file(str(path))
+
+
+def test_accounts_add_the_user_once() -> None:
+    me = Identity(4242, 4242, "alice")
+    passwd, group = merge_accounts("root:x:0:0:root:/root:/bin/bash\n", "root:x:0:\n", me)
+    assert passwd.splitlines()[-1] == "alice:x:4242:4242::/home/alice:/bin/bash"
+    assert group.splitlines()[-1] == "alice:x:4242:"
+    again = merge_accounts(passwd, group, me)
+    assert again == (passwd, group)
+    # An image that already has the uid (ubuntu:1000 on Ubuntu 24.04) keeps its entry.
+    existing = merge_accounts(
+        "ubuntu:x:1000:1000::/home/ubuntu:/bin/bash\n",
+        "ubuntu:x:1000:\n",
+        Identity(1000, 1000, "bob"),
+    )
+    assert "bob" not in existing[0] and "bob" not in existing[1]
+
+
+def test_container_config(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    spec = parse_spec_text(
+        "framework: none\nshm_size: 1g\nmounts: ['data:/data:ro']\n", str(tmp_path)
+    )
+    config = container_config(
+        spec,
+        "gpuenv/x:1",
+        ["python3", "t.py"],
+        Grant("devices", ("GPU-1",)),
+        Identity(5, 6, "u"),
+        {"K": "V"},
+        {"io.gpuenv.run": "1"},
+        tty=False,
+        stdin=False,
+    )
+    host = config["HostConfig"]
+    assert config["User"] == "5:6" and config["WorkingDir"] == "/workspace"
+    assert {
+        "K=V",
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        "NVIDIA_VISIBLE_DEVICES=GPU-1",
+        "HOME=/home/u",
+    } <= set(config["Env"])
+    assert host["DeviceRequests"] == [{"DeviceIDs": ["GPU-1"], "Capabilities": [["gpu"]]}]
+    assert host["ShmSize"] == 1024**3 and host["Init"] is True
+    assert {"Name": "stack", "Soft": 67108864, "Hard": 67108864} in host["Ulimits"]
+    assert host["Mounts"][0] == {"Type": "bind", "Source": str(tmp_path), "Target": "/workspace"}
+    assert host["Mounts"][1] == {
+        "Type": "bind",
+        "Source": str(tmp_path / "data"),
+        "Target": "/data",
+        "ReadOnly": True,
+    }
+    assert "Privileged" not in host and host["SecurityOpt"] == ["no-new-privileges"]
+    stripped = without_gpus(config)
+    assert "DeviceRequests" not in stripped["HostConfig"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in stripped["Env"]
+
+
+def test_missing_mount_source(tmp_path: Path) -> None:
+    spec = parse_spec_text("framework: none\nmounts: ['/no/such/dir:/data']\n", str(tmp_path))
+    with pytest.raises(UsageError, match="mount source /no/such/dir does not exist"):
+        container_config(spec, "x", ["true"], Grant("none"), None, {}, {}, tty=False, stdin=False)
+
+
+def test_ipc_host_has_no_shm_size(tmp_path: Path) -> None:
+    spec = parse_spec_text("framework: none\nipc: host\n", str(tmp_path))
+    host = container_config(
+        spec, "x", ["true"], Grant("none"), None, {}, {}, tty=False, stdin=False
+    )["HostConfig"]
+    assert host["IpcMode"] == "host" and "ShmSize" not in host
+
+
+def test_demultiplex() -> None:
+    frames = bytearray(
+        b"\x01\x00\x00\x00\x00\x00\x00\x03out\x02\x00\x00\x00\x00\x00\x00\x03err\x01\x00\x00"
+    )
+    seen: list[tuple[int, bytes]] = []
+    _demultiplex(frames, lambda kind, data: seen.append((kind, data)))
+    assert seen == [(1, b"out"), (2, b"err")]
+    assert frames == bytearray(b"\x01\x00\x00")  # an incomplete frame waits for more
+
+
+def test_spec_gpus_request_default() -> None:
+    assert parse_spec_text("framework: none\n", "/tmp").gpus == GpuRequest("all")
