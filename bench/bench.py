@@ -223,7 +223,55 @@ def docker_rows() -> tuple[list[Row], str]:
                 )
             )
         else:
-            note = "docker-compose is not installed: its row is missing (make bench installs it)."
+            note = "docker-compose is not installed: its rows are missing (make bench installs it)."
+
+        # Running a command: the same cached image, started, waited for and removed.
+        (project / "gpuenv.yaml").write_text((project / "gpuenv.yaml").read_text() + "gpus: none\n")
+        subprocess.run([*gpuenv, "lock"], check=True, capture_output=True)
+        tag = subprocess.run(
+            [*gpuenv, "build", "-q"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        gpuenv_run = median_seconds(command(*gpuenv, "run", "-q", "--", "true"))
+        docker_run = median_seconds(command("docker", "run", "--rm", tag, "true"))
+        rows.append(
+            Row(
+                "gpuenv run -- true", gpuenv_run, "docker run --rm IMAGE true", docker_run, "≤ 1.5×"
+            )
+        )
+        # The same container as gpuenv makes it: init, project mount, shm, ulimits.
+        same = command(
+            "docker",
+            "run",
+            "--rm",
+            "--init",
+            "-v",
+            f"{project}:/workspace",
+            "-w",
+            "/workspace",
+            "--shm-size",
+            "8g",
+            "--ulimit",
+            "stack=67108864",
+            "--security-opt",
+            "no-new-privileges",
+            "-e",
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            tag,
+            "true",
+        )
+        rows.append(
+            Row("gpuenv run -- true", gpuenv_run, "docker run, same options", median_seconds(same))
+        )
+        if compose:
+            (context / "docker-compose.yml").write_text(
+                f"version: '3'\nservices:\n  train:\n    image: {tag}\n"
+            )
+            compose_run = median_seconds(
+                command(compose, "run", "--rm", "-T", "train", "true", cwd=context)
+            )
+            rows.append(
+                Row("gpuenv run -- true", gpuenv_run, "docker-compose run --rm", compose_run)
+            )
         subprocess.run(
             ["docker", "rmi", "-f", tag, "gpuenv-bench/docker:1", "gpuenv-bench/compose:1"],
             capture_output=True,

@@ -690,7 +690,13 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
     if project.lock.digest:
         planned = plan(project, mirror, bake=bake)
         if image_exists_fast(planned.tag):
-            stamp.record(obj.directory, bake, planned.tag, build_inputs(project, planned))
+            stamp.record(
+                obj.directory,
+                bake,
+                planned.tag,
+                build_inputs(project, planned),
+                _stamp_project(project),
+            )
             up_to_date(planned.tag)
             return
     from gpuenv import ui
@@ -703,7 +709,9 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
     project, _ = ensure_base(project, engine, view, mirror)
     planned = plan(project, mirror, bake=bake)
     result = do_build(planned, engine, view)
-    stamp.record(obj.directory, bake, result.tag, build_inputs(project, planned))
+    stamp.record(
+        obj.directory, bake, result.tag, build_inputs(project, planned), _stamp_project(project)
+    )
     ui.result(result.tag)
     if not quiet:
         if result.built:
@@ -806,33 +814,67 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
         ui.info("run again with --yes to remove them")
 
 
-def _ensure_image(obj: Context, quiet: bool) -> tuple[Any, str]:
-    """The project and its image tag, building (and pulling) first when it is missing."""
+def _reap(api: Any) -> list[str]:
+    from gpuenv.errors import GpuenvError
+    from gpuenv.session import reap_orphans
+
+    try:
+        return reap_orphans(api)
+    except GpuenvError:
+        return []  # the run itself reports an unreachable engine
+
+
+def _stamp_project(project: Any) -> dict[str, Any]:
+    """What `gpuenv run` needs of the validated spec and lock, kept in the build stamp."""
+    from gpuenv.files import file_hash
+    from gpuenv.run import Locked
+
+    return {
+        "spec": project.spec.to_data(),
+        "spec_path": project.spec.path,
+        "locked": Locked.from_lock(project.lock, file_hash(project.lock_path)).to_data(),
+    }
+
+
+def _ensure_image(obj: Context, quiet: bool) -> tuple[Spec, Any, str]:
+    """The spec, the lock (as run needs it) and the image tag, building first if missing.
+
+    When nothing changed since the last build, all three come from the build stamp: no
+    YAML is parsed and no image is rendered.
+    """
     from gpuenv import stamp
     from gpuenv.docker_api import image_exists_fast
+    from gpuenv.run import Locked
+    from gpuenv.spec import spec_from_data
+
+    known = stamp.fresh(obj.directory, False)
+    if known and known.get("project") and image_exists_fast(known["tag"]):
+        saved = known["project"]
+        spec = spec_from_data(saved["spec"], obj.directory, saved["spec_path"])
+        return spec, Locked(**saved["locked"]), str(known["tag"])
+
     from gpuenv.images import build_inputs, load_project, plan
 
     project = load_project(obj.directory)
-    known = stamp.fresh_tag(obj.directory, False)
-    if known and image_exists_fast(known):
-        return project, known
     mirror = _mirror()
+    tag = None
     if project.lock.digest:
         planned = plan(project, mirror)
         if image_exists_fast(planned.tag):
-            stamp.record(obj.directory, False, planned.tag, build_inputs(project, planned))
-            return project, planned.tag
-    from gpuenv.images import build as do_build
-    from gpuenv.images import ensure_base
-    from gpuenv.live import make_view
+            tag = planned.tag
+    if tag is None:
+        from gpuenv.images import build as do_build
+        from gpuenv.images import ensure_base
+        from gpuenv.live import make_view
 
-    engine = _engine()
-    view = make_view(quiet)
-    project, _ = ensure_base(project, engine, view, mirror)
-    planned = plan(project, mirror)
-    result = do_build(planned, engine, view)
-    stamp.record(obj.directory, False, result.tag, build_inputs(project, planned))
-    return project, result.tag
+        engine = _engine()
+        view = make_view(quiet)
+        project, _ = ensure_base(project, engine, view, mirror)
+        planned = plan(project, mirror)
+        tag = do_build(planned, engine, view).tag
+    record = _stamp_project(project)
+    stamp.record(obj.directory, False, tag, build_inputs(project, planned), record)
+    return project.spec, Locked(**record["locked"]), tag
 
 
 def _run(
@@ -850,9 +892,8 @@ def _run(
 ) -> None:
     from gpuenv.docker_api import EngineAPI
     from gpuenv.errors import UsageError
-    from gpuenv.files import file_hash
     from gpuenv.gpus import grant, parse_gpus_option
-    from gpuenv.host import detect_host
+    from gpuenv.host import Host, detect_host
     from gpuenv.run import (
         command_for,
         container_config,
@@ -862,7 +903,7 @@ def _run(
         preflight,
         without_gpus,
     )
-    from gpuenv.session import GpuRuntimeMissing, reap_orphans, run_container, stdin_is_input
+    from gpuenv.session import GpuRuntimeMissing, run_container, stdin_is_input
 
     def notice(text: str) -> None:
         if not quiet:
@@ -873,21 +914,26 @@ def _run(
         raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
     command = ["bash", "-l"] if shell else command_for(arguments)
     api = EngineAPI()
-    for name in reap_orphans(api):
-        notice(f"removed {name}, left behind by a gpuenv run that was killed")
-    project, tag = _ensure_image(obj, quiet)
-    spec = project.spec
-    host = detect_host()
-    granted = grant(parse_gpus_option(gpus) if gpus else spec.gpus, host)
+    # Orphans of killed runs are removed alongside: it costs the run no time.
+    import threading
+
+    reaped: list[str] = []
+    reaper = threading.Thread(target=lambda: reaped.extend(_reap(api)), daemon=True)
+    reaper.start()
+    spec, locked, tag = _ensure_image(obj, quiet)
+    request = parse_gpus_option(gpus) if gpus else spec.gpus
+    # No GPUs, no need to ask NVML about them.
+    host = detect_host() if request.mode != "none" else Host(None, (), "none")
+    granted = grant(request, host)
     if not force and host.driver is not None and granted.mode != "none":
         from gpuenv.matrix import load_matrix
 
-        for warning in preflight(project.lock, host, granted, load_matrix()):
+        for warning in preflight(locked, host, granted, load_matrix()):
             notice(warning)
     identity = None if root or os.getuid() == 0 else invoking_identity()
     variables = environment(spec, env, env_files, os.environ)
     stdin = tty or stdin_is_input()
-    run_labels = labels(spec, file_hash(project.lock_path), granted, identity, command)
+    run_labels = labels(spec, locked.lock_hash, granted, identity, command)
     config = container_config(
         spec, tag, command, granted, identity, variables, run_labels, tty=tty, stdin=stdin
     )
@@ -917,6 +963,9 @@ def _run(
             raise
         notice("no NVIDIA runtime in this Docker engine: running without GPUs (gpus: optional)")
         outcome = start(without_gpus(config))
+    reaper.join(timeout=30)
+    for name in reaped:
+        notice(f"removed {name}, left behind by a gpuenv run that was killed")
     if outcome.oom_killed:
         click.echo(
             "gpuenv: the command was killed because it ran out of memory (OOM); "

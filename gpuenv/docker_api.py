@@ -7,7 +7,6 @@ and builds): docker-py and requests take ~0.2 s to import, more than a whole
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import socket
@@ -81,16 +80,54 @@ class ApiError(GpuenvError):
         self.status = status
 
 
-class _Connection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._socket_path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._socket_path)
-        self.sock = sock
+def _read_response(sock: socket.socket) -> tuple[int, bytes]:
+    """Status and body of one HTTP/1.1 response (Content-Length, chunked, or until close)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise OSError("the engine closed the connection")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+    }
+    if "content-length" in headers:
+        size = int(headers["content-length"])
+        while len(body) < size:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        return status, body[:size]
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        decoded = b""
+        while True:
+            while b"\r\n" not in body:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return status, decoded
+                body += chunk
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            while len(body) < size + 2:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return status, decoded + body[:size]
+                body += chunk
+            if size == 0:
+                return status, decoded
+            decoded += body[:size]
+            body = body[size + 2 :]
+    if status in (204, 304) or 100 <= status < 200:
+        return status, b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return status, body
+        body += chunk
 
 
 class EngineAPI:
@@ -116,17 +153,18 @@ class EngineAPI:
         content_type: str = "application/json",
     ) -> tuple[int, bytes]:
         url = API + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        headers = {"Content-Type": content_type} if data is not None else {}
-        connection = _Connection(self.path, timeout)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
+        head = f"{method} {url} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n"
+        if data or method in ("POST", "PUT"):
+            head += f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
         try:
-            connection.request(method, url, body=data, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        except OSError as exc:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(self.path)
+                sock.sendall(head.encode() + b"\r\n" + data)
+                return _read_response(sock)
+        except (OSError, ValueError, IndexError) as exc:
             raise engine_error(exc, self.host) from None
-        finally:
-            connection.close()
 
     def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         status, data = self.request(method, path, body, **kwargs)

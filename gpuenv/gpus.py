@@ -7,11 +7,13 @@ order), by index otherwise; the container is told exactly what was granted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuenv.errors import UsageError
-from gpuenv.host import Host
 from gpuenv.spec import GpuRequest, _Checker, parse_gpus_value
-from gpuenv.yamlfile import YamlDocument
+
+if TYPE_CHECKING:
+    from gpuenv.host import Host
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ def parse_gpus_option(text: str) -> GpuRequest:
             "--gpus 0: a GPU count must be at least 1",
             hint="for the GPU with index 0 write --gpus device=0; for no GPU, --gpus none",
         )
+    from gpuenv.yamlfile import YamlDocument
+
     check = _Checker(YamlDocument("--gpus", None), ".")
     value: object = stripped.removeprefix("device=")
     if stripped.isdigit():

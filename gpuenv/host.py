@@ -20,12 +20,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import HostError
-from gpuenv.versions import (
-    InvalidComputeCapability,
-    InvalidDriverVersion,
-    compute_capability,
-    driver_tuple,
-)
 
 if TYPE_CHECKING:
     from gpuenv.matrix import Matrix
@@ -197,6 +191,8 @@ def detect_host() -> Host:
 
 
 def _check_driver(driver: Any, where: str) -> str | None:
+    from gpuenv.versions import InvalidDriverVersion, driver_tuple
+
     if driver is None:
         return None
     if not isinstance(driver, str):
@@ -255,6 +251,8 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
             f"{where}: unknown keys {', '.join(sorted(unknown))} "
             f"(known: {', '.join(sorted(_GPU_KEYS))})"
         )
+    from gpuenv.versions import InvalidComputeCapability, compute_capability
+
     cc = item.get("compute_capability")
     if cc is not None:
         try:

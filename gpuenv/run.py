@@ -14,14 +14,16 @@ import socket
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import ResolutionError, UsageError
 from gpuenv.gpus import Grant
-from gpuenv.host import Host
-from gpuenv.lock import Lock
 from gpuenv.spec import WORKSPACE, Spec
+
+if TYPE_CHECKING:
+    from gpuenv.host import Host
+    from gpuenv.lock import Lock
 
 RUN_LABEL = "io.gpuenv.run"
 MEMLOCK_UNLIMITED = -1
@@ -29,6 +31,28 @@ STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
 DEFAULT_SHM = 8 * 1024**3
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What a run needs of gpuenv.lock (kept in the build stamp, so a run reads no YAML)."""
+
+    image: str
+    lock_hash: str
+    resolved: dict[str, Any] = field(default_factory=dict)
+    requires: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_lock(cls, lock: Lock, lock_hash: str) -> Locked:
+        return cls(lock.image, lock_hash, dict(lock.resolved), dict(lock.requires))
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "lock_hash": self.lock_hash,
+            "resolved": self.resolved,
+            "requires": self.requires,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,7 +133,7 @@ def environment(
     return result
 
 
-def preflight(lock: Lock, host: Host, grant: Grant, matrix: Any) -> list[str]:
+def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
     """Refuse (ResolutionError) when this host cannot run the locked image; warnings else."""
     from gpuenv.matrix import ImageRow
     from gpuenv.resolve import classify_gpus, evaluate

@@ -221,7 +221,8 @@ def run_container(
                         buffer += chunk
                         _demultiplex(buffer, _write)
                 code = api.wait(container)
-        state = api.inspect(container).get("State", {})
-        return Outcome(code, bool(state.get("OOMKilled")), interrupts > 0)
+        # Only a SIGKILLed command (137) can have been killed for memory: ask then only.
+        oom = code == 137 and bool(api.inspect(container).get("State", {}).get("OOMKilled"))
+        return Outcome(code, oom, interrupts > 0)
     finally:
         api.remove(container)

@@ -15,14 +15,25 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-from packaging.specifiers import SpecifierSet
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import Problem, SpecError
-from gpuenv.versions import InvalidConstraint, parse_constraint
-from gpuenv.yamlfile import Path as YamlPath
-from gpuenv.yamlfile import YamlDocument, YamlSyntaxError, read_yaml
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
+    from gpuenv.yamlfile import Path as YamlPath
+    from gpuenv.yamlfile import YamlDocument
+
+# The YAML and version parsers are imported where they are used: `gpuenv run` rebuilds an
+# already-validated Spec from its build stamp and needs neither.
+
+
+def _constraint(text: str) -> SpecifierSet:
+    from gpuenv.versions import parse_constraint
+
+    return parse_constraint(text)
+
 
 SPEC_FILENAME = "gpuenv.yaml"
 FRAMEWORKS = ("pytorch", "tensorflow", "jax", "none")
@@ -129,15 +140,15 @@ class Spec:
 
     @property
     def version_spec(self) -> SpecifierSet | None:
-        return parse_constraint(self.version) if self.version else None
+        return _constraint(self.version) if self.version else None
 
     @property
     def python_spec(self) -> SpecifierSet | None:
-        return parse_constraint(self.python) if self.python else None
+        return _constraint(self.python) if self.python else None
 
     @property
     def cuda_spec(self) -> SpecifierSet | None:
-        return parse_constraint(self.cuda) if self.cuda else None
+        return _constraint(self.cuda) if self.cuda else None
 
     def to_data(self) -> dict[str, Any]:
         """The spec's meaning as plain data: what the spec hash covers (not comments)."""
@@ -172,6 +183,35 @@ class Spec:
         return replace(self, **given) if given else self
 
 
+def spec_from_data(data: Mapping[str, Any], project_dir: str, path: str | None) -> Spec:
+    """A Spec again from `Spec.to_data()` output (already validated: no checks here)."""
+    gpus = data["gpus"]
+    if isinstance(gpus, int):
+        request = GpuRequest("count", count=gpus)
+    elif isinstance(gpus, list):
+        request = GpuRequest("devices", devices=tuple(str(d) for d in gpus))
+    else:
+        request = GpuRequest(str(gpus))
+    return Spec(
+        project_dir=project_dir,
+        path=path,
+        name=data["name"],
+        framework=data["framework"],
+        version=data["version"],
+        python=data["python"],
+        cuda=data["cuda"],
+        base=data["base"],
+        requirements=tuple(data["requirements"]),
+        packages=tuple(data["packages"]),
+        apt=tuple(data["apt"]),
+        env=tuple(sorted(data["env"].items())),
+        gpus=request,
+        shm_size=data["shm_size"],
+        ipc=data["ipc"],
+        mounts=tuple(Mount(**m) for m in data["mounts"]),
+    )
+
+
 def default_name(project_dir: str) -> str:
     """A valid image name from a folder name: ``My Project`` -> ``my-project``."""
     base = os.path.basename(os.path.abspath(project_dir)).lower()
@@ -194,6 +234,8 @@ def display_path(path: str) -> str:
 
 def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     """Read and validate `project_dir/filename`; raise SpecError listing every problem."""
+    from gpuenv.yamlfile import YamlSyntaxError, read_yaml
+
     path = os.path.join(project_dir, filename)
     shown = display_path(path)
     if not os.path.isfile(path):
@@ -214,7 +256,7 @@ def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
 
 def parse_spec_text(text: str, project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     """Validate spec text (for tests and tools that hold the text already)."""
-    from gpuenv.yamlfile import parse_yaml
+    from gpuenv.yamlfile import YamlSyntaxError, parse_yaml
 
     try:
         doc = parse_yaml(text, filename)
@@ -266,8 +308,10 @@ class _Checker:
         text = self.text((key,), value, "a version or version specifier")
         if text is None:
             return None
+        from gpuenv.versions import InvalidConstraint
+
         try:
-            parse_constraint(text)
+            _constraint(text)
         except InvalidConstraint as exc:
             self.add((key,), str(exc))
             return None

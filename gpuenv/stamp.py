@@ -14,10 +14,11 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from gpuenv import __version__
 
-STAMP_FORMAT = 1
+STAMP_FORMAT = 2
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> str:
@@ -39,8 +40,8 @@ def _stat(path: str) -> list[int] | None:
     return [info.st_mtime_ns, info.st_size, info.st_ino]
 
 
-def fresh_tag(project_dir: str, bake: bool) -> str | None:
-    """The tag recorded for the project, if no input changed since; else None."""
+def fresh(project_dir: str, bake: bool) -> dict[str, Any] | None:
+    """The stamp recorded for the project, if no input changed since; else None."""
     try:
         with open(_path(project_dir, bake), encoding="utf-8") as handle:
             stamp = json.load(handle)
@@ -51,14 +52,28 @@ def fresh_tag(project_dir: str, bake: bool) -> str | None:
         for path, recorded in stamp["inputs"].items():
             if _stat(path) != recorded:
                 return None
-        tag = stamp["tag"]
+        if not isinstance(stamp["tag"], str):
+            return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return tag if isinstance(tag, str) else None
+    return dict(stamp)
 
 
-def record(project_dir: str, bake: bool, tag: str, inputs: Iterable[str]) -> None:
-    """Remember that these input files (as they are now) give `tag`. Best effort."""
+def fresh_tag(project_dir: str, bake: bool) -> str | None:
+    """The tag recorded for the project, if no input changed since; else None."""
+    stamp = fresh(project_dir, bake)
+    return str(stamp["tag"]) if stamp else None
+
+
+def record(
+    project_dir: str,
+    bake: bool,
+    tag: str,
+    inputs: Iterable[str],
+    project: Mapping[str, Any] | None = None,
+) -> None:
+    """Remember that these input files (as they are now) give `tag`, and what `gpuenv run`
+    needs of the validated spec and lock (`project`). Best effort."""
     stats = {os.path.abspath(p): _stat(p) for p in inputs}
     if any(value is None for value in stats.values()):
         return
@@ -68,6 +83,7 @@ def record(project_dir: str, bake: bool, tag: str, inputs: Iterable[str]) -> Non
         "mirror": os.environ.get("GPUENV_REGISTRY_MIRROR") or "",
         "tag": tag,
         "inputs": stats,
+        "project": dict(project or {}),
     }
     path = _path(project_dir, bake)
     try:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from gpuenv.errors import Problem
 
 Path = tuple[str | int, ...]
@@ -65,18 +63,15 @@ class YamlSyntaxError(Exception):
         self.problem = problem
 
 
-# libyaml's parser when PyYAML has it (every wheel does): several times faster.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 _NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 
 
-def _pos(node: yaml.Node) -> Position:
+def _pos(node: Any) -> Position:
     return Position(node.start_mark.line + 1, node.start_mark.column + 1)
 
 
 def _walk(
-    node: yaml.Node,
+    node: Any,
     path: Path,
     positions: dict[Path, Position],
     duplicates: list[Problem],
@@ -87,6 +82,8 @@ def _walk(
     # Aliases share nodes: visiting each node once keeps "billion laughs" documents linear.
     if id(node) in seen:
         return
+    import yaml
+
     seen.add(id(node))
     if isinstance(node, yaml.ScalarNode):
         if not node.style and node.tag in _NUMBER_TAGS:
@@ -123,7 +120,10 @@ def _walk(
 
 def parse_yaml(text: str, filename: str) -> YamlDocument:
     """Parse one YAML document; raise YamlSyntaxError with the parser's line and column."""
-    loader = _Loader(text)
+    import yaml  # here, not at import: `gpuenv run` and `--version` never parse YAML
+
+    # libyaml's parser when PyYAML has it (every wheel does): several times faster.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
