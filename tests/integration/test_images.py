@@ -39,7 +39,14 @@ def test_pull_shows_progress_and_pins_the_digest(make_project, registry: str) ->
     expected = registry_digest(registry, "nvidia/pytorch", "24.05-py3")
     assert "digest: ''" in project.lock_text()
     references = [f"{registry}/nvidia/pytorch@{expected}", f"{registry}/nvidia/pytorch:24.05-py3"]
-    docker("rmi", "-f", *references, host=nogpu, check=False)
+    # That engine is private to the tests: clear what earlier runs left there, so that
+    # this pull really downloads.
+    keep = set(docker("images", "-q", "gpuenv-test/busybox:1", host=nogpu).stdout.split())
+    for _ in range(5):  # children before parents: repeat until nothing is left
+        stale = set(docker("images", "-aq", host=nogpu).stdout.split()) - keep
+        if not stale:
+            break
+        docker("rmi", "-f", *stale, host=nogpu, check=False)
     try:
         result = project.ok("pull", DOCKER_HOST=nogpu)
         assert f"digest: {expected}" in project.lock_text()
