@@ -410,7 +410,7 @@ def lock(
         recorded = recorded_host(existing)
         if recorded is not None:
             host = recorded
-            ui.info(f"no NVIDIA driver here: planning for the host in the lock ({host.describe()})")
+            ui.info(f"no NVIDIA driver here: planning for the host in the lock: {host.describe()}")
     prefer = existing.image if existing is not None and not upgrade else None
     resolution = do_resolve(spec, matrix, host, prefer=prefer)
     same_image = existing is not None and existing.image == resolution.row.image
@@ -717,7 +717,8 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
         if result.built:
             ui.success(
                 f"built {result.tag} in {result.seconds:.1f}s "
-                f"({result.cached_steps} steps from cache)"
+                f"({result.cached_steps} "
+                f"{'step' if result.cached_steps == 1 else 'steps'} from cache)"
             )
         else:
             ui.success("up to date: nothing to build")
@@ -739,8 +740,9 @@ def _age(created: int) -> str:
 def images(folders: tuple[str, ...], as_json: bool) -> None:
     """List gpuenv-built images: project, size, age, and whether a lock refers to it.
 
-    Without FOLDERS each image is checked against the lock of the project folder it was
-    built from; with FOLDERS, against the locks in those folders.
+    An image is in use while a lock refers to it: the lock of the folder it was built
+    from, or of a project in FOLDERS (a project folder, or a folder of projects). With
+    FOLDERS, only images built from projects inside them are listed.
     """
     from rich.table import Table
 
@@ -789,9 +791,11 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
 def gc(folders: tuple[str, ...], yes: bool) -> None:
     """Remove gpuenv-built images that no lock refers to.
 
-    Without FOLDERS, an image is kept while the lock of the folder it was built from
-    still refers to it. With FOLDERS, only images referred to by those folders' locks are
-    kept. Prints what it would remove; --yes removes. Base images are never touched.
+    An image is kept while a lock refers to it: the lock of the folder it was built from,
+    or of a project in FOLDERS (name the folders of other checkouts that share images).
+    With FOLDERS, only images built from projects inside them are considered. Prints what
+    it would remove; --yes removes. Base images and images built FROM gpuenv images are
+    never touched.
     """
     from gpuenv import ui
     from gpuenv.images import collect, list_images

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -198,30 +198,55 @@ def referenced_tags(directory: str, mirror: str | None) -> set[str]:
     return tags
 
 
+def project_folders(folders: Sequence[str]) -> list[str]:
+    """The projects in FOLDERS: each folder with a gpuenv.yaml, and such folders just below."""
+    found = []
+    for folder in folders:
+        root = os.path.abspath(folder)
+        if os.path.isfile(os.path.join(root, "gpuenv.yaml")):
+            found.append(root)
+        with contextlib.suppress(OSError):
+            for entry in sorted(os.scandir(root), key=lambda e: e.name):
+                if entry.is_dir() and os.path.isfile(os.path.join(entry.path, "gpuenv.yaml")):
+                    found.append(entry.path)
+    return found
+
+
+def _inside(path: str, folders: Sequence[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
 def list_images(engine: Engine, mirror: str | None, folders: Sequence[str] = ()) -> list[ImageRow]:
-    """gpuenv-built images, each with whether a lock (of its own folder, or of `folders`)
-    still refers to it."""
-    infos = engine.images(PROJECT_LABEL)
-    cache: dict[str, set[str]] = {}
+    """gpuenv-built images, each with whether a lock still refers to it.
 
-    def tags_of(directory: str) -> set[str]:
-        if directory not in cache:
-            cache[directory] = referenced_tags(directory, mirror)
-        return cache[directory]
-
+    An image is in use while the lock of any project gpuenv knows of refers to it: the
+    folder each image was built from, and the projects in `folders`. With `folders`, only
+    images built from projects inside them are listed (gc never reaches further).
+    """
+    roots = [os.path.abspath(f) for f in folders]
+    infos = [
+        info
+        for info in engine.images(PROJECT_LABEL)
+        # Images built FROM a gpuenv image inherit its labels, not its gpuenv/ tag.
+        if any(t.startswith(f"gpuenv/{info.labels.get(PROJECT_LABEL)}:") for t in info.tags)
+    ]
+    known = set(project_folders(folders))
+    known |= {info.labels.get(f"{LABEL_PREFIX}.project-dir", "") for info in infos} - {""}
+    in_use: set[str] = set()
+    for directory in sorted(known):
+        in_use |= referenced_tags(directory, mirror)
     rows = []
     for info in sorted(infos, key=lambda i: -i.created):
         project = info.labels.get(PROJECT_LABEL, "?")
         own = info.labels.get(f"{LABEL_PREFIX}.project-dir", "")
-        candidates: Iterable[str] = folders or ([own] if own else [])
-        referenced = any(
-            tag in tags_of(os.path.abspath(d)) for d in candidates for tag in info.tags
-        )
+        if roots and not _inside(own, roots):
+            continue
+        referenced = any(tag in in_use for tag in info.tags)
         if referenced:
             reason = "in use by a lock"
-        elif not folders and own and not os.path.isdir(own):
+        elif own and not os.path.isdir(own):
             reason = "project folder gone"
-        elif not folders and own and not os.path.exists(os.path.join(own, LOCK_FILENAME)):
+        elif own and not os.path.exists(os.path.join(own, LOCK_FILENAME)):
             reason = "no gpuenv.lock in its folder"
         else:
             reason = "no lock refers to it"

@@ -213,9 +213,26 @@ def test_gc_removes_only_unreferenced_images(make_project, docker_host: str) -> 
     for tag in (current, kept):
         assert docker("image", "inspect", tag, host=docker_host, check=False).returncode == 0
 
-    # With folders named, only their locks count: `other`'s image goes.
+    # With folders named, only images of their projects are considered.
     named = first.ok("gc", str(first.path))
-    assert f"would remove {kept}" in named.stdout + named.stderr
+    assert kept not in named.stdout + named.stderr
+    assert "nothing to remove" in named.stdout + named.stderr
+
+    # An image built FROM a gpuenv image inherits its labels, but is not gpuenv's.
+    derived = f"itest-derived-{first.name}:1"
+    subprocess.run(
+        ["docker", "build", "-q", "-t", derived, "-"],
+        input=f"FROM {current}\nLABEL derived=yes\n",
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "DOCKER_HOST": docker_host},
+    )
+    try:
+        assert derived not in first.ok("images", "--json").stdout
+        assert derived not in first.ok("gc").stdout + first.ok("gc").stderr
+    finally:
+        docker("rmi", "-f", derived, host=docker_host, check=False)
 
 
 def test_no_engine(make_project) -> None:
