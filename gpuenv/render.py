@@ -11,6 +11,7 @@ GPUs it asks for) does not change the tag, and a second build finds the image.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import io
@@ -136,6 +137,43 @@ def _requirement_files(spec: Spec) -> list[str]:
     return files
 
 
+# The distributions an NGC image's framework build provides: a requirement on them would
+# replace NVIDIA's CUDA build with a PyPI one (or fail), so gpuenv leaves them to the image.
+FRAMEWORK_DISTRIBUTIONS = {
+    "pytorch": {"torch"},
+    "tensorflow": {"tensorflow", "tensorflow-gpu", "tensorflow-cpu", "tf-nightly"},
+    "jax": {"jax", "jaxlib"},
+}
+
+
+def without_framework(text: str, framework: str) -> tuple[str, list[str]]:
+    """Requirements text with the framework's own pins commented out, and those pins.
+
+    >>> text, dropped = without_framework("numpy\\ntorch==2.4.0\\n", "pytorch")
+    >>> dropped
+    ['torch==2.4.0']
+    >>> text.splitlines()[1]
+    "# gpuenv: torch==2.4.0  (the image provides NVIDIA's build)"
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    provided = FRAMEWORK_DISTRIBUTIONS.get(framework, set())
+    kept, dropped = [], []
+    for line in text.splitlines():
+        requirement = line.split(" #", 1)[0].strip()
+        name = None
+        if requirement and not requirement.startswith(("#", "-")):
+            with contextlib.suppress(InvalidRequirement):
+                name = canonicalize_name(Requirement(requirement).name)
+        if name in provided:
+            kept.append(f"# gpuenv: {line.strip()}  (the image provides NVIDIA's build)")
+            dropped.append(requirement)
+        else:
+            kept.append(line)
+    return "\n".join(kept) + ("\n" if text.endswith("\n") else ""), dropped
+
+
 def _ignored(relative: str, patterns: Iterable[str]) -> bool:
     parts = relative.split("/")
     for pattern in patterns:
@@ -210,11 +248,21 @@ def plan_build(
     if spec.apt:
         steps.append(_template("apt.in").substitute(packages=_json_args(spec.apt)))
     requirement_files = _requirement_files(spec)
+    framework = str(lock.resolved.get("framework") or "none")
     if requirement_files:
         for name in requirement_files:
-            files.append(
-                ContextFile(f"requirements/{name}", path=os.path.join(spec.project_dir, name))
+            path = os.path.join(spec.project_dir, name)
+            text, dropped = without_framework(
+                Path(path).read_text(encoding="utf-8", errors="replace"), framework
             )
+            if dropped:
+                version = lock.resolved.get("framework_version") or "its own build"
+                steps.append(
+                    _template("note.in").substitute(
+                        text=f"{name}: {', '.join(dropped)} left to the image ({version})"
+                    )
+                )
+            files.append(ContextFile(f"requirements/{name}", data=text.encode()))
             steps.append(
                 _template("copy.in").substitute(
                     source=json.dumps(f"requirements/{name}"),

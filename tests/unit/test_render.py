@@ -183,3 +183,13 @@ def test_labels(project: Path, matrix: Matrix) -> None:
 )
 def test_label_values_are_escaped(value: str, expected: str) -> None:
     assert label_value(value) == expected
+
+
+def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> None:
+    (project / "requirements.txt").write_text("numpy\nTorch==2.4.0 ; python_version > '3'\ntorchvision\n-r extra/dev.txt\n")
+    plan = planned(project, matrix)
+    assert "# requirements.txt: Torch==2.4.0 ; python_version > '3' left to the image (2.4.0a0+07cecf4168)" in plan.dockerfile
+    (copied,) = [f for f in plan.files if f.name == "requirements/requirements.txt"]
+    lines = copied.content().decode().splitlines()
+    assert lines[0] == "numpy" and lines[1].startswith("# gpuenv: Torch==2.4.0")
+    assert "torchvision" in lines  # only the framework itself is left to the image
