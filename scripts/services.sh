@@ -20,37 +20,8 @@ ENV_FILE=.cache/services.env
 # Tags of the matrix that get a stand-in image in the registry.
 STANDIN_TAGS=(24.05-py3 24.04-py3)
 
-log() { echo "• $*" >&2; }
-die() { echo "error: $*" >&2; exit 1; }
-
-need_root() {
-  [ "$(id -u)" = 0 ] || die "the test services need root (a Docker engine, apt): run 'sudo make test'"
-}
-
-install_missing() {
-  local missing=()
-  command -v dockerd >/dev/null || missing+=(docker.io)
-  command -v docker-registry >/dev/null || missing+=(docker-registry)
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v busybox >/dev/null || missing+=(busybox-static)
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]} (apt)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
-}
-
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-
-wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
-  local seconds=$1 what=$2
-  shift 2
-  for _ in $(seq "$((seconds * 4))"); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.25
-  done
-  die "$what did not come up within ${seconds}s"
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 dockerd_up() {  # dockerd_up NAME WITH_HOOK
   local name=$1 hook=$2 sock="$RUN/$1.sock" pidfile="$RUN/$1.pid"
@@ -78,43 +49,11 @@ dockerd_up() {  # dockerd_up NAME WITH_HOOK
   wait_for 60 "dockerd '$name' (log: $RUN/$name.log)" docker -H "unix://$sock" info
 }
 
-registry_up() {
-  local pidfile="$RUN/registry.pid"
-  if alive "$pidfile"; then
-    return 0
-  fi
-  mkdir -p "$STATE/registry"
-  cat >"$STATE/registry.yml" <<YAML
-version: 0.1
-log:
-  level: warn
-storage:
-  filesystem:
-    rootdirectory: $STATE/registry
-  delete:
-    enabled: true
-http:
-  addr: $REGISTRY
-YAML
-  log "starting the registry on $REGISTRY"
-  setsid docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
-  echo $! >"$pidfile"
-  wait_for 30 "the registry (log: $RUN/registry.log)" \
-    python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
-}
-
 standin_images() {
   local docker=(docker -H "unix://$RUN/gpu.sock")
   if ! "${docker[@]}" image inspect gpuenv-test/bookworm-python:1 >/dev/null 2>&1; then
-    local rootfs="$STATE/rootfs-bookworm"
-    if [ ! -x "$rootfs/usr/bin/python3" ]; then
-      log "making a Debian bookworm root with Python 3 and pip (debootstrap, about a minute)"
-      rm -rf "$rootfs"
-      debootstrap --variant=minbase --include=python3,python3-pip bookworm "$rootfs" \
-        http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||
-        die "debootstrap failed (log: $RUN/debootstrap.log)"
-      rm -rf "$rootfs/var/cache/apt/archives/"*.deb "$rootfs/var/lib/apt/lists/"*
-    fi
+    local rootfs
+    rootfs=$(bookworm_rootfs)
     log "importing gpuenv-test/bookworm-python:1"
     tar -C "$rootfs" -c . | "${docker[@]}" import - gpuenv-test/bookworm-python:1 >/dev/null
   fi
@@ -146,7 +85,8 @@ standin_images() {
 
 up() {
   need_root
-  install_missing
+  install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
+    busybox:busybox-static
   mkdir -p "$STATE" "$RUN" .cache
   dockerd_up gpu yes
   dockerd_up nogpu no
@@ -159,19 +99,6 @@ GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 ENV
   log "services ready ($ENV_FILE)"
-}
-
-stop() {  # stop PIDFILE NAME
-  local pidfile=$1 name=$2
-  if alive "$pidfile"; then
-    local pid
-    pid=$(cat "$pidfile")
-    log "stopping $name (pid $pid)"
-    kill "$pid"
-    for _ in $(seq 80); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  fi
-  rm -f "$pidfile"
 }
 
 down() {

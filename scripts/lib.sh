@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Shell helpers shared by scripts/services.sh (the test services) and scripts/demo.sh.
+# Expects STATE, RUN and REGISTRY to be set by the caller.
+
+log() { echo "• $*" >&2; }
+die() { echo "error: $*" >&2; exit 1; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "the test services need root (a Docker engine, apt): run 'sudo make test'"
+}
+
+install_missing() {  # install_missing COMMAND:PACKAGE...
+  local missing=() pair
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} (apt)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
+  local seconds=$1 what=$2
+  shift 2
+  for _ in $(seq "$((seconds * 4))"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.25
+  done
+  die "$what did not come up within ${seconds}s"
+}
+
+registry_up() {
+  local pidfile="$RUN/registry.pid"
+  if alive "$pidfile"; then
+    return 0
+  fi
+  mkdir -p "$STATE/registry"
+  cat >"$STATE/registry.yml" <<YAML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+YAML
+  log "starting the registry on $REGISTRY"
+  setsid docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  wait_for 30 "the registry (log: $RUN/registry.log)" \
+    python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+}
+
+bookworm_rootfs() {  # a Debian bookworm root with Python 3 and pip, made once
+  local rootfs="$STATE/rootfs-bookworm"
+  if [ ! -x "$rootfs/usr/bin/python3" ]; then
+    log "making a Debian bookworm root with Python 3 and pip (debootstrap, about a minute)"
+    rm -rf "$rootfs"
+    debootstrap --variant=minbase --include=python3,python3-pip bookworm "$rootfs" \
+      http://deb.debian.org/debian >"$RUN/debootstrap.log" 2>&1 ||
+      die "debootstrap failed (log: $RUN/debootstrap.log)"
+    rm -rf "$rootfs/var/cache/apt/archives/"*.deb "$rootfs/var/lib/apt/lists/"*
+  fi
+  echo "$rootfs"
+}
+
+stop() {  # stop PIDFILE NAME
+  local pidfile=$1 name=$2
+  if alive "$pidfile"; then
+    local pid
+    pid=$(cat "$pidfile")
+    log "stopping $name (pid $pid)"
+    kill "$pid"
+    for _ in $(seq 80); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+  fi
+  rm -f "$pidfile"
+}
