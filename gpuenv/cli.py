@@ -40,6 +40,7 @@ Exit codes:
   11   an image could not be pulled (unknown, refused, unreachable)
   12   the project image failed to build
   13   GPUs requested, but the Docker engine has no NVIDIA runtime
+  14   the Docker engine would not start the container
   gpuenv run / shell exit with the command's own exit code once it has started.
   130  interrupted (Ctrl-C)
 """
@@ -965,15 +966,19 @@ def _run(
     except GpuRuntimeMissing:
         if not granted.optional:
             raise
-        notice("no NVIDIA runtime in this Docker engine: running without GPUs (gpus: optional)")
+        notice("no NVIDIA runtime in this Docker engine: running without GPUs (GPUs were optional)")
         outcome = start(without_gpus(config))
     reaper.join(timeout=30)
     for name in reaped:
         notice(f"removed {name}, left behind by a gpuenv run that was killed")
     if outcome.oom_killed:
+        advice = (
+            f"raise --memory (now {memory}), or lower the batch size or the DataLoader workers"
+            if memory
+            else "lower the batch size or the number of DataLoader workers, or use a bigger machine"
+        )
         click.echo(
-            "gpuenv: the command was killed because it ran out of memory (OOM); "
-            "lower the batch size or the number of DataLoader workers, or use a bigger machine",
+            f"gpuenv: the command was killed because it ran out of memory (OOM); {advice}",
             err=True,
         )
     sys.exit(outcome.exit_code)
@@ -1022,7 +1027,9 @@ def run_options(func: F) -> F:
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @run_options
-@click.argument("arguments", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.argument(
+    "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
+)
 @click.pass_obj
 def run(
     obj: Context,

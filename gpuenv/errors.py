@@ -20,6 +20,7 @@ EXIT_HOST = 7
 EXIT_ENGINE = 10
 EXIT_PULL = 11
 EXIT_BUILD = 12
+EXIT_START = 14
 EXIT_INTERRUPTED = 130
 
 
@@ -151,3 +152,9 @@ class BuildError(GpuenvError):
         super().__init__(message, hint=hint)
         self.step = step
         self.output = tuple(output)
+
+
+class StartError(GpuenvError):
+    """The engine would not start the container (a mount, a limit, the image's command)."""
+
+    exit_code = EXIT_START

@@ -126,7 +126,8 @@ def plan(project: Project, mirror: str | None, *, bake: bool = False) -> BuildPl
 def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
     """The files whose change can change the image: spec, lock, and what is copied in."""
     paths = [project.spec.path or "", project.lock_path]
-    return [p for p in paths if p] + [f.path for f in plan.files if f.path]
+    copied = [f.origin or f.path for f in plan.files]
+    return [p for p in paths if p] + [p for p in copied if p]
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ class ContextFile:
     data: bytes | None = None
     executable: bool = False
     link: str | None = None
+    origin: str | None = None  # the project file `data` was made from (it decides rebuilds)
 
     def content(self) -> bytes:
         if self.data is not None:
@@ -262,7 +263,7 @@ def plan_build(
                         text=f"{name}: {', '.join(dropped)} left to the image ({version})"
                     )
                 )
-            files.append(ContextFile(f"requirements/{name}", data=text.encode()))
+            files.append(ContextFile(f"requirements/{name}", data=text.encode(), origin=path))
             steps.append(
                 _template("copy.in").substitute(
                     source=json.dumps(f"requirements/{name}"),

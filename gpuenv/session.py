@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from gpuenv.docker_api import ApiError, EngineAPI
-from gpuenv.errors import GpuenvError
+from gpuenv.errors import GpuenvError, StartError
 from gpuenv.run import (
     RUN_LABEL,
     Identity,
@@ -184,7 +184,7 @@ def run_container(
                         "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
                         "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
                     ) from None
-                raise GpuenvError(f"the container did not start: {exc.message}") from None
+                raise StartError(f"the container did not start: {exc.message}") from None
             handlers: dict[int, Callable[[int, FrameType | None], None]] = {
                 signal.SIGINT: lambda *_: interrupt("SIGINT"),
                 signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),

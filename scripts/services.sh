@@ -19,6 +19,7 @@ REGISTRY=127.0.0.1:5000
 ENV_FILE=.cache/services.env
 # Tags of the matrix that get a stand-in image in the registry.
 STANDIN_TAGS=(24.05-py3 24.04-py3)
+STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -71,13 +72,36 @@ standin_images() {
       rm -rf "$bb"
     fi
   done
+  # A wheelhouse inside the stand-ins (/opt/wheelhouse): containers here have no network,
+  # so tests and the benchmark install real packages from it with pip --no-index.
+  local wheels="$STATE/wheelhouse"
+  if [ ! -f "$wheels/.complete" ]; then
+    log "downloading wheels for the stand-in images' wheelhouse (numpy, six)"
+    mkdir -p "$wheels"
+    python3 -m pip download -q --only-binary=:all: --python-version 3.11 \
+      --platform manylinux2014_x86_64 -d "$wheels" numpy six >/dev/null 2>&1 ||
+      die "pip download of the wheelhouse failed"
+    touch "$wheels/.complete"
+  fi
   for tag in "${STANDIN_TAGS[@]}"; do
-    local ref="$REGISTRY/nvidia/pytorch:$tag"
-    if ! "${docker[@]}" image inspect "$ref" >/dev/null 2>&1; then
+    local ref="$REGISTRY/nvidia/pytorch:$tag" version context
+    version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.stand-in-version"}}' \
+      "$ref" 2>/dev/null || true)
+    if [ "$version" != "$STANDIN_VERSION" ]; then
       log "building the stand-in for nvcr.io/nvidia/pytorch:$tag"
+      context=$(mktemp -d)
+      cp -r "$wheels" "$context/wheelhouse"
+      rm -f "$context/wheelhouse/.complete"
       # Like NGC images: python on PATH, NVIDIA_VISIBLE_DEVICES=all baked in.
-      printf 'FROM gpuenv-test/bookworm-python:1\nENV NVIDIA_VISIBLE_DEVICES=all\nLABEL io.gpuenv.stand-in="nvcr.io/nvidia/pytorch:%s"\n' "$tag" |
-        "${docker[@]}" build -q -t "$ref" - >/dev/null 2>&1
+      cat >"$context/Dockerfile" <<DOCKERFILE
+FROM gpuenv-test/bookworm-python:1
+COPY wheelhouse /opt/wheelhouse
+ENV NVIDIA_VISIBLE_DEVICES=all
+LABEL io.gpuenv.stand-in="nvcr.io/nvidia/pytorch:$tag" io.gpuenv.stand-in-version="$STANDIN_VERSION"
+DOCKERFILE
+      "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
+        die "building the stand-in $ref failed"
+      rm -rf "$context"
     fi
     "${docker[@]}" push -q "$ref" >/dev/null
   done

@@ -186,10 +186,35 @@ def test_label_values_are_escaped(value: str, expected: str) -> None:
 
 
 def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> None:
-    (project / "requirements.txt").write_text("numpy\nTorch==2.4.0 ; python_version > '3'\ntorchvision\n-r extra/dev.txt\n")
+    (project / "requirements.txt").write_text(
+        "numpy\nTorch==2.4.0 ; python_version > '3'\ntorchvision\n-r extra/dev.txt\n"
+    )
     plan = planned(project, matrix)
-    assert "# requirements.txt: Torch==2.4.0 ; python_version > '3' left to the image (2.4.0a0+07cecf4168)" in plan.dockerfile
+    assert (
+        "# requirements.txt: Torch==2.4.0 ; python_version > '3' left to the image (2.4.0a0+07cecf4168)"
+        in plan.dockerfile
+    )
     (copied,) = [f for f in plan.files if f.name == "requirements/requirements.txt"]
     lines = copied.content().decode().splitlines()
     assert lines[0] == "numpy" and lines[1].startswith("# gpuenv: Torch==2.4.0")
     assert "torchvision" in lines  # only the framework itself is left to the image
+
+
+def test_requirements_files_decide_rebuilds(project: Path, matrix: Matrix) -> None:
+    from gpuenv.images import Project, build_inputs
+    from gpuenv.lock import read_lock, write_lock
+
+    spec = load_spec(str(project))
+    lock = lock_from_resolution(
+        resolve(spec, matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")),
+        matrix.version,
+        DIGEST,
+    )
+    write_lock(str(project / "gpuenv.lock"), lock)
+    plan = planned(project, matrix)
+    inputs = build_inputs(
+        Project(spec, read_lock(str(project / "gpuenv.lock")), str(project / "gpuenv.lock")), plan
+    )
+    assert str(project / "requirements.txt") in inputs
+    assert str(project / "extra" / "dev.txt") in inputs
+    assert str(project / "gpuenv.yaml") in inputs and str(project / "gpuenv.lock") in inputs
