@@ -244,9 +244,11 @@ def test_out_of_memory_is_reported(project: Project) -> None:
     assert "ran out of memory (OOM)" in result.stderr
 
 
-def test_stale_lock_stops_the_run(project: Project) -> None:
-    spec = project.path / "gpuenv.yaml"
-    spec.write_text(spec.read_text() + "apt: [git]\n")
+@pytest.mark.parametrize("edited", ["gpuenv.yaml", "requirements.txt"])
+def test_stale_lock_stops_the_run(project: Project, edited: str) -> None:
+    assert project.gpuenv("run", "--", "true").returncode == 0  # the build stamp is fresh
+    path = project.path / edited
+    path.write_text(path.read_text() + ("apt: [git]\n" if edited == "gpuenv.yaml" else "six\n"))
     result = project.gpuenv("run", "--", "true")
     assert result.returncode == 5
     assert "run `gpuenv lock`" in result.stderr
