@@ -41,6 +41,8 @@ Exit codes:
   12   the project image failed to build
   13   GPUs requested, but the Docker engine has no NVIDIA runtime
   14   the Docker engine would not start the container
+  15   gpuenv doctor found a failing check
+  16   not enough free GPUs (see gpuenv top; --wait to queue)
   gpuenv run / shell exit with the command's own exit code once it has started.
   130  interrupted (Ctrl-C)
 """
@@ -891,6 +893,7 @@ def _run(
     env_files: tuple[str, ...],
     root: bool,
     memory: str | None,
+    wait: str | None,
     force: bool,
     quiet: bool,
     shell: bool,
@@ -930,58 +933,73 @@ def _run(
     # No GPUs, no need to ask NVML about them.
     host = detect_host() if request.mode != "none" else Host(None, (), "none")
     granted = grant(request, host)
-    if not force and host.driver is not None and granted.mode != "none":
-        from gpuenv.matrix import load_matrix
+    store = None
+    claimed: list[str] = []
+    if host.gpus and granted.mode != "none":
+        # A shared host: claim the GPUs under the lock before anything starts on them.
+        from gpuenv.claims import ClaimStore, reserve
 
-        for warning in preflight(locked, host, granted, load_matrix()):
-            notice(warning)
-    identity = None if root or os.getuid() == 0 else invoking_identity()
-    variables = environment(spec, env, env_files, os.environ)
-    stdin = tty or stdin_is_input()
-    run_labels = labels(spec, locked.lock_hash, granted, identity, command)
-    config = container_config(
-        spec, tag, command, granted, identity, variables, run_labels, tty=tty, stdin=stdin
-    )
-    if memory:
-        from gpuenv.spec import parse_size
-
-        limit = parse_size(memory)
-        if limit is None or limit < 6 * 1024**2:
-            raise UsageError(f"--memory {memory!r}: not a size of at least 6m (e.g. 32g)")
-        config["HostConfig"]["Memory"] = limit
-
-    def start(container: dict[str, Any]) -> Any:
-        return run_container(
-            api,
-            container,
-            identity=identity,
-            tty=tty,
-            stdin=stdin,
-            notice=notice,
-            second_interrupt_kills=not shell,
-        )
-
+        store = ClaimStore()
+        seconds = None if wait is None else float(wait)
+        granted, claimed = reserve(store, request, host, spec.name, seconds, notice)
     try:
-        outcome = start(config)
-    except GpuRuntimeMissing:
-        if not granted.optional:
-            raise
-        notice("no NVIDIA runtime in this Docker engine: running without GPUs (GPUs were optional)")
-        outcome = start(without_gpus(config))
-    reaper.join(timeout=30)
-    for name in reaped:
-        notice(f"removed {name}, left behind by a gpuenv run that was killed")
-    if outcome.oom_killed:
-        advice = (
-            f"raise --memory (now {memory}), or lower the batch size or the DataLoader workers"
-            if memory
-            else "lower the batch size or the number of DataLoader workers, or use a bigger machine"
+        if not force and host.driver is not None and granted.mode != "none":
+            from gpuenv.matrix import load_matrix
+
+            for warning in preflight(locked, host, granted, load_matrix()):
+                notice(warning)
+        identity = None if root or os.getuid() == 0 else invoking_identity()
+        variables = environment(spec, env, env_files, os.environ)
+        stdin = tty or stdin_is_input()
+        run_labels = labels(spec, locked.lock_hash, granted, identity, command)
+        config = container_config(
+            spec, tag, command, granted, identity, variables, run_labels, tty=tty, stdin=stdin
         )
-        click.echo(
-            f"gpuenv: the command was killed because it ran out of memory (OOM); {advice}",
-            err=True,
-        )
-    sys.exit(outcome.exit_code)
+        if memory:
+            from gpuenv.spec import parse_size
+
+            limit = parse_size(memory)
+            if limit is None or limit < 6 * 1024**2:
+                raise UsageError(f"--memory {memory!r}: not a size of at least 6m (e.g. 32g)")
+            config["HostConfig"]["Memory"] = limit
+
+        def start(container: dict[str, Any]) -> Any:
+            return run_container(
+                api,
+                container,
+                identity=identity,
+                tty=tty,
+                stdin=stdin,
+                notice=notice,
+                second_interrupt_kills=not shell,
+            )
+
+        try:
+            outcome = start(config)
+        except GpuRuntimeMissing:
+            if not granted.optional:
+                raise
+            notice(
+                "no NVIDIA runtime in this Docker engine: running without GPUs (GPUs were optional)"
+            )
+            outcome = start(without_gpus(config))
+        reaper.join(timeout=30)
+        for name in reaped:
+            notice(f"removed {name}, left behind by a gpuenv run that was killed")
+        if outcome.oom_killed:
+            advice = (
+                f"raise --memory (now {memory}), or lower the batch size or the DataLoader workers"
+                if memory
+                else "lower the batch size or the DataLoader workers, or use a bigger machine"
+            )
+            click.echo(
+                f"gpuenv: the command was killed because it ran out of memory (OOM); {advice}",
+                err=True,
+            )
+        sys.exit(outcome.exit_code)
+    finally:
+        if store is not None:
+            store.release(claimed)
 
 
 def run_options(func: F) -> F:
@@ -1008,6 +1026,15 @@ def run_options(func: F) -> F:
                 help="Read variables from a file of KEY=VALUE lines.",
             ),
             click.option("--root", is_flag=True, help="Run as root instead of as you."),
+            click.option(
+                "--wait",
+                metavar="[SECONDS]",
+                is_flag=False,
+                flag_value="0",
+                default=None,
+                help="Queue until the GPUs are free (first come, first served); "
+                "optionally give up after SECONDS.",
+            ),
             click.option(
                 "--memory",
                 metavar="SIZE",
@@ -1038,6 +1065,7 @@ def run(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
+    wait: str | None,
     memory: str | None,
     force: bool,
     quiet: bool,
@@ -1066,6 +1094,7 @@ def run(
         env_files=env_files,
         root=root,
         memory=memory,
+        wait=wait,
         force=force,
         quiet=quiet,
         shell=False,
@@ -1081,6 +1110,7 @@ def shell(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
+    wait: str | None,
     memory: str | None,
     force: bool,
     quiet: bool,
@@ -1094,6 +1124,7 @@ def shell(
         env_files=env_files,
         root=root,
         memory=memory,
+        wait=wait,
         force=force,
         quiet=quiet,
         shell=True,

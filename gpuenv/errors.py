@@ -21,6 +21,8 @@ EXIT_ENGINE = 10
 EXIT_PULL = 11
 EXIT_BUILD = 12
 EXIT_START = 14
+EXIT_DOCTOR = 15
+EXIT_GPUS_BUSY = 16
 EXIT_INTERRUPTED = 130
 
 
@@ -158,3 +160,9 @@ class StartError(GpuenvError):
     """The engine would not start the container (a mount, a limit, the image's command)."""
 
     exit_code = EXIT_START
+
+
+class GpusBusy(GpuenvError):
+    """Not enough free GPUs on this host (and no --wait, or it timed out)."""
+
+    exit_code = EXIT_GPUS_BUSY

@@ -6,14 +6,16 @@ order), by index otherwise; the container is told exactly what was granted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuenv.errors import UsageError
+from gpuenv.errors import GpusBusy, UsageError
 from gpuenv.spec import GpuRequest, _Checker, parse_gpus_value
 
 if TYPE_CHECKING:
-    from gpuenv.host import Host
+    from gpuenv.claims import Claim
+    from gpuenv.host import Gpu, Host
 
 
 @dataclass(frozen=True)
@@ -96,3 +98,47 @@ def grant(request: GpuRequest, host: Host) -> Grant:
         else:
             devices.append(device)
     return Grant("devices", tuple(devices))
+
+
+def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Grant, list[str]]:
+    """The grant for a request on a shared host, and the GPU keys to claim for it.
+
+    Free means: not claimed by a live gpuenv run, and without processes from outside
+    gpuenv; among free GPUs the least loaded are taken. Named GPUs are taken if nobody
+    holds them. Raises GpusBusy saying who holds what.
+    """
+    granted = grant(request, host)
+    if not host.gpus or granted.mode == "none":
+        return granted, []
+    held = {claim.gpu: claim for claim in claims}
+    by_key = {gpu.key: gpu for gpu in host.gpus}
+
+    def holder(gpu: Gpu) -> str:
+        if gpu.key in held:
+            return f"GPU {gpu.index}: held by {held[gpu.key].describe()}"
+        pids = ", ".join(str(p.pid) for p in gpu.processes)
+        return f"GPU {gpu.index}: busy with processes outside gpuenv (pid {pids})"
+
+    if request.mode == "count":
+        assert request.count is not None
+        free = [g for g in host.gpus if g.key not in held and not g.processes]
+        if len(free) < request.count:
+            taken = "; ".join(holder(g) for g in host.gpus if g not in free)
+            raise GpusBusy(
+                f"{request.count} GPU{'s' if request.count > 1 else ''} requested, "
+                f"{len(free)} free on this host ({taken})",
+                hint="wait for them with --wait, or ask for fewer",
+            )
+        free.sort(key=lambda g: (g.utilization or 0, g.memory_used_mib or 0, g.index))
+        chosen = sorted(free[: request.count], key=lambda g: g.index)
+        keys = [g.key for g in chosen]
+        return Grant("devices", tuple(keys)), keys
+    keys = list(granted.devices) if granted.mode == "devices" else list(by_key)
+    busy = [by_key[k] for k in keys if k in held and k in by_key]
+    if busy:
+        raise GpusBusy(
+            "; ".join(holder(g) for g in busy),
+            hint="wait with --wait, pick other GPUs (`gpuenv top` shows who uses what), "
+            "or ask for a count (--gpus N) and gpuenv picks free ones",
+        )
+    return granted, keys

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,14 @@ NVIDIA_SMI_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "dr
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A process using a GPU, by host PID (NVML's view)."""
+
+    pid: int
+    used_memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int
     name: str
@@ -36,6 +44,18 @@ class Gpu:
     compute_capability: str | None = None
     memory_total_mib: int | None = None
     brand: str | None = None  # NVML's brand (tesla, geforce_rtx, nvidia_rtx, ...)
+    # Live state, for reservations and `gpuenv top` (None when unknown).
+    utilization: int | None = None  # percent
+    memory_used_mib: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """How claims and device requests name it: the UUID where known."""
+        return self.uuid or str(self.index)
 
 
 @dataclass(frozen=True)
@@ -53,7 +73,10 @@ class Host:
             "source": self.source,
             "driver": self.driver,
             "cuda_driver": self.cuda_driver,
-            "gpus": [{k: v for k, v in asdict(gpu).items() if v is not None} for gpu in self.gpus],
+            "gpus": [
+                {k: v for k, v in asdict(gpu).items() if v not in (None, [], ())}
+                for gpu in self.gpus
+            ],
         }
 
     def describe(self) -> str:
@@ -111,14 +134,17 @@ def detect_nvml() -> Host | str:
                 brand: str | None = brands.get(pynvml.nvmlDeviceGetBrand(handle))
             except pynvml.NVMLError:
                 brand = None
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
             gpus.append(
                 Gpu(
                     index=index,
                     name=_text(pynvml.nvmlDeviceGetName(handle)),
                     uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
                     compute_capability=f"{major}.{minor}",
-                    memory_total_mib=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // 2**20,
+                    memory_total_mib=int(memory.total) // 2**20,
                     brand=brand,
+                    memory_used_mib=int(memory.used) // 2**20,
+                    **_nvml_state(pynvml, handle),
                 )
             )
         return Host(driver, tuple(gpus), "nvml", cuda_driver)
@@ -127,6 +153,30 @@ def detect_nvml() -> Host | str:
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+def _nvml_state(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """Utilization, temperature, power and processes: whatever this GPU reports."""
+    state: dict[str, Any] = {}
+    readers: dict[str, Callable[[], Any]] = {
+        "utilization": lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        "temperature_c": lambda: int(
+            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+        ),
+        "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+        "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
+    }
+    for key, read in readers.items():
+        with contextlib.suppress(pynvml.NVMLError):
+            state[key] = read()
+    processes = []
+    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        with contextlib.suppress(pynvml.NVMLError, AttributeError):
+            for process in getattr(pynvml, getter)(handle):
+                used = getattr(process, "usedGpuMemory", None)
+                processes.append(GpuProcess(int(process.pid), int(used) // 2**20 if used else None))
+    state["processes"] = tuple(processes)
+    return state
 
 
 def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> Host:
@@ -237,7 +287,20 @@ def load_host_file(path: str) -> Host:
     return Host(driver, tuple(gpus), f"file:{path}", data.get("cuda_driver"))
 
 
-_GPU_KEYS = {"index", "name", "uuid", "compute_capability", "memory_total_mib", "brand"}
+_GPU_KEYS = {
+    "index",
+    "name",
+    "uuid",
+    "compute_capability",
+    "memory_total_mib",
+    "brand",
+    "utilization",
+    "memory_used_mib",
+    "temperature_c",
+    "power_w",
+    "power_limit_w",
+    "processes",
+}
 
 
 def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
@@ -265,6 +328,20 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         raise HostError(f"{where}: 'index' must be a whole number ≥ 0")
     if memory is not None and not isinstance(memory, int):
         raise HostError(f"{where}: 'memory_total_mib' must be a whole number")
+    numbers: dict[str, Any] = {}
+    for key in ("utilization", "memory_used_mib", "temperature_c", "power_w", "power_limit_w"):
+        value = item.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise HostError(f"{where}: '{key}' must be a number")
+        numbers[key] = value
+    processes = []
+    raw_processes = item.get("processes") or []
+    if not isinstance(raw_processes, list):
+        raise HostError(f"{where}: 'processes' must be a list of {{pid, used_memory_mib}}")
+    for process in raw_processes:
+        if not isinstance(process, dict) or not isinstance(process.get("pid"), int):
+            raise HostError(f"{where}: each process needs a numeric 'pid'")
+        processes.append(GpuProcess(process["pid"], process.get("used_memory_mib")))
     return Gpu(
         index=index,
         name=item["name"],
@@ -272,6 +349,8 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         compute_capability=str(cc) if cc is not None else None,
         memory_total_mib=memory,
         brand=item.get("brand"),
+        processes=tuple(processes),
+        **numbers,
     )
 
 
