@@ -137,6 +137,8 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Pin:     gpuenv lock            (--check in CI, --upgrade to move on)
     Image:   gpuenv build           (pulls the base, pins its digest, builds)
     Run:     gpuenv run train.py    (as you, the project at /workspace)
+    Share:   gpuenv ps | top | stop (who uses which GPU)
+    Fix:     gpuenv doctor
     Check:   gpuenv check
     Data:    gpuenv matrix pytorch
     """
@@ -1129,6 +1131,186 @@ def shell(
         quiet=quiet,
         shell=True,
     )
+
+
+def _runs(show_all: bool) -> list[Any]:
+    from gpuenv.docker_api import EngineAPI
+    from gpuenv.monitor import runs_from
+    from gpuenv.run import RUN_LABEL
+
+    runs = runs_from(EngineAPI().containers(RUN_LABEL))
+    return runs if show_all else [r for r in runs if r.state == "running"]
+
+
+@main.command()
+@click.option(
+    "--all", "show_all", is_flag=True, help="Also runs that have stopped but not been removed."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+def ps(show_all: bool, as_json: bool) -> None:
+    """List the gpuenv runs on this host: project, user, GPUs, command, image, uptime."""
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from gpuenv import ui
+
+    runs = _runs(show_all)
+    if as_json:
+        ui.data([{**asdict(r), "uptime": r.uptime} for r in runs])
+        return
+    if not runs:
+        ui.info("no gpuenv runs on this host")
+        return
+    table = Table(title_justify="left")
+    for column in ("run", "project", "user", "GPUs", "command", "image", "up"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        table.add_row(run.name, run.project, run.user, run.gpus, run.command, run.image, run.uptime)
+    ui.out.print(table)
+
+
+@main.command()
+@click.argument("run_name", metavar="RUN")
+def stop(run_name: str) -> None:
+    """Stop a gpuenv run (by name or id, as `gpuenv ps` shows): its owner, or root.
+
+    The run's command gets SIGTERM, then SIGKILL after 10 s; its gpuenv process then
+    removes the container and releases its GPUs.
+    """
+    from gpuenv import ui
+    from gpuenv.docker_api import EngineAPI
+    from gpuenv.errors import UsageError
+
+    matches = [r for r in _runs(True) if r.name == run_name or r.id.startswith(run_name)]
+    if not matches:
+        raise UsageError(f"no gpuenv run named {run_name!r}", hint="`gpuenv ps` lists them")
+    if len(matches) > 1:
+        raise UsageError(f"{run_name!r} matches {len(matches)} runs; give more of the id")
+    run = matches[0]
+    if os.getuid() != 0 and run.uid is not None and run.uid != os.getuid():
+        raise UsageError(f"{run.name} belongs to {run.user}: only its owner or root can stop it")
+    EngineAPI().call("POST", f"/containers/{run.id}/stop", query={"t": "10"}, timeout=60)
+    ui.success(f"stopped {run.name} ({run.project}, {run.user})")
+
+
+def _top_data() -> tuple[Any, list[Any]]:
+    from gpuenv.claims import ClaimStore
+    from gpuenv.host import detect_host
+    from gpuenv.monitor import gpu_rows
+
+    host = detect_host()
+    if not host.gpus:
+        return host, []
+    try:
+        claims = ClaimStore().claims()
+    except Exception:  # a read-only or missing state folder: show the GPUs anyway
+        claims = []
+    return host, gpu_rows(host, claims, _runs(False))
+
+
+def _top_table(host: Any, rows: list[Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=host.describe(), title_justify="left")
+    for column in ("GPU", "name", "util", "memory", "temp", "power", "held by / used by"):
+        table.add_column(column, overflow="fold")
+
+    def number(value: Any, unit: str) -> str:
+        return "-" if value is None else f"{value:.0f}{unit}"
+
+    for row in rows:
+        users = []
+        if row.claimed_by:
+            users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']})")
+        for user in row.users:
+            if user["gpuenv"]:
+                users.append(f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}")
+            else:
+                where = f"container {user['container']}" if user["container"] else "no container"
+                users.append(
+                    f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
+                )
+        memory = (
+            f"{number(row.memory_used_mib, '')}/{number(row.memory_total_mib, ' MiB')}"
+            if row.memory_total_mib
+            else number(row.memory_used_mib, " MiB")
+        )
+        power = f"{number(row.power_w, '')}/{number(row.power_limit_w, ' W')}"
+        table.add_row(
+            str(row.index),
+            row.name,
+            number(row.utilization, "%"),
+            memory,
+            number(row.temperature_c, "°C"),
+            power,
+            "\n".join(users) or "[green]free[/]",
+        )
+    return table
+
+
+@main.command()
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option("--json", "as_json", is_flag=True, help="One snapshot as JSON (implies --once).")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
+def top(once: bool, as_json: bool, interval: float) -> None:
+    """A live view of every GPU: utilization, memory, temperature, power, and which run,
+    container and user holds it (NVML's process IDs mapped to containers through their
+    cgroups). GPUs used by processes outside gpuenv are shown as such."""
+    import time
+
+    from gpuenv import ui
+
+    host, rows = _top_data()
+    if not host.gpus:
+        message = f"no NVIDIA GPU on this host ({host.note or host.describe()}): nothing to show"
+        if as_json:
+            ui.data({"host": host.to_data(), "gpus": [], "message": message})
+        else:
+            ui.info(message)
+        return
+    if as_json:
+        ui.data({"host": host.to_data(), "gpus": [r.to_data() for r in rows]})
+        return
+    if once:
+        ui.out.print(_top_table(host, rows))
+        return
+    from rich.live import Live
+
+    with Live(_top_table(host, rows), console=ui.out, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                host, rows = _top_data()
+                live.update(_top_table(host, rows), refresh=True)
+        except KeyboardInterrupt:
+            pass
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.pass_obj
+def doctor(obj: Context, as_json: bool) -> None:
+    """Check this machine for gpuenv: Docker engine and API, NVIDIA runtime, driver and
+    NVML, the project's lock against this host, free disk, nvcr.io credentials and the
+    state folder. Exits 15 when a check fails."""
+    from rich.markup import escape
+
+    from gpuenv import ui
+    from gpuenv.doctor import run_checks
+    from gpuenv.errors import EXIT_DOCTOR
+
+    checks = run_checks(obj.directory)
+    if as_json:
+        ui.data([c.to_data() for c in checks])
+    else:
+        marks = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
+        for check in checks:
+            ui.out.print(f"{marks[check.status]} {escape(check.name)}: {escape(check.detail)}")
+            if check.remedy:
+                ui.out.print(f"       [cyan]→[/] {escape(check.remedy)}")
+    if any(c.status == "fail" for c in checks):
+        sys.exit(EXIT_DOCTOR)
 
 
 if __name__ == "__main__":  # pragma: no cover

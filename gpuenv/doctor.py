@@ -1,0 +1,253 @@
+"""`gpuenv doctor`: is this machine ready to run gpuenv's containers on its GPUs?
+
+Each check says ok, warn or fail, and for anything but ok what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gpuenv.errors import GpuenvError
+
+MIN_API = (1, 40)  # DeviceRequests
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    remedy: str = ""
+
+    def to_data(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _engine(checks: list[Check]) -> None:
+    from gpuenv.docker_api import EngineAPI
+
+    try:
+        api = EngineAPI()
+        version = api.call("GET", "/version")
+        info = api.call("GET", "/info")
+    except GpuenvError as exc:
+        checks.append(Check("Docker engine", "fail", exc.message, exc.hint or ""))
+        return None
+    api_version = str(version.get("ApiVersion", "0.0"))
+    numbers = tuple(int(p) for p in api_version.split(".")[:2])
+    checks.append(Check("Docker engine", "ok", f"{api.host}: Engine {version.get('Version')}"))
+    if numbers < MIN_API:
+        checks.append(
+            Check(
+                "Engine API version",
+                "fail",
+                f"API {api_version} is older than 1.40",
+                "upgrade Docker to 19.03 or newer (GPU requests need API 1.40)",
+            )
+        )
+    else:
+        checks.append(Check("Engine API version", "ok", f"API {api_version}"))
+    _gpu_runtime(api, info, checks)
+    _disk(info, checks)
+
+
+def _gpu_runtime(api: object, info: dict[str, Any], checks: list[Check]) -> None:
+    """Ask the engine itself: start a container with a GPU request and a command that
+    cannot exist. 'could not select device driver' means no NVIDIA runtime; failing on
+    the command means the request got through. Nothing is executed."""
+    from gpuenv.docker_api import ApiError, EngineAPI
+
+    assert isinstance(api, EngineAPI)
+    runtimes = info.get("Runtimes") or {}
+    cdi = info.get("CDISpecDirs") or []
+    images = api.call("GET", "/images/json") or []
+    tagged = [i for i in images if i.get("RepoTags") and i["RepoTags"][0] != "<none>:<none>"]
+    if not tagged:
+        if "nvidia" in runtimes or cdi:
+            checks.append(Check("NVIDIA runtime", "ok", "registered (nvidia runtime or CDI)"))
+        else:
+            checks.append(
+                Check(
+                    "NVIDIA runtime",
+                    "warn",
+                    "not checked: the engine has no image to test with",
+                    "run `gpuenv build`, then `gpuenv doctor` again",
+                )
+            )
+        return
+    config = {
+        "Image": tagged[0]["RepoTags"][0],
+        "Entrypoint": ["/gpuenv-doctor-probe-does-not-exist"],
+        "Cmd": [],
+        "Labels": {"io.gpuenv.doctor": "1"},
+        "HostConfig": {"DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}]},
+    }
+    container = api.create(config)
+    try:
+        api.start(container)
+        message = ""
+    except ApiError as exc:
+        message = exc.message
+    finally:
+        api.remove(container)
+    if "could not select device driver" in message:
+        checks.append(
+            Check(
+                "NVIDIA runtime",
+                "fail",
+                "the engine cannot give containers GPUs (could not select device driver)",
+                "install the NVIDIA Container Toolkit and restart Docker: "
+                "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/",
+            )
+        )
+    else:
+        checks.append(
+            Check("NVIDIA runtime", "ok", "GPU requests reach the engine's NVIDIA driver")
+        )
+
+
+def _disk(info: dict[str, Any], checks: list[Check]) -> None:
+    root = str(info.get("DockerRootDir") or "/var/lib/docker")
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        checks.append(Check("disk", "warn", f"cannot read free space of {root} (another host?)"))
+        return
+    gigabytes = free / 1e9
+    if gigabytes < 10:
+        status, remedy = (
+            "fail",
+            "free space: NGC images need 10-20 GB each (`gpuenv gc --yes`, `docker system prune`)",
+        )
+    elif gigabytes < 40:
+        status, remedy = (
+            "warn",
+            "NGC images need 10-20 GB each; `gpuenv gc` lists unused gpuenv images",
+        )
+    else:
+        status, remedy = "ok", ""
+    checks.append(Check("disk", status, f"{gigabytes:.0f} GB free in {root}", remedy))
+
+
+def _driver(checks: list[Check]) -> object:
+    from gpuenv.host import detect_host
+
+    try:
+        host = detect_host()
+    except GpuenvError as exc:
+        checks.append(Check("NVIDIA driver", "fail", exc.message, exc.hint or ""))
+        return None
+    if host.driver is None:
+        checks.append(
+            Check(
+                "NVIDIA driver",
+                "warn",
+                f"no NVIDIA driver found ({host.note})",
+                "install the NVIDIA driver to run on GPUs; gpuenv still plans and builds here",
+            )
+        )
+    else:
+        checks.append(Check("NVIDIA driver", "ok", host.describe()))
+    return host
+
+
+def _lock(directory: str, host: object, checks: list[Check]) -> None:
+    from gpuenv.images import load_project
+    from gpuenv.run import Locked, preflight
+
+    if not os.path.exists(os.path.join(directory, "gpuenv.lock")):
+        return
+    try:
+        project = load_project(directory)
+    except GpuenvError as exc:
+        checks.append(Check("gpuenv.lock", "fail", exc.message, exc.hint or ""))
+        return
+    if host is None or getattr(host, "driver", None) is None:
+        checks.append(
+            Check("gpuenv.lock", "ok", f"{project.lock.image} (no driver here to check against)")
+        )
+        return
+    from gpuenv.gpus import Grant
+    from gpuenv.matrix import load_matrix
+
+    try:
+        preflight(Locked.from_lock(project.lock, ""), host, Grant("all"), load_matrix())  # type: ignore[arg-type]
+    except GpuenvError as exc:
+        checks.append(Check("gpuenv.lock", "fail", exc.message, exc.hint or ""))
+        return
+    checks.append(Check("gpuenv.lock", "ok", f"{project.lock.image} runs on this host"))
+
+
+def _credentials(checks: list[Check]) -> None:
+    if os.environ.get("NGC_API_KEY"):
+        checks.append(Check("nvcr.io credentials", "ok", "NGC_API_KEY is set"))
+        return
+    path = os.path.join(
+        os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"), "config.json"
+    )
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError):
+        config = {}
+    if "nvcr.io" in (config.get("auths") or {}) or "nvcr.io" in (config.get("credHelpers") or {}):
+        checks.append(Check("nvcr.io credentials", "ok", f"docker login nvcr.io ({path})"))
+    else:
+        checks.append(
+            Check(
+                "nvcr.io credentials",
+                "warn",
+                "none: public NGC images pull anonymously",
+                "for private NGC images set NGC_API_KEY, or `docker login nvcr.io`",
+            )
+        )
+
+
+def _state(checks: list[Check]) -> None:
+    from gpuenv.claims import ClaimStore
+
+    try:
+        store = ClaimStore()
+        with store.locked():
+            count = len(store.claims())
+    except (GpuenvError, OSError) as exc:
+        message = exc.message if isinstance(exc, GpuenvError) else str(exc)
+        checks.append(
+            Check(
+                "state folder",
+                "fail",
+                message,
+                "set GPUENV_STATE_DIR to a folder all GPU users can write",
+            )
+        )
+        return
+    mode = os.stat(store.directory).st_mode & 0o7777
+    if mode & 0o1777 != 0o1777:
+        checks.append(
+            Check(
+                "state folder",
+                "warn",
+                f"{store.directory} has mode {mode:o}, not 1777",
+                f"other users cannot claim GPUs: `sudo chmod 1777 {store.directory}`",
+            )
+        )
+    else:
+        checks.append(Check("state folder", "ok", f"{store.directory}: {count} live GPU claims"))
+
+
+def run_checks(directory: str) -> list[Check]:
+    checks: list[Check] = []
+    steps: list[Callable[[], object]] = [
+        lambda: _engine(checks),
+        lambda: _lock(directory, _driver(checks), checks),
+        lambda: _credentials(checks),
+        lambda: _state(checks),
+    ]
+    for step in steps:
+        step()
+    return checks

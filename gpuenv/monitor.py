@@ -1,0 +1,164 @@
+"""Who uses which GPU: gpuenv's run containers, their claims, and NVML's processes mapped
+to containers through /proc/<pid>/cgroup (so no --pid=host is needed)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuenv.claims import Claim
+from gpuenv.host import Host
+from gpuenv.run import RUN_LABEL
+
+_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: str
+    name: str
+    project: str
+    user: str
+    uid: int | None
+    gpus: str
+    command: str
+    image: str
+    started: str
+    state: str
+    pid: int | None
+
+    @property
+    def uptime(self) -> str:
+        try:
+            started = time.mktime(time.strptime(self.started, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        except ValueError:
+            return "?"
+        seconds = max(0, int(time.time() - started))
+        hours, rest = divmod(seconds, 3600)
+        return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+
+def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
+    out = []
+    for container in containers:
+        labels = container.get("Labels") or {}
+        if RUN_LABEL not in labels:
+            continue
+        user = labels.get("io.gpuenv.user", "?")
+        match = re.search(r"\((\d+)\)$", user)
+        pid = labels.get("io.gpuenv.pid", "")
+        out.append(
+            RunInfo(
+                id=container["Id"],
+                name=str((container.get("Names") or ["?"])[0]).lstrip("/"),
+                project=labels.get("io.gpuenv.project", "?"),
+                user=user,
+                uid=int(match.group(1)) if match else None,
+                gpus=labels.get("io.gpuenv.gpus", "?"),
+                command=labels.get("io.gpuenv.command", ""),
+                image=str(container.get("Image", "")),
+                started=labels.get("io.gpuenv.started", ""),
+                state=str(container.get("State", "")),
+                pid=int(pid) if pid.isdigit() else None,
+            )
+        )
+    return sorted(out, key=lambda r: r.started)
+
+
+def container_of(pid: int) -> str | None:
+    """The Docker container a host process runs in, from its cgroup path."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    match = _CONTAINER_ID.search(text)
+    return match.group(1) if match else None
+
+
+def process_owner(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                    import pwd
+
+                    try:
+                        return pwd.getpwuid(uid).pw_name
+                    except KeyError:
+                        return str(uid)
+    except OSError:
+        pass
+    return "?"
+
+
+@dataclass
+class GpuRow:
+    index: int
+    name: str
+    uuid: str | None
+    utilization: int | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    temperature_c: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    claimed_by: dict[str, Any] | None = None
+    users: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_data(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> list[GpuRow]:
+    """One row per GPU: its state, the claim on it, and what runs on it."""
+    held = {claim.gpu: claim for claim in claims}
+    by_container = {run.id: run for run in runs}
+    rows = []
+    for gpu in host.gpus:
+        claim = held.get(gpu.key)
+        row = GpuRow(
+            gpu.index,
+            gpu.name,
+            gpu.uuid,
+            gpu.utilization,
+            gpu.memory_used_mib,
+            gpu.memory_total_mib,
+            gpu.temperature_c,
+            gpu.power_w,
+            gpu.power_limit_w,
+            claimed_by=(
+                {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
+            ),
+        )
+        for process in gpu.processes:
+            container = container_of(process.pid)
+            run = by_container.get(container or "")
+            if run is not None:
+                row.users.append(
+                    {
+                        "pid": process.pid,
+                        "memory_mib": process.used_memory_mib,
+                        "gpuenv": True,
+                        "run": run.name,
+                        "project": run.project,
+                        "user": run.user,
+                        "container": run.id[:12],
+                    }
+                )
+            else:
+                row.users.append(
+                    {
+                        "pid": process.pid,
+                        "memory_mib": process.used_memory_mib,
+                        "gpuenv": False,
+                        "container": (container or "")[:12] or None,
+                        "user": process_owner(process.pid),
+                    }
+                )
+        rows.append(row)
+    return rows
