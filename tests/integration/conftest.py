@@ -137,6 +137,7 @@ def make_project(
             "DOCKER_HOST": docker_host,
             "GPUENV_REGISTRY_MIRROR": registry,
             "XDG_CACHE_HOME": str(cache),
+            "GPUENV_STATE_DIR": str(base / ".gpuenv-state"),
             "PYTHONPATH": str(REPO),
         }
         env.pop("NGC_API_KEY", None)
