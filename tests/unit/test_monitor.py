@@ -83,6 +83,5 @@ def test_gpu_rows_attribute_claims_and_processes(monkeypatch) -> None:
     assert rows[1].users[0]["gpuenv"] is True and rows[1].users[0]["run"] == "brave_turing"
 
 
-def test_container_of_this_process_is_none_outside_docker() -> None:
-    assert container_of(os.getpid()) is None or len(container_of(os.getpid()) or "") == 64
+def test_container_of_a_missing_process() -> None:
     assert container_of(2**22 + 17) is None
