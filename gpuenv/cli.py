@@ -138,6 +138,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Image:   gpuenv build           (pulls the base, pins its digest, builds)
     Run:     gpuenv run train.py    (as you, the project at /workspace)
     Share:   gpuenv ps | top | stop (who uses which GPU)
+    Scale:   gpuenv push | submit | jobs | export kubernetes|compose
     Fix:     gpuenv doctor
     Check:   gpuenv check
     Data:    gpuenv matrix pytorch
@@ -1311,6 +1312,311 @@ def doctor(obj: Context, as_json: bool) -> None:
                 ui.out.print(f"       [cyan]→[/] {escape(check.remedy)}")
     if any(c.status == "fail" for c in checks):
         sys.exit(EXIT_DOCTOR)
+
+
+@main.command("push")
+@click.argument("repository", required=False, metavar="[REGISTRY/REPO[:TAG]]")
+@quiet_option
+@click.pass_obj
+def push_command(obj: Context, repository: str | None, quiet: bool) -> None:
+    """Push the project image, with the code baked in, to a team registry, and record
+    the pushed reference and digest in gpuenv.lock: teammates and cluster nodes (gpuenv
+    submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
+    argument, pushes to the repository of the last push."""
+    from gpuenv import ui
+    from gpuenv.errors import UsageError
+    from gpuenv.images import load_project
+    from gpuenv.images import push as do_push
+    from gpuenv.live import make_view
+    from gpuenv.registry import parse_reference
+
+    project = load_project(obj.directory)
+    if repository is None:
+        previous = (project.lock.extra.get("pushed") or {}).get("reference")
+        if not previous:
+            raise UsageError(
+                "where to? give a repository, e.g. gpuenv push registry.example.com/team/project"
+            )
+        repository = parse_reference(str(previous)).repository
+    if not quiet:
+        ui.step(f"pushing the project image, code baked in, to {repository}")
+    project, image = do_push(project, _engine(), make_view(quiet), _mirror(), repository)
+    ui.result(image)
+    if not quiet:
+        ui.success(
+            f"pushed {project.lock.extra['pushed']['reference']}; gpuenv.lock records {image}"
+        )
+
+
+def _cluster_env(
+    spec: Spec, env: tuple[str, ...], env_files: tuple[str, ...]
+) -> tuple[dict[str, str], list[str]]:
+    """Values to write (spec env, env files, -e KEY=VALUE) and bare -e KEY names."""
+    from gpuenv.run import environment
+
+    passthrough = [e for e in env if "=" not in e]
+    values = environment(spec, [e for e in env if "=" in e], env_files, {})
+    return values, passthrough
+
+
+def _cluster_gpus(spec: Spec, gpus: int | None) -> int:
+    if gpus is not None:
+        return gpus
+    request = spec.gpus
+    if request.mode == "count":
+        return request.count or 0
+    if request.mode == "devices":
+        return len(request.devices)
+    return 0 if request.mode == "none" else 1
+
+
+cluster_options = [
+    click.option(
+        "--gpus", type=click.IntRange(min=0), help="GPUs per job (default: the spec's count, or 1)."
+    ),
+    click.option(
+        "-e", "--env", multiple=True, metavar="KEY[=VALUE]", help="A variable for the job."
+    ),
+    click.option("--env-file", "env_files", multiple=True, type=click.Path(dir_okay=False)),
+]
+
+
+def _cluster(func: F) -> F:
+    for option in reversed(cluster_options):
+        func = option(func)
+    return func
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@_cluster
+@click.option("--time", "time_limit", metavar="TIME", help="Slurm time limit, e.g. 04:00:00.")
+@click.option("--partition", help="Slurm partition.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes.")
+@click.option(
+    "--sbatch-arg",
+    "sbatch_args",
+    multiple=True,
+    metavar="--OPTION=VALUE",
+    help="Any other sbatch option (repeatable).",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["docker", "pyxis"]),
+    default="docker",
+    show_default=True,
+    help="docker run on the node, or srun with pyxis/enroot.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
+@click.argument(
+    "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
+)
+@click.pass_obj
+def submit(
+    obj: Context,
+    gpus: int | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    time_limit: str | None,
+    partition: str | None,
+    nodes: int | None,
+    sbatch_args: tuple[str, ...],
+    launcher: str,
+    dry_run: bool,
+    arguments: tuple[str, ...],
+) -> None:
+    """Submit TARGET to Slurm, in the locked image (by the digest `gpuenv push` recorded).
+
+    The job asks for --gres=gpu:N; its step runs the image with exactly the GPUs Slurm
+    granted (SLURM_JOB_GPUS), the project mounted at /workspace, as you, and passes the
+    exit code back to Slurm. Output goes to .gpuenv/slurm/ in the project.
+    """
+    import subprocess
+    import time
+
+    from gpuenv import ui
+    from gpuenv.cluster import pushed_image, sbatch_script
+    from gpuenv.errors import UsageError
+    from gpuenv.files import atomic_write
+    from gpuenv.images import load_project
+    from gpuenv.run import command_for, shm_size
+
+    project = load_project(obj.directory)
+    spec = project.spec
+    values, passthrough = _cluster_env(spec, env, env_files)
+    output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
+    script = sbatch_script(
+        spec,
+        pushed_image(project.lock.extra),
+        command_for(arguments),
+        values,
+        passthrough=passthrough,
+        gpus=_cluster_gpus(spec, gpus),
+        output_dir=output_dir,
+        shm_size=shm_size(spec) or 8 * 1024**3,
+        launcher=launcher,
+        time_limit=time_limit,
+        partition=partition,
+        nodes=nodes,
+        extra=sbatch_args,
+    )
+    if dry_run:
+        click.echo(script, nl=False)
+        return
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
+    atomic_write(path, script, mode=0o755)
+    try:
+        result = subprocess.run(
+            ["sbatch", "--parsable", path],
+            cwd=obj.directory,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise UsageError(
+            "sbatch is not on PATH: this is not a Slurm login node",
+            hint=f"the script is ready at {path}; or use --dry-run",
+        ) from None
+    if result.returncode != 0:
+        raise UsageError(f"sbatch refused the job: {result.stderr.strip()}", hint=f"script: {path}")
+    job = result.stdout.strip().split(";")[0]
+    ui.result(job)
+    ui.success(f"submitted job {job} ({path}); `gpuenv jobs` follows it")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+@click.pass_obj
+def jobs(obj: Context, as_json: bool) -> None:
+    """This project's Slurm jobs that are pending or running (squeue)."""
+    import subprocess
+
+    from gpuenv import ui
+    from gpuenv.cluster import job_name
+    from gpuenv.errors import UsageError
+    from gpuenv.spec import load_spec
+
+    name = job_name(load_spec(obj.directory))
+    try:
+        result = subprocess.run(
+            ["squeue", "--noheader", f"--name={name}", "--format=%i|%T|%M|%D|%R"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise UsageError("squeue is not on PATH: this is not a Slurm login node") from None
+    if result.returncode != 0:
+        raise UsageError(f"squeue failed: {result.stderr.strip()}")
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.strip()]
+    data = [
+        dict(zip(("job", "state", "time", "nodes", "where"), row, strict=False)) for row in rows
+    ]
+    if as_json:
+        ui.data(data)
+    elif not data:
+        ui.info(f"no pending or running jobs named {name}")
+    else:
+        for job in data:
+            ui.out.print(
+                f"{job['job']:>8}  {job['state']:<10} {job['time']:>10}  {job['where']}",
+                markup=False,
+            )
+
+
+@main.group()
+def export() -> None:
+    """Write the locked environment for another scheduler (to stdout)."""
+
+
+def _export_inputs(
+    obj: Context, env: tuple[str, ...], env_files: tuple[str, ...]
+) -> tuple[Any, dict[str, str]]:
+    from gpuenv.errors import UsageError
+    from gpuenv.images import load_project
+
+    project = load_project(obj.directory)
+    values, passthrough = _cluster_env(project.spec, env, env_files)
+    if passthrough:
+        raise UsageError(
+            f"-e {passthrough[0]} has no value: exported files carry values (-e KEY=VALUE), "
+            "keep secrets in the scheduler's own secret store"
+        )
+    return project, values
+
+
+@export.command("kubernetes")
+@_cluster
+@click.argument(
+    "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
+)
+@click.pass_obj
+def export_kubernetes(
+    obj: Context,
+    gpus: int | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    arguments: tuple[str, ...],
+) -> None:
+    """A Kubernetes Job running TARGET in the pushed image (by digest), with nvidia.com/gpu
+    limits, /dev/shm as a memory-backed emptyDir, a non-root user and no restarts."""
+    import yaml
+
+    from gpuenv.cluster import kubernetes_job, pushed_image
+    from gpuenv.run import command_for, shm_size
+
+    project, values = _export_inputs(obj, env, env_files)
+    manifest = kubernetes_job(
+        project.spec,
+        pushed_image(project.lock.extra),
+        command_for(arguments),
+        values,
+        gpus=_cluster_gpus(project.spec, gpus),
+        shm_size=shm_size(project.spec) or 8 * 1024**3,
+        uid=os.getuid(),
+        gid=os.getgid(),
+    )
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+@export.command("compose")
+@_cluster
+@click.argument(
+    "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
+)
+@click.pass_obj
+def export_compose(
+    obj: Context,
+    gpus: int | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    arguments: tuple[str, ...],
+) -> None:
+    """A docker-compose.yaml service running TARGET in the project image: the pushed
+    digest, or else the locally built tag; GPUs reserved by count or device ids."""
+    import yaml
+
+    from gpuenv.cluster import compose_file
+    from gpuenv.run import command_for, shm_size
+
+    project, values = _export_inputs(obj, env, env_files)
+    pushed = (project.lock.extra.get("pushed") or {}).get("image")
+    image = pushed or _ensure_image(obj, quiet=True)[2]
+    request = project.spec.gpus
+    devices = list(request.devices) if request.mode == "devices" and gpus is None else []
+    manifest = compose_file(
+        project.spec,
+        image,
+        command_for(arguments),
+        values,
+        gpus=None if devices else _cluster_gpus(project.spec, gpus),
+        device_ids=devices,
+        shm_size=shm_size(project.spec) or 8 * 1024**3,
+        uid=os.getuid(),
+        gid=os.getgid(),
+    )
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -112,6 +112,33 @@ class DockerEngine:
         except APIError as exc:
             raise BuildError(f"the Docker engine refused the build: {_explanation(exc)}") from None
 
+    def tag(self, source: str, repository: str, tag: str) -> None:
+        from docker.errors import APIError
+
+        with self._calls():
+            try:
+                self.api.tag(source, repository, tag=tag)
+            except APIError as exc:
+                raise EngineError(
+                    f"could not tag {source} as {repository}:{tag}: {_explanation(exc)}"
+                ) from None
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
+        from docker.errors import APIError
+
+        try:
+            with self._calls():
+                yield from self.api.push(
+                    repository,
+                    tag=tag,
+                    stream=True,
+                    decode=True,
+                    auth_config=dict(auth) if auth else None,
+                )
+        except APIError as exc:
+            status = getattr(exc, "status_code", None)
+            raise pull_error(f"{repository}:{tag}", _explanation(exc), status) from None
+
     def images(self, label: str) -> list[ImageInfo]:
         with self._calls():
             rows = self.api.images(filters={"label": label})

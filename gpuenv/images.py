@@ -267,3 +267,36 @@ def collect(
                 engine.remove_image(tag)
             on_remove(row)
     return doomed
+
+
+def push(
+    project: Project, engine: Engine, view: View, mirror: str | None, repository: str
+) -> tuple[Project, str]:
+    """Build the project image with the code baked in, push it, record its digest in the
+    lock (`pushed`), and return the image by digest."""
+    from gpuenv.registry import credentials as auth_for
+
+    reference = parse_reference(repository)
+    if reference.digest:
+        raise PullError(f"{repository}: name a repository (and a tag), not a digest")
+    project, _ = ensure_base(project, engine, view, mirror)
+    planned = plan(project, mirror, bake=True)
+    result = build(planned, engine, view)
+    tag = reference.tag or result.tag.rsplit(":", 1)[1]
+    engine.tag(result.tag, reference.repository, tag)
+    target = f"{reference.repository}:{tag}"
+    digest = None
+    for event in engine.push(reference.repository, tag, auth_for(reference.repository)):
+        if "error" in event:
+            from gpuenv.docker_engine import pull_error
+
+            raise pull_error(target, str(event.get("error")))
+        aux = event.get("aux")
+        if isinstance(aux, dict) and str(aux.get("Digest", "")).startswith("sha256:"):
+            digest = str(aux["Digest"])
+    if digest is None:
+        raise PullError(f"the registry did not report a digest for {target}")
+    pushed = {"reference": target, "digest": digest, "image": f"{reference.repository}@{digest}"}
+    lock = replace(project.lock, extra={**project.lock.extra, "pushed": pushed})
+    write_lock(project.lock_path, lock)
+    return Project(project.spec, lock, project.lock_path), pushed["image"]

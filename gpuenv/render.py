@@ -49,6 +49,10 @@ BAKE_EXCLUDES = (
     ".env",
     ".netrc",
     ".docker",
+    # gpuenv's own: the lock records pushes of the baked image (so it would change that
+    # image's tag), and .gpuenv/ holds Slurm scripts and logs.
+    "gpuenv.lock",
+    ".gpuenv",
 )
 
 

@@ -83,3 +83,68 @@ stop() {  # stop PIDFILE NAME
   fi
   rm -f "$pidfile"
 }
+
+slurm_up() {  # a Slurm controller and node on this machine, four GPUs as GRES
+  local host conf=/etc/slurm/slurm.conf
+  host=$(hostname -s)
+  install_missing slurmctld:slurm-wlm munged:munge sbatch:slurm-client
+  mkdir -p /etc/munge /run/munge /var/log/munge /var/lib/munge /etc/slurm \
+    /var/spool/slurmctld /var/spool/slurmd /var/log/slurm "$RUN"
+  chown munge:munge /etc/munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
+  if [ ! -s /etc/munge/munge.key ]; then
+    mungekey -c -f -k /etc/munge/munge.key >/dev/null 2>&1 ||
+      dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+    chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+  fi
+  if ! alive "$RUN/munged.pid"; then
+    log "starting munged"
+    runuser -u munge -- munged --pid-file="$RUN/munged.pid" --force 2>/dev/null ||
+      munged --pid-file="$RUN/munged.pid" --force
+    wait_for 20 "munged" test -S /run/munge/munge.socket.2
+  fi
+  for n in 0 1 2 3; do
+    [ -e "/dev/fakegpu$n" ] || mknod "/dev/fakegpu$n" c 1 3
+  done
+  cat >"$conf.gpuenv" <<CONF
+ClusterName=gpuenv-test
+SlurmctldHost=$host
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+JobAcctGatherType=jobacct_gather/none
+NodeName=$host CPUs=$(nproc) RealMemory=2000 Gres=gpu:4 State=UNKNOWN
+PartitionName=gpu Nodes=$host Default=YES MaxTime=INFINITE State=UP
+CONF
+  printf 'NodeName=%s Name=gpu File=/dev/fakegpu[0-3]\n' "$host" >/etc/slurm/gres.conf
+  if ! cmp -s "$conf.gpuenv" "$conf"; then
+    cp "$conf.gpuenv" "$conf"
+  fi
+  if ! alive "$RUN/slurmctld.pid"; then
+    log "starting slurmctld"
+    slurmctld
+  fi
+  if ! alive "$RUN/slurmd.pid"; then
+    log "starting slurmd"
+    slurmd
+  fi
+  wait_for 60 "the Slurm node (log: /var/log/slurm/)" sh -c "sinfo -h -o %T | grep -qE '^(idle|mixed|allocated)'"
+}
+
+slurm_down() {
+  stop "$RUN/slurmd.pid" slurmd
+  stop "$RUN/slurmctld.pid" slurmctld
+  stop "$RUN/munged.pid" munged
+}

@@ -9,6 +9,8 @@
 # `up` installs what is missing (apt), starts what is not running and waits until it
 # answers; `down` stops what `up` started, by pid. State that is slow to make (the
 # debootstrap root, images, registry storage) is kept, so a second run is fast.
+#   - a Slurm controller and node (slurm-wlm, munge) with four GPUs as GRES on stand-in
+#     device files, whose jobs run containers on the first engine.
 # Writes .cache/services.env for the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,22 +112,28 @@ DOCKERFILE
 up() {
   need_root
   install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
-    busybox:busybox-static
+    busybox:busybox-static docker-compose:docker-compose
   mkdir -p "$STATE" "$RUN" .cache
   dockerd_up gpu yes
   dockerd_up nogpu no
   registry_up
   standin_images
+  slurm_up
+  # A non-root user in the docker group: jobs and runs "as the submitting user" need one.
+  id gpuenv-tester >/dev/null 2>&1 ||
+    useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
+GPUENV_TEST_USER=gpuenv-tester
 ENV
   log "services ready ($ENV_FILE)"
 }
 
 down() {
+  slurm_down
   stop "$RUN/registry.pid" registry
   stop "$RUN/gpu.pid" "dockerd 'gpu'"
   stop "$RUN/nogpu.pid" "dockerd 'nogpu'"
@@ -133,7 +141,8 @@ down() {
 }
 
 status() {  # exit 0 when every service is running
-  alive "$RUN/gpu.pid" && alive "$RUN/nogpu.pid" && alive "$RUN/registry.pid"
+  alive "$RUN/gpu.pid" && alive "$RUN/nogpu.pid" && alive "$RUN/registry.pid" &&
+    alive "$RUN/slurmctld.pid" && alive "$RUN/slurmd.pid"
 }
 
 case "${1:-}" in

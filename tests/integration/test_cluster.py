@@ -1,0 +1,141 @@
+"""Beyond one machine: push to the loopback registry, submit to the real Slurm, export to
+Compose — end to end, as a non-root user."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from .conftest import Project, docker
+
+pytestmark = pytest.mark.integration
+
+JOB = """\
+import os, sys
+print("visible:", os.environ.get("NVIDIA_VISIBLE_DEVICES"), "slurm:", os.environ.get("SLURM_JOB_GPUS"))
+open("result-%s.txt" % os.environ.get("SLURM_JOB_ID"), "w").write("done\\n")
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def tester(make_project, registry: str) -> tuple[Project, pwd.struct_passwd]:
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as the test user")
+    if not shutil.which("sbatch"):
+        pytest.fail("Slurm is not installed: run `make test`, which sets it up", pytrace=False)
+    user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
+    project = make_project(spec="gpus: 2\n")
+    project.write("job.py", JOB)
+    for path in [project.path, *project.path.iterdir()]:
+        os.chown(path, user.pw_uid, user.pw_gid)
+    cache = project.path.parent / f".cache-{user.pw_name}"
+    cache.mkdir(exist_ok=True)
+    os.chown(cache, user.pw_uid, user.pw_gid)
+    project.env.update(HOME=user.pw_dir, USER=user.pw_name, XDG_CACHE_HOME=str(cache))
+    return project, user
+
+
+def as_user(
+    project: Project, user: pwd.struct_passwd, *args: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={user.pw_uid}",
+            f"--regid={user.pw_gid}",
+            "--init-groups",
+            sys.executable,
+            "-m",
+            "gpuenv.cli",
+            "-C",
+            str(project.path),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=project.env,
+        timeout=300,
+    )
+
+
+def wait_for_job(job: str, timeout: float = 120) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True
+        ).stdout
+        fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
+        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            return fields
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} did not finish")
+
+
+def test_push_submit_and_slurm_gpus(
+    tester: tuple[Project, pwd.struct_passwd], registry: str
+) -> None:
+    project, user = tester
+    repository = f"{registry}/itest/{project.name}"
+    pushed = as_user(project, user, "push", repository)
+    assert pushed.returncode == 0, pushed.stderr
+    lock = yaml.safe_load((project.path / "gpuenv.lock").read_text())
+    assert lock["pushed"]["image"] == pushed.stdout.strip()
+    assert lock["pushed"]["image"].startswith(f"{repository}@sha256:")
+    assert as_user(project, user, "lock", "--check").returncode == 0  # a push is not a spec change
+
+    script = as_user(project, user, "submit", "--dry-run", "job.py", "0").stdout
+    assert "#SBATCH --gres=gpu:2" in script and f"image={lock['pushed']['image']}" in script
+
+    submitted = as_user(project, user, "submit", "job.py", "0")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    fields = wait_for_job(job)
+    assert fields["JobState"] == "COMPLETED", fields
+    log = (project.path / ".gpuenv" / "slurm" / f"gpuenv-{project.name}-{job}.out").read_text()
+    visible, slurm = log.split()[1], log.split()[3]
+    assert visible == slurm and len(slurm.split(",")) == 2  # exactly the two GPUs Slurm granted
+    result = project.path / f"result-{job}.txt"
+    assert result.read_text() == "done\n"
+    assert (result.stat().st_uid, result.stat().st_gid) == (user.pw_uid, user.pw_gid)
+
+    failing = as_user(project, user, "submit", "--gpus", "1", "job.py", "3")
+    fields = wait_for_job(failing.stdout.strip())
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "3:0"
+
+    sleeper = as_user(project, user, "submit", "--gpus", "1", "--", "sleep", "60")
+    job = sleeper.stdout.strip()
+    try:
+        listed = json.loads(as_user(project, user, "jobs", "--json").stdout)
+        assert job in [j["job"] for j in listed]
+    finally:
+        subprocess.run(["scancel", job], check=False)
+        docker(
+            "rmi",
+            "-f",
+            f"{repository}:{lock['pushed']['reference'].rsplit(':', 1)[1]}",
+            check=False,
+        )
+
+
+def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
+    if not shutil.which("docker-compose"):
+        pytest.fail("docker-compose is not installed: run `make test`", pytrace=False)
+    project = make_project(spec="gpus: [0, 2]\n")
+    text = project.ok("export", "compose", "-e", "MODE=fast", "train.py").stdout
+    service = yaml.safe_load(text)["services"][project.name]
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0", "2"]
+    compose = tmp_path / "docker-compose.yaml"
+    compose.write_text(text)
+    checked = subprocess.run(
+        ["docker-compose", "-f", str(compose), "config", "-q"], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr

@@ -1,0 +1,142 @@
+"""Golden files for the Slurm scripts; the Kubernetes Job against Kubernetes' schema; the
+Compose service's GPU reservation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpuenv.cluster import compose_file, kubernetes_job, pushed_image, sbatch_script
+from gpuenv.errors import UsageError
+from gpuenv.spec import spec_from_data
+
+GOLDEN = Path(__file__).parent / "golden"
+IMAGE = "registry.example.com/team/demo@sha256:" + "ab" * 32
+UPDATE = os.environ.get("GPUENV_UPDATE_GOLDEN") == "1"
+
+
+def spec(gpus: object = 2):
+    data = {
+        "name": "demo",
+        "framework": "pytorch",
+        "version": "2.4",
+        "python": None,
+        "cuda": None,
+        "base": "ngc",
+        "requirements": [],
+        "packages": [],
+        "apt": [],
+        "env": {"MODE": "it's fast"},
+        "gpus": gpus,
+        "shm_size": 16 * 1024**3,
+        "ipc": None,
+        "mounts": [],
+    }
+    return spec_from_data(data, "/srv/projects/demo", "/srv/projects/demo/gpuenv.yaml")
+
+
+def golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.mark.parametrize("launcher", ["docker", "pyxis"])
+def test_sbatch_golden(launcher: str) -> None:
+    script = sbatch_script(
+        spec(),
+        IMAGE,
+        ["python3", "train.py", "--name", "a b; rm -rf ~"],
+        {"MODE": "it's fast"},
+        passthrough=["WANDB_API_KEY"],
+        gpus=2,
+        output_dir="/srv/projects/demo/.gpuenv/slurm",
+        shm_size=16 * 1024**3,
+        launcher=launcher,
+        time_limit="04:00:00",
+        partition="gpu",
+        nodes=1,
+        extra=["--mem=64G"],
+    )
+    golden(f"{launcher}.sbatch", script)
+
+
+@pytest.mark.parametrize("argument", ["--mem=1G\n#SBATCH --uid=0", "mem=1G"])
+def test_sbatch_args_are_checked(argument: str) -> None:
+    with pytest.raises(UsageError, match="--sbatch-arg"):
+        sbatch_script(
+            spec(), IMAGE, ["true"], {}, gpus=1, output_dir="/x", shm_size=1, extra=[argument]
+        )
+
+
+def test_push_first() -> None:
+    with pytest.raises(UsageError, match="has not been pushed"):
+        pushed_image({})
+    assert pushed_image({"pushed": {"image": IMAGE}}) == IMAGE
+
+
+def test_kubernetes_job_is_valid() -> None:
+    manifest = kubernetes_job(
+        spec(),
+        IMAGE,
+        ["python3", "train.py"],
+        {"MODE": "fast"},
+        gpus=2,
+        shm_size=16 * 1024**3,
+        uid=1234,
+        gid=1234,
+    )
+    kubernetes_validate.validate(manifest, "1.29", strict=True)
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE and container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert pod["restartPolicy"] == "Never" and manifest["spec"]["backoffLimit"] == 0
+    assert (
+        pod["securityContext"]["runAsUser"] == 1234
+        and pod["securityContext"]["runAsNonRoot"] is True
+    )
+    assert pod["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16384Mi"}
+    assert "&" not in yaml.safe_dump(manifest)  # no YAML anchors
+
+
+def test_kubernetes_job_never_root() -> None:
+    manifest = kubernetes_job(spec(), IMAGE, ["true"], {}, gpus=0, shm_size=2**30, uid=0, gid=0)
+    assert manifest["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 1000
+    assert "resources" not in manifest["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("gpus", "devices", "expected"),
+    [
+        (2, [], {"driver": "nvidia", "capabilities": ["gpu"], "count": 2}),
+        (None, ["0", "2"], {"driver": "nvidia", "capabilities": ["gpu"], "device_ids": ["0", "2"]}),
+    ],
+)
+def test_compose_gpus_name_count_or_devices(
+    gpus: int | None, devices: list[str], expected: dict
+) -> None:
+    service = compose_file(
+        spec(),
+        IMAGE,
+        ["true"],
+        {},
+        gpus=gpus,
+        device_ids=devices,
+        shm_size=2**30,
+        uid=1000,
+        gid=1000,
+    )["services"]["demo"]
+    assert service["deploy"]["resources"]["reservations"]["devices"] == [expected]
+    assert service["user"] == "1000:1000" and service["init"] is True
+
+
+def test_compose_without_gpus_has_no_reservation() -> None:
+    service = compose_file(
+        spec("none"), IMAGE, ["true"], {}, gpus=0, device_ids=[], shm_size=2**30, uid=0, gid=0
+    )["services"]["demo"]
+    assert "deploy" not in service and "user" not in service
