@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.errors import GpuenvError, GpusBusy
+from gpuenv.errors import GpusBusy, UsageError
 
 if TYPE_CHECKING:
     from gpuenv.gpus import Grant
@@ -59,7 +59,7 @@ def _shared_folder(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise GpuenvError(
+        raise UsageError(
             f"cannot create the gpuenv state folder {path}: {exc.strerror}",
             hint=f"create it once with `sudo install -d -m 1777 {path}`, or set {STATE_ENV}",
         ) from None
@@ -167,6 +167,10 @@ class ClaimStore:
         name = f"{time.time():017.6f}.{me['uid']}.{me['pid']}.json"
         return self._write(self.queue_dir, name, me)
 
+    def waiting(self) -> bool:
+        """Whether anyone is queued: a new request then queues behind them."""
+        return not self.first_in_queue("")
+
     def first_in_queue(self, ticket: str) -> bool:
         """Whether no live waiter queued before `ticket` (first come, first served)."""
         for path in self._files(self.queue_dir):
@@ -231,6 +235,8 @@ def reserve(
     try:
         while True:
             with store.locked():
+                if ticket is None and wait is not None and store.waiting():
+                    ticket = store.enqueue()  # first come, first served: behind the queue
                 if ticket is None or store.first_in_queue(ticket):
                     try:
                         granted, keys = choose(request, host, store.claims())

@@ -896,7 +896,7 @@ def _run(
     env_files: tuple[str, ...],
     root: bool,
     memory: str | None,
-    wait: str | None,
+    wait: float | None,
     force: bool,
     quiet: bool,
     shell: bool,
@@ -943,8 +943,7 @@ def _run(
         from gpuenv.claims import ClaimStore, reserve
 
         store = ClaimStore()
-        seconds = None if wait is None else float(wait)
-        granted, claimed = reserve(store, request, host, spec.name, seconds, notice)
+        granted, claimed = reserve(store, request, host, spec.name, wait, notice)
     try:
         if not force and host.driver is not None and granted.mode != "none":
             from gpuenv.matrix import load_matrix
@@ -1031,12 +1030,17 @@ def run_options(func: F) -> F:
             click.option("--root", is_flag=True, help="Run as root instead of as you."),
             click.option(
                 "--wait",
-                metavar="[SECONDS]",
-                is_flag=False,
-                flag_value="0",
-                default=None,
-                help="Queue until the GPUs are free (first come, first served); "
-                "optionally give up after SECONDS.",
+                "wait",
+                is_flag=True,
+                default=False,
+                help="Queue until the GPUs are free (first come, first served).",
+            ),
+            click.option(
+                "--wait-timeout",
+                "wait_timeout",
+                type=click.FloatRange(min=0, min_open=True),
+                metavar="SECONDS",
+                help="With --wait: give up after SECONDS.",
             ),
             click.option(
                 "--memory",
@@ -1068,7 +1072,8 @@ def run(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
-    wait: str | None,
+    wait: bool,
+    wait_timeout: float | None,
     memory: str | None,
     force: bool,
     quiet: bool,
@@ -1097,7 +1102,7 @@ def run(
         env_files=env_files,
         root=root,
         memory=memory,
-        wait=wait,
+        wait=(wait_timeout or 0.0) if wait else None,
         force=force,
         quiet=quiet,
         shell=False,
@@ -1113,7 +1118,8 @@ def shell(
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     root: bool,
-    wait: str | None,
+    wait: bool,
+    wait_timeout: float | None,
     memory: str | None,
     force: bool,
     quiet: bool,
@@ -1127,7 +1133,7 @@ def shell(
         env_files=env_files,
         root=root,
         memory=memory,
-        wait=wait,
+        wait=(wait_timeout or 0.0) if wait else None,
         force=force,
         quiet=quiet,
         shell=True,
@@ -1167,7 +1173,9 @@ def ps(show_all: bool, as_json: bool) -> None:
     for column in ("run", "project", "user", "GPUs", "command", "image", "up"):
         table.add_column(column, overflow="fold")
     for run in runs:
-        table.add_row(run.name, run.project, run.user, run.gpus, run.command, run.image, run.uptime)
+        # UUIDs are long: their first block is enough to tell GPUs apart on a table.
+        gpus = ",".join(g[:12] if g.startswith("GPU-") else g for g in run.gpus.split(","))
+        table.add_row(run.name, run.project, run.user, gpus, run.command, run.image, run.uptime)
     ui.out.print(table)
 
 
@@ -1271,7 +1279,8 @@ def top(once: bool, as_json: bool, interval: float) -> None:
             ui.info(message)
         return
     if as_json:
-        ui.data({"host": host.to_data(), "gpus": [r.to_data() for r in rows]})
+        summary = {k: v for k, v in host.to_data().items() if k != "gpus"}
+        ui.data({"host": summary, "gpus": [r.to_data() for r in rows]})
         return
     if once:
         ui.out.print(_top_table(host, rows))

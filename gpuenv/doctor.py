@@ -237,7 +237,8 @@ def _state(checks: list[Check]) -> None:
             )
         )
     else:
-        checks.append(Check("state folder", "ok", f"{store.directory}: {count} live GPU claims"))
+        noun = "claim" if count == 1 else "claims"
+        checks.append(Check("state folder", "ok", f"{store.directory}: {count} live GPU {noun}"))
 
 
 def run_checks(directory: str) -> list[Check]:

@@ -316,3 +316,60 @@ def test_killed_gpuenv_leaves_an_orphan_the_next_run_removes(project: Project) -
     result = project.ok("run", "--", "true")
     assert "left behind by a gpuenv run that was killed" in result.stderr
     assert docker("ps", "-aq", "--filter", f"id={container}").stdout.strip() == ""
+
+
+def _in_terminal(
+    project: Project, args: list[str], typed: bytes, timeout: float = 120
+) -> tuple[int, bytes]:
+    """Run gpuenv with a pseudo-terminal as its stdin and stdout, typing `typed`."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuenv.cli", "-C", str(project.path), *args],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env=project.env,
+        close_fds=True,
+    )
+    os.close(terminal)
+    output = b""
+    deadline = time.monotonic() + timeout
+    sent = False
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:
+            break
+        output += chunk
+        if not sent and (b"$ " in output or b"# " in output or b"READY" in output):
+            os.write(controller, typed)
+            sent = True
+    os.close(controller)
+    return process.wait(timeout=30), output
+
+
+def test_terminal_and_shell(project: Project) -> None:
+    code, output = _in_terminal(
+        project,
+        [
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "test -t 0 && test -t 1 && echo IN-A-TTY; echo READY; read line; echo got-$line",
+        ],
+        b"typed\n",
+    )
+    assert code == 0, output
+    assert b"IN-A-TTY" in output and b"got-typed" in output
+    code, output = _in_terminal(project, ["shell"], b"echo shell-$((6*7)); exit 7\n")
+    assert code == 7, output
+    assert b"shell-42" in output
+
+
+def test_shell_needs_a_terminal(project: Project) -> None:
+    result = project.gpuenv("shell")
+    assert result.returncode == 2
+    assert "gpuenv shell needs a terminal" in result.stderr

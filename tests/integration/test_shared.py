@@ -153,6 +153,29 @@ def test_ps_top_and_stop_show_the_right_run(shared: Project, tmp_path: Path) -> 
     assert rows[0]["users"] == [] and rows[0]["claimed_by"] is None
     table = shared.ok("top", "--once", GPUENV_HOST_FILE=host, COLUMNS="200").stdout
     assert "outside gpuenv" in table and shared.name in table
+    tester = os.environ.get("GPUENV_TEST_USER", "gpuenv-tester")
+    if os.getuid() == 0:
+        import pwd
+
+        other = pwd.getpwnam(tester)
+        refused = subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={other.pw_uid}",
+                f"--regid={other.pw_gid}",
+                "--init-groups",
+                sys.executable,
+                "-m",
+                "gpuenv.cli",
+                "stop",
+                run["name"],
+            ],
+            capture_output=True,
+            text=True,
+            env={**shared.env, "HOME": other.pw_dir},
+        )
+        assert refused.returncode == 2
+        assert "only its owner or root can stop it" in refused.stderr
     stopped = shared.ok("stop", run["name"])
     assert "stopped" in stopped.stderr
     process.communicate(timeout=60)
