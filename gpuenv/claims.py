@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import GpusBusy, UsageError
+from gpuenv.procfs import process_start
 
 if TYPE_CHECKING:
     from gpuenv.gpus import Grant
@@ -67,14 +68,6 @@ def _shared_folder(path: str) -> None:
     if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) != 0o1777:
         with contextlib.suppress(OSError):
             os.chmod(path, 0o1777)
-
-
-def process_start(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
 
 
 def alive(claim: Claim) -> bool:

@@ -11,9 +11,8 @@ from typing import Any
 
 from gpuenv.claims import Claim
 from gpuenv.host import Host
+from gpuenv.procfs import container_of, process_owner
 from gpuenv.run import RUN_LABEL
-
-_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -66,34 +65,6 @@ def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
             )
         )
     return sorted(out, key=lambda r: r.started)
-
-
-def container_of(pid: int) -> str | None:
-    """The Docker container a host process runs in, from its cgroup path."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    match = _CONTAINER_ID.search(text)
-    return match.group(1) if match else None
-
-
-def process_owner(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    uid = int(line.split()[1])
-                    import pwd
-
-                    try:
-                        return pwd.getpwuid(uid).pw_name
-                    except KeyError:
-                        return str(uid)
-    except OSError:
-        pass
-    return "?"
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import ResolutionError, UsageError
 from gpuenv.gpus import Grant
+from gpuenv.procfs import process_start
 from gpuenv.spec import WORKSPACE, Spec
 
 if TYPE_CHECKING:
@@ -178,15 +179,6 @@ def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
     if candidate.driver_route and candidate.driver_route.startswith("CUDA forward"):
         return [f"runs through {candidate.driver_route}"]
     return []
-
-
-def process_start(pid: int) -> str:
-    """The kernel's start time of a process (so a reused pid is not mistaken for it)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
 
 
 def labels(

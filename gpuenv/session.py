@@ -20,13 +20,13 @@ from typing import Any
 
 from gpuenv.docker_api import ApiError, EngineAPI
 from gpuenv.errors import GpuenvError, StartError
+from gpuenv.procfs import process_start
 from gpuenv.run import (
     RUN_LABEL,
     Identity,
     accounts_archive,
     file_from_archive,
     merge_accounts,
-    process_start,
 )
 
 EXIT_GPU_RUNTIME = 13

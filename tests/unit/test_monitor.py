@@ -3,9 +3,10 @@ from __future__ import annotations
 import os
 import time
 
-from gpuenv.claims import Claim, process_start
+from gpuenv.claims import Claim
 from gpuenv.host import Gpu, GpuProcess, Host
 from gpuenv.monitor import container_of, gpu_rows, runs_from
+from gpuenv.procfs import process_start
 
 CONTAINER = "a" * 64
 
