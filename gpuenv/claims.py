@@ -228,8 +228,13 @@ def reserve(
     try:
         while True:
             with store.locked():
-                if ticket is None and wait is not None and store.waiting():
-                    ticket = store.enqueue()  # first come, first served: behind the queue
+                if ticket is None and store.waiting():
+                    if wait is None:  # first come, first served: waiters go first
+                        raise GpusBusy(
+                            "other runs are queued for GPUs on this host",
+                            hint="queue behind them with --wait (`gpuenv top` shows who uses what)",
+                        )
+                    ticket = store.enqueue()
                 if ticket is None or store.first_in_queue(ticket):
                     try:
                         granted, keys = choose(request, host, store.claims())

@@ -367,6 +367,8 @@ def lock(
     newest that fits otherwise. --upgrade always takes the newest. --check fails
     (exit 5) when the lock is missing or out of date, and lists what changed.
     """
+    from dataclasses import replace
+
     from gpuenv import ui
     from gpuenv.errors import LockError, UsageError
     from gpuenv.lock import (
@@ -421,7 +423,11 @@ def lock(
     resolution = do_resolve(spec, matrix, host, prefer=prefer)
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
-    write_lock(path, lock_from_resolution(resolution, matrix.version, digest))
+    new_lock = lock_from_resolution(resolution, matrix.version, digest)
+    if existing is not None and same_image and not lock_differences(existing, spec):
+        # Same spec, same image (a re-resolve for another host): the pushed image holds.
+        new_lock = replace(new_lock, extra=existing.extra)
+    write_lock(path, new_lock)
     ui.result(resolution.row.image)
     if existing is None:
         ui.success(f"wrote {LOCK_FILENAME}")
@@ -1040,7 +1046,7 @@ def run_options(func: F) -> F:
                 "wait_timeout",
                 type=click.FloatRange(min=0, min_open=True),
                 metavar="SECONDS",
-                help="With --wait: give up after SECONDS.",
+                help="Wait (as --wait) but give up after SECONDS.",
             ),
             click.option(
                 "--memory",
@@ -1102,7 +1108,7 @@ def run(
         env_files=env_files,
         root=root,
         memory=memory,
-        wait=(wait_timeout or 0.0) if wait else None,
+        wait=(wait_timeout or 0.0) if wait or wait_timeout else None,
         force=force,
         quiet=quiet,
         shell=False,
@@ -1133,7 +1139,7 @@ def shell(
         env_files=env_files,
         root=root,
         memory=memory,
-        wait=(wait_timeout or 0.0) if wait else None,
+        wait=(wait_timeout or 0.0) if wait or wait_timeout else None,
         force=force,
         quiet=quiet,
         shell=True,
@@ -1555,7 +1561,10 @@ def _export_inputs(
     return project, values
 
 
-@export.command("kubernetes")
+@export.command(
+    "kubernetes",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 @_cluster
 @click.argument(
     "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
@@ -1589,7 +1598,10 @@ def export_kubernetes(
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
 
-@export.command("compose")
+@export.command(
+    "compose",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 @_cluster
 @click.argument(
     "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."

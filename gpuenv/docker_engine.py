@@ -137,7 +137,7 @@ class DockerEngine:
                 )
         except APIError as exc:
             status = getattr(exc, "status_code", None)
-            raise pull_error(f"{repository}:{tag}", _explanation(exc), status) from None
+            raise pull_error(f"{repository}:{tag}", _explanation(exc), status, "push") from None
 
     def images(self, label: str) -> list[ImageInfo]:
         with self._calls():
@@ -186,8 +186,10 @@ def _explanation(exc: Any) -> str:
     return redact(str(text).strip())
 
 
-def pull_error(reference: str, explanation: str, status: int | None = None) -> PullError:
-    """One message per way a pull fails: unknown image, refused, unreachable."""
+def pull_error(
+    reference: str, explanation: str, status: int | None = None, verb: str = "pull"
+) -> PullError:
+    """One message per way a pull (or push) fails: unknown image, refused, unreachable."""
     text = redact(explanation)
     lowered = text.lower()
     refused = ("unauthorized", "denied", "authentication required", "forbidden", "no basic auth")
@@ -202,7 +204,7 @@ def pull_error(reference: str, explanation: str, status: int | None = None) -> P
             return PullError(
                 f"{reference} was not found, or {registry} refused access to it: {text}", hint=hint
             )
-        return PullError(f"{registry} refused the pull of {reference}: {text}", hint=hint)
+        return PullError(f"{registry} refused the {verb} of {reference}: {text}", hint=hint)
     if status == 404 or "not found" in lowered or "manifest unknown" in lowered:
         return PullError(
             f"{reference} does not exist in its registry: {text}",
@@ -224,4 +226,4 @@ def pull_error(reference: str, explanation: str, status: int | None = None) -> P
             f"cannot reach the registry for {reference}: {text}",
             hint="check the network, or pull through a mirror: GPUENV_REGISTRY_MIRROR=host:port",
         )
-    return PullError(f"pulling {reference} failed: {text}")
+    return PullError(f"{verb}ing {reference} failed: {text}")

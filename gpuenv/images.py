@@ -290,7 +290,7 @@ def push(
         if "error" in event:
             from gpuenv.docker_engine import pull_error
 
-            raise pull_error(target, str(event.get("error")))
+            raise pull_error(target, str(event.get("error")), verb="push")
         aux = event.get("aux")
         if isinstance(aux, dict) and str(aux.get("Digest", "")).startswith("sha256:"):
             digest = str(aux["Digest"])

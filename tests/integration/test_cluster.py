@@ -130,8 +130,9 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
     if not shutil.which("docker-compose"):
         pytest.fail("docker-compose is not installed: run `make test`", pytrace=False)
     project = make_project(spec="gpus: [0, 2]\n")
-    text = project.ok("export", "compose", "-e", "MODE=fast", "train.py").stdout
+    text = project.ok("export", "compose", "-e", "MODE=fast", "train.py", "--lr", "3").stdout
     service = yaml.safe_load(text)["services"][project.name]
+    assert service["command"] == ["python3", "train.py", "--lr", "3"]
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0", "2"]
     compose = tmp_path / "docker-compose.yaml"
     compose.write_text(text)

@@ -136,3 +136,10 @@ def test_queue_is_first_come_first_served(tmp_path: Path) -> None:
     me = json.loads(Path(mine).read_text())
     older.write_text(json.dumps(me))  # a live waiter (this process) who came first
     assert not store.first_in_queue(mine)
+
+
+def test_runs_without_wait_do_not_jump_the_queue(tmp_path: Path) -> None:
+    store = ClaimStore(str(tmp_path / "state"))
+    store.enqueue()  # a live waiter (this process)
+    with pytest.raises(GpusBusy, match="other runs are queued"):
+        reserve(store, parse_gpus_option("1"), host(), "late", None, lambda _: None)

@@ -301,3 +301,22 @@ def test_driver_without_gpus_warns(project: Path) -> None:
     result = run(project, "resolve", "--framework", "pytorch", "--driver", "580.95.05")
     assert result.exit_code == 0
     assert "compute-capability checks were skipped" in result.stderr
+
+
+def test_lock_keeps_the_push_record_only_while_the_spec_holds(project: Path) -> None:
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    lock = project / "gpuenv.lock"
+    pushed = (
+        "pushed:\n  reference: r/x:1\n  digest: sha256:"
+        + "c" * 64
+        + "\n  image: r/x@sha256:"
+        + "c" * 64
+        + "\n"
+    )
+    lock.write_text(lock.read_text() + pushed)
+    assert run(project, "lock", "--driver", "555.42.02", "--gpu", "RTX 4090").exit_code == 0
+    assert "reference: r/x:1" in lock.read_text()  # re-resolved for a host: same image, push holds
+    spec = project / "gpuenv.yaml"
+    spec.write_text(spec.read_text().replace("apt: []", "apt: [git]"))
+    assert run(project, "lock", *RTX4090_OK).exit_code == 0
+    assert "pushed:" not in lock.read_text()  # a new spec: the pushed image no longer matches it
