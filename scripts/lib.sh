@@ -96,11 +96,11 @@ slurm_up() {  # a Slurm controller and node on this machine, four GPUs as GRES
       dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
     chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
   fi
-  if ! alive "$RUN/munged.pid"; then
+  # munged runs as the munge user, which can write its pid file only in /run/munge.
+  if ! alive /run/munge/gpuenv-munged.pid; then
     log "starting munged"
-    runuser -u munge -- munged --pid-file="$RUN/munged.pid" --force 2>/dev/null ||
-      munged --pid-file="$RUN/munged.pid" --force
-    wait_for 20 "munged" test -S /run/munge/munge.socket.2
+    runuser -u munge -- munged --pid-file=/run/munge/gpuenv-munged.pid --force
+    wait_for 20 "munged" test -f /run/munge/gpuenv-munged.pid
   fi
   for n in 0 1 2 3; do
     [ -e "/dev/fakegpu$n" ] || mknod "/dev/fakegpu$n" c 1 3
@@ -146,5 +146,5 @@ CONF
 slurm_down() {
   stop "$RUN/slurmd.pid" slurmd
   stop "$RUN/slurmctld.pid" slurmctld
-  stop "$RUN/munged.pid" munged
+  stop /run/munge/gpuenv-munged.pid munged
 }
