@@ -1363,6 +1363,23 @@ def push_command(obj: Context, repository: str | None, quiet: bool) -> None:
         )
 
 
+def _warn_if_pushed_is_stale(project: Any) -> None:
+    """The pushed image carries the code as it was: say so when the project moved on."""
+    from gpuenv import ui
+    from gpuenv.images import plan
+
+    pushed = project.lock.extra.get("pushed") or {}
+    reference = str(pushed.get("reference", ""))
+    if not reference or project.lock.digest == "":
+        return
+    current = plan(project, _mirror(), bake=True).tag.rsplit(":", 1)[1]
+    if reference.rsplit(":", 1)[-1] != current:
+        ui.warn(
+            "the project changed since the last `gpuenv push`: the pushed image carries the "
+            "old code and requirements; run `gpuenv push` again"
+        )
+
+
 def _cluster_env(
     spec: Spec, env: tuple[str, ...], env_files: tuple[str, ...]
 ) -> tuple[dict[str, str], list[str]]:
@@ -1458,6 +1475,7 @@ def submit(
     project = load_project(obj.directory)
     spec = project.spec
     values, passthrough = _cluster_env(spec, env, env_files)
+    _warn_if_pushed_is_stale(project)
     output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
     script = sbatch_script(
         spec,
@@ -1585,6 +1603,7 @@ def export_kubernetes(
     from gpuenv.run import command_for, shm_size
 
     project, values = _export_inputs(obj, env, env_files)
+    _warn_if_pushed_is_stale(project)
     manifest = kubernetes_job(
         project.spec,
         pushed_image(project.lock.extra),

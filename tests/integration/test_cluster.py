@@ -92,8 +92,10 @@ def test_push_submit_and_slurm_gpus(
     assert lock["pushed"]["image"].startswith(f"{repository}@sha256:")
     assert as_user(project, user, "lock", "--check").returncode == 0  # a push is not a spec change
 
-    script = as_user(project, user, "submit", "--dry-run", "job.py", "0").stdout
+    dry = as_user(project, user, "submit", "--dry-run", "job.py", "0")
+    script = dry.stdout
     assert "#SBATCH --gres=gpu:2" in script and f"image={lock['pushed']['image']}" in script
+    assert "changed since the last `gpuenv push`" not in dry.stderr
 
     submitted = as_user(project, user, "submit", "job.py", "0")
     assert submitted.returncode == 0, submitted.stderr
@@ -110,6 +112,13 @@ def test_push_submit_and_slurm_gpus(
     failing = as_user(project, user, "submit", "--gpus", "1", "job.py", "3")
     fields = wait_for_job(failing.stdout.strip())
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "3:0"
+
+    # Code changed after the push: the pushed image carries the old code, and gpuenv says so.
+    (project.path / "job.py").write_text(JOB + "\n# changed\n")
+    assert (
+        "changed since the last `gpuenv push`"
+        in as_user(project, user, "submit", "--dry-run", "job.py", "0").stderr
+    )
 
     sleeper = as_user(project, user, "submit", "--gpus", "1", "--", "sleep", "60")
     job = sleeper.stdout.strip()
