@@ -172,32 +172,12 @@ def docker_rows() -> tuple[list[Row], str]:
         )
     compose = shutil.which("docker-compose")
     with tempfile.TemporaryDirectory() as tmp:
-        project = Path(tmp) / "benchproject"
-        project.mkdir()
-        (project / "requirements.txt").write_text("# bench\n")
-        (project / "gpuenv.yaml").write_text(
-            "name: benchproject\nframework: pytorch\nversion: '2.4'\nrequirements: requirements.txt\n"
-        )
-        gpuenv = [GPUENV, "-C", str(project)]
-        subprocess.run(
-            [*gpuenv, "lock", "--driver", "550.54.15", "--gpu", "RTX 4090"],
-            check=True,
-            capture_output=True,
-        )
+        project, gpuenv = _bench_project(tmp, "benchproject", "# bench\n")
         tag = subprocess.run(
             [*gpuenv, "build", "-q"], check=True, capture_output=True, text=True
         ).stdout.strip()
-
         context = Path(tmp) / "context"
-        context.mkdir()
-        from gpuenv.images import load_project, plan
-
-        planned = plan(load_project(str(project)), os.environ["GPUENV_REGISTRY_MIRROR"])
-        import io
-        import tarfile
-
-        with tarfile.open(fileobj=io.BytesIO(planned.context())) as archive:
-            archive.extractall(context, filter="data")
+        _build_context(project, context)
         (context / "docker-compose.yml").write_text(
             "version: '3'\nservices:\n  train:\n    build: .\n    image: gpuenv-bench/compose:1\n"
         )
@@ -289,6 +269,39 @@ def _image_size(reference: str) -> int:
     return int(out.stdout.strip())
 
 
+def _bench_project(
+    tmp: str, name: str, requirements: str, extra: str = ""
+) -> tuple[Path, list[str]]:
+    """A project locked for the stand-in 24.05 image and built once; its gpuenv command."""
+    project = Path(tmp) / name
+    project.mkdir()
+    (project / "requirements.txt").write_text(requirements)
+    (project / "gpuenv.yaml").write_text(
+        f"name: {name}\nframework: pytorch\nversion: '2.4'\nrequirements: requirements.txt\n{extra}"
+    )
+    gpuenv = [GPUENV, "-C", str(project)]
+    subprocess.run(
+        [*gpuenv, "lock", "--driver", "550.54.15", "--gpu", "RTX 4090"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run([*gpuenv, "build", "-q"], check=True, capture_output=True)
+    return project, gpuenv
+
+
+def _build_context(project: Path, folder: Path) -> None:
+    """The exact context `gpuenv build` sends, unpacked for `docker build`."""
+    import io
+    import tarfile
+
+    from gpuenv.images import load_project, plan
+
+    folder.mkdir()
+    planned = plan(load_project(str(project)), os.environ["GPUENV_REGISTRY_MIRROR"])
+    with tarfile.open(fileobj=io.BytesIO(planned.context())) as archive:
+        archive.extractall(folder, filter="data")
+
+
 def rebuild_rows() -> tuple[list[Row], str]:
     """A requirements change: gpuenv rebuilds the layers after the base; docker build
     --no-cache of the same Dockerfile rebuilds all. And what the project layers add."""
@@ -296,24 +309,11 @@ def rebuild_rows() -> tuple[list[Row], str]:
         return [], ""
     runs = max(3, RUNS // 3)
     with tempfile.TemporaryDirectory() as tmp:
-        project = Path(tmp) / "benchrebuild"
-        project.mkdir()
         # The stand-in bases carry a wheelhouse: containers here have no network.
         requirements = "--no-index\n--find-links /opt/wheelhouse\nnumpy\nsix\n"
-        (project / "requirements.txt").write_text(requirements)
-        (project / "gpuenv.yaml").write_text(
-            "name: benchrebuild\nframework: pytorch\nversion: '2.4'\nrequirements: requirements.txt\ngpus: none\n"
-        )
-        gpuenv = [GPUENV, "-C", str(project)]
-        subprocess.run(
-            [*gpuenv, "lock", "--driver", "550.54.15", "--gpu", "RTX 4090"],
-            check=True,
-            capture_output=True,
-        )
-        subprocess.run([*gpuenv, "build", "-q"], check=True, capture_output=True)
+        project, gpuenv = _bench_project(tmp, "benchrebuild", requirements, "gpus: none\n")
         tags = []
         gpuenv_times, docker_times = [], []
-        from gpuenv.images import load_project, plan
 
         for i in range(runs):
             (project / "requirements.txt").write_text(requirements + f"# change {i}\n")
@@ -325,13 +325,7 @@ def rebuild_rows() -> tuple[list[Row], str]:
             gpuenv_times.append(time.perf_counter() - start)
             tags.append(tag)
             context = Path(tmp) / f"context{i}"
-            context.mkdir()
-            planned = plan(load_project(str(project)), os.environ["GPUENV_REGISTRY_MIRROR"])
-            import io
-            import tarfile
-
-            with tarfile.open(fileobj=io.BytesIO(planned.context())) as archive:
-                archive.extractall(context, filter="data")
+            _build_context(project, context)
             start = time.perf_counter()
             subprocess.run(
                 [

@@ -695,36 +695,13 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
         up_to_date(known)
         return
 
-    from gpuenv.images import build_inputs, load_project, plan
-
-    project = load_project(obj.directory)
-    mirror = _mirror()
-    if project.lock.digest:
-        planned = plan(project, mirror, bake=bake)
-        if image_exists_fast(planned.tag):
-            stamp.record(
-                obj.directory,
-                bake,
-                planned.tag,
-                build_inputs(project, planned),
-                _stamp_project(project),
-            )
-            up_to_date(planned.tag)
-            return
     from gpuenv import ui
-    from gpuenv.images import build as do_build
-    from gpuenv.images import ensure_base
-    from gpuenv.live import make_view
 
-    engine = _engine()
-    view = make_view(quiet)
-    project, _ = ensure_base(project, engine, view, mirror)
-    planned = plan(project, mirror, bake=bake)
-    result = do_build(planned, engine, view)
-    stamp.record(
-        obj.directory, bake, result.tag, build_inputs(project, planned), _stamp_project(project)
-    )
-    ui.result(result.tag)
+    _, tag, result = _build_project(obj, bake, quiet)
+    if result is None:
+        up_to_date(tag)
+        return
+    ui.result(tag)
     if not quiet:
         if result.built:
             ui.success(
@@ -852,6 +829,33 @@ def _stamp_project(project: Any) -> dict[str, Any]:
     }
 
 
+def _build_project(obj: Context, bake: bool, quiet: bool) -> tuple[Any, str, Any]:
+    """Read the project, render its image and build it if the engine lacks it (pulling
+    and pinning the base first); record the build stamp. Returns the project, the tag
+    and the BuildResult (None when the image was already there)."""
+    from gpuenv import stamp
+    from gpuenv.docker_api import image_exists_fast
+    from gpuenv.images import build_inputs, load_project, plan
+
+    project = load_project(obj.directory)
+    mirror = _mirror()
+    result = None
+    planned = plan(project, mirror, bake=bake) if project.lock.digest else None
+    if planned is None or not image_exists_fast(planned.tag):
+        from gpuenv.images import build as do_build
+        from gpuenv.images import ensure_base
+        from gpuenv.live import make_view
+
+        engine = _engine()
+        view = make_view(quiet)
+        project, _ = ensure_base(project, engine, view, mirror)
+        planned = plan(project, mirror, bake=bake)
+        result = do_build(planned, engine, view)
+    inputs = build_inputs(project, planned)
+    stamp.record(obj.directory, bake, planned.tag, inputs, _stamp_project(project))
+    return project, planned.tag, result
+
+
 def _ensure_image(obj: Context, quiet: bool) -> tuple[Spec, Any, str]:
     """The spec, the lock (as run needs it) and the image tag, building first if missing.
 
@@ -869,28 +873,10 @@ def _ensure_image(obj: Context, quiet: bool) -> tuple[Spec, Any, str]:
         spec = spec_from_data(saved["spec"], obj.directory, saved["spec_path"])
         return spec, Locked(**saved["locked"]), str(known["tag"])
 
-    from gpuenv.images import build_inputs, load_project, plan
+    from gpuenv.files import file_hash
 
-    project = load_project(obj.directory)
-    mirror = _mirror()
-    tag = None
-    if project.lock.digest:
-        planned = plan(project, mirror)
-        if image_exists_fast(planned.tag):
-            tag = planned.tag
-    if tag is None:
-        from gpuenv.images import build as do_build
-        from gpuenv.images import ensure_base
-        from gpuenv.live import make_view
-
-        engine = _engine()
-        view = make_view(quiet)
-        project, _ = ensure_base(project, engine, view, mirror)
-        planned = plan(project, mirror)
-        tag = do_build(planned, engine, view).tag
-    record = _stamp_project(project)
-    stamp.record(obj.directory, False, tag, build_inputs(project, planned), record)
-    return project.spec, Locked(**record["locked"]), tag
+    project, tag, _ = _build_project(obj, False, quiet)
+    return project.spec, Locked.from_lock(project.lock, file_hash(project.lock_path)), tag
 
 
 def _run(

@@ -8,14 +8,9 @@ if ! command -v docker-compose >/dev/null && [ "$(id -u)" = 0 ] && command -v ap
   echo "• installing docker-compose (apt) for the comparison" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
-if ! scripts/services.sh status 2>/dev/null; then
-  trap 'scripts/services.sh down' EXIT
-fi
-scripts/services.sh up
-set -a
-# shellcheck disable=SC1091
-. .cache/services.env
-set +a
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+use_services
 export GPUENV_REGISTRY_MIRROR=$GPUENV_TEST_REGISTRY
 # Measure gpuenv as installed: with compiled bytecode, as pip leaves it.
 unset PYTHONDONTWRITEBYTECODE

@@ -148,3 +148,15 @@ slurm_down() {
   stop "$RUN/slurmctld.pid" slurmctld
   stop /run/munge/gpuenv-munged.pid munged
 }
+
+use_services() {  # start the test services for this script and load their settings;
+  # at exit, stop them only if this script started them (a developer's stay up)
+  if ! scripts/services.sh status 2>/dev/null; then
+    trap 'scripts/services.sh down' EXIT
+  fi
+  scripts/services.sh up
+  set -a
+  # shellcheck disable=SC1091
+  . .cache/services.env
+  set +a
+}

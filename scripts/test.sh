@@ -13,15 +13,9 @@ echo "• lint (ruff) and types (mypy --strict)" >&2
 .venv/bin/mypy
 
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
-# Stop at the end only what this run started; services a developer keeps up stay up.
-if ! scripts/services.sh status 2>/dev/null; then
-  trap 'scripts/services.sh down' EXIT
-fi
-scripts/services.sh up
-set -a
-# shellcheck disable=SC1091
-. .cache/services.env
-set +a
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+use_services
 # Integration tests fail (never skip) when a service does not answer.
 export GPUENV_REQUIRE_DOCKER=1
 
