@@ -373,3 +373,12 @@ def test_shell_needs_a_terminal(project: Project) -> None:
     result = project.gpuenv("shell")
     assert result.returncode == 2
     assert "gpuenv shell needs a terminal" in result.stderr
+
+
+def test_sigterm_is_forwarded(project: Project) -> None:
+    process = _start(project, "--", "sleep", "300")
+    (container,) = _running(project)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=30)
+    assert process.returncode == 143  # the command got SIGTERM and its code came back
+    assert docker("ps", "-aq", "--filter", f"id={container}").stdout.strip() == ""
