@@ -108,10 +108,10 @@ def synthetic_matrix(rows: int, folder: Path) -> None:
 
 
 def core_rows() -> tuple[list[Row], str]:
-    from gpuenv.host import Gpu, Host
-    from gpuenv.matrix import load_matrix
-    from gpuenv.resolve import resolve
-    from gpuenv.spec import default_spec
+    from gpuenv.project.spec import default_spec
+    from gpuenv.resolution.host import Gpu, Host
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.resolve import resolve
 
     rows = []
     baseline = median_seconds(command(sys.executable, "-c", "pass"))
@@ -294,7 +294,7 @@ def _build_context(project: Path, folder: Path) -> None:
     import io
     import tarfile
 
-    from gpuenv.images import load_project, plan
+    from gpuenv.images.service import load_project, plan
 
     folder.mkdir()
     planned = plan(load_project(str(project)), os.environ["GPUENV_REGISTRY_MIRROR"])

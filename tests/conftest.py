@@ -5,8 +5,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuenv.host import Gpu, Host
-from gpuenv.matrix import Matrix, load_matrix
+from gpuenv.resolution.host import Gpu, Host
+from gpuenv.resolution.matrix import Matrix, load_matrix
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRICES = os.path.join(REPO, "matrices")

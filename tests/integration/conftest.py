@@ -38,7 +38,7 @@ def _missing(what: str) -> None:
 
 @pytest.fixture(scope="session")
 def docker_host() -> str:
-    from gpuenv.docker_api import image_exists_fast
+    from gpuenv.engine.api import image_exists_fast
 
     host = os.environ.get("DOCKER_HOST", "")
     if not host or image_exists_fast("gpuenv-test/busybox:1", host) is not True:

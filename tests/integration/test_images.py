@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuenv.docker_engine import DockerEngine
-from gpuenv.images import build, load_project, plan
-from gpuenv.live import QuietView
+from gpuenv.cli.live import QuietView
+from gpuenv.engine.dockerpy import DockerEngine
+from gpuenv.images.service import build, load_project, plan
 
 from .conftest import (
     containers,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.claims import Claim, ClaimStore, reserve
 from gpuenv.errors import GpusBusy
-from gpuenv.gpus import Grant, choose, parse_gpus_option
-from gpuenv.host import Gpu, GpuProcess, Host
-from gpuenv.procfs import process_start
+from gpuenv.resolution.host import Gpu, GpuProcess, Host
+from gpuenv.sharing.claims import Claim, ClaimStore, reserve
+from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
+from gpuenv.sharing.procfs import process_start
 
 
 def host(**busy: int) -> Host:

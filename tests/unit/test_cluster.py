@@ -10,9 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuenv.cluster import compose_file, kubernetes_job, pushed_image, sbatch_script
+from gpuenv.cluster.slurm import compose_file, kubernetes_job, pushed_image, sbatch_script
 from gpuenv.errors import UsageError
-from gpuenv.spec import spec_from_data
+from gpuenv.project.spec import spec_from_data
 
 GOLDEN = Path(__file__).parent / "golden"
 IMAGE = "registry.example.com/team/demo@sha256:" + "ab" * 32

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import HostError
-from gpuenv.host import (
+from gpuenv.resolution.host import (
     HostOverride,
     describe_host,
     detect_host,
@@ -17,7 +17,7 @@ from gpuenv.host import (
     load_host_file,
     parse_nvidia_smi,
 )
-from gpuenv.matrix import Matrix
+from gpuenv.resolution.matrix import Matrix
 
 SMI_OUTPUT = """\
 0, GPU-1a2b3c4d-0000-0000-0000-000000000000, NVIDIA A100-SXM4-80GB, 8.0, 81920, 535.104.05

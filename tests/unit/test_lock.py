@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import LockError
-from gpuenv.lock import (
+from gpuenv.project.spec import load_spec
+from gpuenv.resolution.lock import (
     LOCK_FILENAME,
     lock_differences,
     lock_from_resolution,
@@ -15,9 +16,8 @@ from gpuenv.lock import (
     requirements_hashes,
     write_lock,
 )
-from gpuenv.matrix import Matrix
-from gpuenv.resolve import resolve
-from gpuenv.spec import load_spec
+from gpuenv.resolution.matrix import Matrix
+from gpuenv.resolution.resolve import resolve
 
 from ..conftest import make_host
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import driver_tuple, is_version
 from gpuenv.errors import MatrixError
-from gpuenv.matrix import Matrix, load_matrix
-from gpuenv.versions import driver_tuple, is_version
+from gpuenv.resolution.matrix import Matrix, load_matrix
 
 from ..conftest import MATRICES
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from gpuenv.progress import BuildProgress, PullProgress
+from gpuenv.images.progress import BuildProgress, PullProgress
 
 DIGEST = "sha256:" + "0" * 64
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.docker_api import image_exists_fast
-from gpuenv.docker_engine import pull_error
-from gpuenv.registry import (
+from gpuenv.engine.api import image_exists_fast
+from gpuenv.engine.dockerpy import pull_error
+from gpuenv.images.registry import (
     InvalidMirror,
     credentials,
     parse_reference,

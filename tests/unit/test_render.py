@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.lock import lock_from_resolution
-from gpuenv.matrix import Matrix
-from gpuenv.render import label_value, plan_build, project_files
-from gpuenv.resolve import resolve
-from gpuenv.spec import load_spec
+from gpuenv.images.render import label_value, plan_build, project_files
+from gpuenv.project.spec import load_spec
+from gpuenv.resolution.lock import lock_from_resolution
+from gpuenv.resolution.matrix import Matrix
+from gpuenv.resolution.resolve import resolve
 
 from ..conftest import make_host
 
@@ -201,8 +201,8 @@ def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> 
 
 
 def test_requirements_files_decide_rebuilds(project: Path, matrix: Matrix) -> None:
-    from gpuenv.images import Project, build_inputs
-    from gpuenv.lock import read_lock, write_lock
+    from gpuenv.images.service import Project, build_inputs
+    from gpuenv.resolution.lock import read_lock, write_lock
 
     spec = load_spec(str(project))
     lock = lock_from_resolution(

@@ -5,10 +5,10 @@ from typing import Any
 import pytest
 
 from gpuenv.errors import ResolutionError
-from gpuenv.host import Gpu, Host
-from gpuenv.matrix import Matrix
-from gpuenv.resolve import _cuda_supports, resolve
-from gpuenv.spec import GpuRequest, Spec, default_spec
+from gpuenv.project.spec import GpuRequest, Spec, default_spec
+from gpuenv.resolution.host import Gpu, Host
+from gpuenv.resolution.matrix import Matrix
+from gpuenv.resolution.resolve import _cuda_supports, resolve
 
 from ..conftest import make_host
 

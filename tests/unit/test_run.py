@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import UsageError
-from gpuenv.gpus import Grant, grant, parse_gpus_option
-from gpuenv.host import Gpu, Host
-from gpuenv.run import (
+from gpuenv.project.spec import GpuRequest, parse_spec_text
+from gpuenv.resolution.host import Gpu, Host
+from gpuenv.run.container import (
     Identity,
     command_for,
     container_config,
@@ -16,8 +16,8 @@ from gpuenv.run import (
     read_env_file,
     without_gpus,
 )
-from gpuenv.session import _demultiplex
-from gpuenv.spec import GpuRequest, parse_spec_text
+from gpuenv.run.session import _demultiplex
+from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
 
 HOST = Host(
     "550.54.15", tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}") for i in range(4)), "test"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv import stamp
+from gpuenv.project import stamp
 
 
 @pytest.fixture(autouse=True)

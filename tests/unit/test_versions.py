@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuenv.versions import (
+from gpuenv.common.versions import (
     InvalidComputeCapability,
     InvalidConstraint,
     InvalidDriverVersion,

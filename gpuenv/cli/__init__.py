@@ -17,10 +17,10 @@ from gpuenv import __version__
 from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError
 
 if TYPE_CHECKING:
-    from gpuenv.host import Host
-    from gpuenv.matrix import Matrix
-    from gpuenv.resolve import Resolution
-    from gpuenv.spec import Spec
+    from gpuenv.project.spec import Spec
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.matrix import Matrix
+    from gpuenv.resolution.resolve import Resolution
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,7 +60,7 @@ def _traceback() -> None:
 
 
 def _report(exc: GpuenvError) -> None:
-    from gpuenv import ui
+    from gpuenv.cli import ui
     from gpuenv.errors import BuildError, ResolutionError
 
     ui.error(exc.message)
@@ -185,8 +185,8 @@ class Overrides(NamedTuple):
 def _checked_overrides(
     framework: str | None, version: str | None, python: str | None, cuda: str | None
 ) -> Overrides:
+    from gpuenv.common.versions import InvalidConstraint, parse_constraint
     from gpuenv.errors import UsageError
-    from gpuenv.versions import InvalidConstraint, parse_constraint
 
     for flag, value in (("--version", version), ("--python", python), ("--cuda", cuda)):
         if value is not None:
@@ -201,7 +201,7 @@ def _checked_overrides(
 
 def _spec(directory: str, overrides: Overrides, *, need_file: bool = False) -> Spec:
     from gpuenv.errors import UsageError
-    from gpuenv.spec import SPEC_FILENAME, default_spec, display_path, load_spec
+    from gpuenv.project.spec import SPEC_FILENAME, default_spec, display_path, load_spec
 
     if os.path.exists(os.path.join(directory, SPEC_FILENAME)) or need_file:
         spec = load_spec(directory)
@@ -222,13 +222,13 @@ def _spec(directory: str, overrides: Overrides, *, need_file: bool = False) -> S
 
 
 def _host(driver: str | None, gpu_models: tuple[str, ...], matrix: Matrix) -> Host:
-    from gpuenv.host import HostOverride, host_for
+    from gpuenv.resolution.host import HostOverride, host_for
 
     return host_for(HostOverride(driver, gpu_models), matrix)
 
 
 def _show_resolution(resolution: Resolution) -> None:
-    from gpuenv import ui
+    from gpuenv.cli import ui
 
     row = resolution.row
     parts = [
@@ -253,7 +253,7 @@ def _show_resolution(resolution: Resolution) -> None:
 def _explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
     from rich.table import Table
 
-    from gpuenv import ui
+    from gpuenv.cli import ui
 
     table = Table(title=f"Candidates for {host.describe()}", title_justify="left", expand=False)
     for column in ("", "image", "version", "CUDA", "Python", "driver ≥", "why"):
@@ -310,10 +310,10 @@ def resolve(
       gpuenv resolve --framework pytorch --version 2.4 --driver 535.104.05 --gpu 'RTX 4090'
       gpuenv resolve --json | jq -r .image
     """
-    from gpuenv import ui
+    from gpuenv.cli import ui
     from gpuenv.errors import ResolutionError
-    from gpuenv.matrix import load_matrix
-    from gpuenv.resolve import resolve as do_resolve
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.resolve import resolve as do_resolve
 
     overrides = _checked_overrides(framework, version, python, cuda)
     spec = _spec(obj.directory, overrides)
@@ -369,9 +369,9 @@ def lock(
     """
     from dataclasses import replace
 
-    from gpuenv import ui
+    from gpuenv.cli import ui
     from gpuenv.errors import LockError, UsageError
-    from gpuenv.lock import (
+    from gpuenv.resolution.lock import (
         LOCK_FILENAME,
         Lock,
         lock_differences,
@@ -380,8 +380,8 @@ def lock(
         recorded_host,
         write_lock,
     )
-    from gpuenv.matrix import load_matrix
-    from gpuenv.resolve import resolve as do_resolve
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.resolve import resolve as do_resolve
 
     if check_only and upgrade:
         raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
@@ -460,14 +460,14 @@ def init(
     .python-version or requires-python, and the host's driver and GPUs. Flags win
     over what is detected. Never asks questions; refuses to overwrite without --force.
     """
-    from gpuenv import ui
+    from gpuenv.cli import ui
+    from gpuenv.common.files import atomic_write
     from gpuenv.errors import ResolutionError, UsageError
-    from gpuenv.files import atomic_write
-    from gpuenv.lock import LOCK_FILENAME, lock_from_resolution, write_lock
-    from gpuenv.matrix import load_matrix
-    from gpuenv.project import detect_project, render_spec
-    from gpuenv.resolve import resolve as do_resolve
-    from gpuenv.spec import SPEC_FILENAME, GpuRequest, parse_spec_text
+    from gpuenv.project.detect import detect_project, render_spec
+    from gpuenv.project.spec import SPEC_FILENAME, GpuRequest, parse_spec_text
+    from gpuenv.resolution.lock import LOCK_FILENAME, lock_from_resolution, write_lock
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.resolve import resolve as do_resolve
 
     overrides = _checked_overrides(framework, version, python, cuda)
     spec_path = os.path.join(obj.directory, SPEC_FILENAME)
@@ -527,12 +527,12 @@ def check(obj: Context) -> None:
     Exits with the code of the first kind of problem found (6 matrix, 3 spec,
     5 lock, 7 host file), 0 when all is well.
     """
-    from gpuenv import ui
+    from gpuenv.cli import ui
     from gpuenv.errors import HostError, LockError, MatrixError, SpecError
-    from gpuenv.host import HOST_FILE_ENV, load_host_file
-    from gpuenv.lock import LOCK_FILENAME, lock_differences, read_lock
-    from gpuenv.matrix import load_matrix
-    from gpuenv.spec import SPEC_FILENAME, load_spec
+    from gpuenv.project.spec import SPEC_FILENAME, load_spec
+    from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
+    from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
+    from gpuenv.resolution.matrix import load_matrix
 
     failures: list[GpuenvError] = []
 
@@ -599,15 +599,15 @@ def matrix(table: str | None, as_json: bool) -> None:
     gpuenv matrix cuda        CUDA toolkits, driver floors, compute capabilities
     gpuenv matrix gpus        GPU models, compute capability and class
     """
-    from gpuenv.matrix import load_matrix
-    from gpuenv.matrix_view import show_matrix
+    from gpuenv.cli.matrix_view import show_matrix
+    from gpuenv.resolution.matrix import load_matrix
 
     show_matrix(load_matrix(), table, as_json)
 
 
 def _mirror() -> str | None:
     from gpuenv.errors import UsageError
-    from gpuenv.registry import InvalidMirror, registry_mirror
+    from gpuenv.images.registry import InvalidMirror, registry_mirror
 
     try:
         return registry_mirror()[0]
@@ -616,7 +616,7 @@ def _mirror() -> str | None:
 
 
 def _engine() -> Any:
-    from gpuenv.docker_engine import DockerEngine
+    from gpuenv.engine.dockerpy import DockerEngine
 
     return DockerEngine()
 
@@ -638,7 +638,7 @@ def render(obj: Context, bake: bool) -> None:
     The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
     in gpuenv.lock; with a registry mirror, FROM names the mirror.
     """
-    from gpuenv.images import load_project, plan
+    from gpuenv.images.service import load_project, plan
 
     project = load_project(obj.directory)
     click.echo(plan(project, _mirror(), bake=bake).dockerfile, nl=False)
@@ -655,9 +655,9 @@ def pull(obj: Context, quiet: bool) -> None:
     GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
     nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
     """
-    from gpuenv import ui
-    from gpuenv.images import ensure_base, load_project
-    from gpuenv.live import make_view
+    from gpuenv.cli import ui
+    from gpuenv.cli.live import make_view
+    from gpuenv.images.service import ensure_base, load_project
 
     project = load_project(obj.directory)
     had_digest = bool(project.lock.digest)
@@ -681,8 +681,8 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
     (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
     built. Project code is mounted at run time, not copied, unless --bake.
     """
-    from gpuenv import stamp
-    from gpuenv.docker_api import image_exists_fast
+    from gpuenv.engine.api import image_exists_fast
+    from gpuenv.project import stamp
 
     def up_to_date(tag: str) -> None:
         click.echo(tag)
@@ -695,7 +695,7 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
         up_to_date(known)
         return
 
-    from gpuenv import ui
+    from gpuenv.cli import ui
 
     _, tag, result = _build_project(obj, bake, quiet)
     if result is None:
@@ -735,8 +735,8 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
     """
     from rich.table import Table
 
-    from gpuenv import ui
-    from gpuenv.images import list_images
+    from gpuenv.cli import ui
+    from gpuenv.images.service import list_images
 
     rows = list_images(_engine(), _mirror(), folders)
     if as_json:
@@ -786,8 +786,8 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
     it would remove; --yes removes. Base images and images built FROM gpuenv images are
     never touched.
     """
-    from gpuenv import ui
-    from gpuenv.images import collect, list_images
+    from gpuenv.cli import ui
+    from gpuenv.images.service import collect, list_images
 
     engine = _engine()
     rows = list_images(engine, _mirror(), folders)
@@ -809,7 +809,7 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
 
 def _reap(api: Any) -> list[str]:
     from gpuenv.errors import GpuenvError
-    from gpuenv.session import reap_orphans
+    from gpuenv.run.session import reap_orphans
 
     try:
         return reap_orphans(api)
@@ -819,8 +819,8 @@ def _reap(api: Any) -> list[str]:
 
 def _stamp_project(project: Any) -> dict[str, Any]:
     """What `gpuenv run` needs of the validated spec and lock, kept in the build stamp."""
-    from gpuenv.files import file_hash
-    from gpuenv.run import Locked
+    from gpuenv.common.files import file_hash
+    from gpuenv.run.container import Locked
 
     return {
         "spec": project.spec.to_data(),
@@ -833,18 +833,18 @@ def _build_project(obj: Context, bake: bool, quiet: bool) -> tuple[Any, str, Any
     """Read the project, render its image and build it if the engine lacks it (pulling
     and pinning the base first); record the build stamp. Returns the project, the tag
     and the BuildResult (None when the image was already there)."""
-    from gpuenv import stamp
-    from gpuenv.docker_api import image_exists_fast
-    from gpuenv.images import build_inputs, load_project, plan
+    from gpuenv.engine.api import image_exists_fast
+    from gpuenv.images.service import build_inputs, load_project, plan
+    from gpuenv.project import stamp
 
     project = load_project(obj.directory)
     mirror = _mirror()
     result = None
     planned = plan(project, mirror, bake=bake) if project.lock.digest else None
     if planned is None or not image_exists_fast(planned.tag):
-        from gpuenv.images import build as do_build
-        from gpuenv.images import ensure_base
-        from gpuenv.live import make_view
+        from gpuenv.cli.live import make_view
+        from gpuenv.images.service import build as do_build
+        from gpuenv.images.service import ensure_base
 
         engine = _engine()
         view = make_view(quiet)
@@ -862,10 +862,10 @@ def _ensure_image(obj: Context, quiet: bool) -> tuple[Spec, Any, str]:
     When nothing changed since the last build, all three come from the build stamp: no
     YAML is parsed and no image is rendered.
     """
-    from gpuenv import stamp
-    from gpuenv.docker_api import image_exists_fast
-    from gpuenv.run import Locked
-    from gpuenv.spec import spec_from_data
+    from gpuenv.engine.api import image_exists_fast
+    from gpuenv.project import stamp
+    from gpuenv.project.spec import spec_from_data
+    from gpuenv.run.container import Locked
 
     known = stamp.fresh(obj.directory, False)
     if known and known.get("project") and image_exists_fast(known["tag"]):
@@ -873,7 +873,7 @@ def _ensure_image(obj: Context, quiet: bool) -> tuple[Spec, Any, str]:
         spec = spec_from_data(saved["spec"], obj.directory, saved["spec_path"])
         return spec, Locked(**saved["locked"]), str(known["tag"])
 
-    from gpuenv.files import file_hash
+    from gpuenv.common.files import file_hash
 
     project, tag, _ = _build_project(obj, False, quiet)
     return project.spec, Locked.from_lock(project.lock, file_hash(project.lock_path)), tag
@@ -893,11 +893,10 @@ def _run(
     quiet: bool,
     shell: bool,
 ) -> None:
-    from gpuenv.docker_api import EngineAPI
+    from gpuenv.engine.api import EngineAPI
     from gpuenv.errors import UsageError
-    from gpuenv.gpus import grant, parse_gpus_option
-    from gpuenv.host import Host, detect_host
-    from gpuenv.run import (
+    from gpuenv.resolution.host import Host, detect_host
+    from gpuenv.run.container import (
         command_for,
         container_config,
         environment,
@@ -906,7 +905,8 @@ def _run(
         preflight,
         without_gpus,
     )
-    from gpuenv.session import GpuRuntimeMissing, run_container, stdin_is_input
+    from gpuenv.run.session import GpuRuntimeMissing, run_container, stdin_is_input
+    from gpuenv.sharing.gpus import grant, parse_gpus_option
 
     def notice(text: str) -> None:
         if not quiet:
@@ -932,13 +932,13 @@ def _run(
     claimed: list[str] = []
     if host.gpus and granted.mode != "none":
         # A shared host: claim the GPUs under the lock before anything starts on them.
-        from gpuenv.claims import ClaimStore, reserve
+        from gpuenv.sharing.claims import ClaimStore, reserve
 
         store = ClaimStore()
         granted, claimed = reserve(store, request, host, spec.name, wait, notice)
     try:
         if not force and host.driver is not None and granted.mode != "none":
-            from gpuenv.matrix import load_matrix
+            from gpuenv.resolution.matrix import load_matrix
 
             for warning in preflight(locked, host, granted, load_matrix()):
                 notice(warning)
@@ -950,7 +950,7 @@ def _run(
             spec, tag, command, granted, identity, variables, run_labels, tty=tty, stdin=stdin
         )
         if memory:
-            from gpuenv.spec import parse_size
+            from gpuenv.project.spec import parse_size
 
             limit = parse_size(memory)
             if limit is None or limit < 6 * 1024**2:
@@ -1133,9 +1133,9 @@ def shell(
 
 
 def _runs(show_all: bool) -> list[Any]:
-    from gpuenv.docker_api import EngineAPI
-    from gpuenv.monitor import runs_from
-    from gpuenv.run import RUN_LABEL
+    from gpuenv.engine.api import EngineAPI
+    from gpuenv.run.container import RUN_LABEL
+    from gpuenv.sharing.monitor import runs_from
 
     runs = runs_from(EngineAPI().containers(RUN_LABEL))
     return runs if show_all else [r for r in runs if r.state == "running"]
@@ -1152,7 +1152,7 @@ def ps(show_all: bool, as_json: bool) -> None:
 
     from rich.table import Table
 
-    from gpuenv import ui
+    from gpuenv.cli import ui
 
     runs = _runs(show_all)
     if as_json:
@@ -1179,8 +1179,8 @@ def stop(run_name: str) -> None:
     The run's command gets SIGTERM, then SIGKILL after 10 s; its gpuenv process then
     removes the container and releases its GPUs.
     """
-    from gpuenv import ui
-    from gpuenv.docker_api import EngineAPI
+    from gpuenv.cli import ui
+    from gpuenv.engine.api import EngineAPI
     from gpuenv.errors import UsageError
 
     matches = [r for r in _runs(True) if r.name == run_name or r.id.startswith(run_name)]
@@ -1196,9 +1196,9 @@ def stop(run_name: str) -> None:
 
 
 def _top_data() -> tuple[Any, list[Any]]:
-    from gpuenv.claims import ClaimStore
-    from gpuenv.host import detect_host
-    from gpuenv.monitor import gpu_rows
+    from gpuenv.resolution.host import detect_host
+    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.monitor import gpu_rows
 
     host = detect_host()
     if not host.gpus:
@@ -1260,7 +1260,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
     cgroups). GPUs used by processes outside gpuenv are shown as such."""
     import time
 
-    from gpuenv import ui
+    from gpuenv.cli import ui
 
     host, rows = _top_data()
     if not host.gpus:
@@ -1298,9 +1298,9 @@ def doctor(obj: Context, as_json: bool) -> None:
     state folder. Exits 15 when a check fails."""
     from rich.markup import escape
 
-    from gpuenv import ui
-    from gpuenv.doctor import run_checks
+    from gpuenv.cli import ui
     from gpuenv.errors import EXIT_DOCTOR
+    from gpuenv.run.doctor import run_checks
 
     checks = run_checks(obj.directory)
     if as_json:
@@ -1324,12 +1324,12 @@ def push_command(obj: Context, repository: str | None, quiet: bool) -> None:
     the pushed reference and digest in gpuenv.lock: teammates and cluster nodes (gpuenv
     submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
     argument, pushes to the repository of the last push."""
-    from gpuenv import ui
+    from gpuenv.cli import ui
+    from gpuenv.cli.live import make_view
     from gpuenv.errors import UsageError
-    from gpuenv.images import load_project
-    from gpuenv.images import push as do_push
-    from gpuenv.live import make_view
-    from gpuenv.registry import parse_reference
+    from gpuenv.images.registry import parse_reference
+    from gpuenv.images.service import load_project
+    from gpuenv.images.service import push as do_push
 
     project = load_project(obj.directory)
     if repository is None:
@@ -1351,8 +1351,8 @@ def push_command(obj: Context, repository: str | None, quiet: bool) -> None:
 
 def _warn_if_pushed_is_stale(project: Any) -> None:
     """The pushed image carries the code as it was: say so when the project moved on."""
-    from gpuenv import ui
-    from gpuenv.images import plan
+    from gpuenv.cli import ui
+    from gpuenv.images.service import plan
 
     pushed = project.lock.extra.get("pushed") or {}
     reference = str(pushed.get("reference", ""))
@@ -1370,7 +1370,7 @@ def _cluster_env(
     spec: Spec, env: tuple[str, ...], env_files: tuple[str, ...]
 ) -> tuple[dict[str, str], list[str]]:
     """Values to write (spec env, env files, -e KEY=VALUE) and bare -e KEY names."""
-    from gpuenv.run import environment
+    from gpuenv.run.container import environment
 
     passthrough = [e for e in env if "=" not in e]
     values = environment(spec, [e for e in env if "=" in e], env_files, {})
@@ -1451,12 +1451,12 @@ def submit(
     import subprocess
     import time
 
-    from gpuenv import ui
-    from gpuenv.cluster import pushed_image, sbatch_script
+    from gpuenv.cli import ui
+    from gpuenv.cluster.slurm import pushed_image, sbatch_script
+    from gpuenv.common.files import atomic_write
     from gpuenv.errors import UsageError
-    from gpuenv.files import atomic_write
-    from gpuenv.images import load_project
-    from gpuenv.run import command_for, shm_size
+    from gpuenv.images.service import load_project
+    from gpuenv.run.container import command_for, shm_size
 
     project = load_project(obj.directory)
     spec = project.spec
@@ -1511,10 +1511,10 @@ def jobs(obj: Context, as_json: bool) -> None:
     """This project's Slurm jobs that are pending or running (squeue)."""
     import subprocess
 
-    from gpuenv import ui
-    from gpuenv.cluster import job_name
+    from gpuenv.cli import ui
+    from gpuenv.cluster.slurm import job_name
     from gpuenv.errors import UsageError
-    from gpuenv.spec import load_spec
+    from gpuenv.project.spec import load_spec
 
     name = job_name(load_spec(obj.directory))
     try:
@@ -1553,7 +1553,7 @@ def _export_inputs(
     obj: Context, env: tuple[str, ...], env_files: tuple[str, ...]
 ) -> tuple[Any, dict[str, str]]:
     from gpuenv.errors import UsageError
-    from gpuenv.images import load_project
+    from gpuenv.images.service import load_project
 
     project = load_project(obj.directory)
     values, passthrough = _cluster_env(project.spec, env, env_files)
@@ -1585,8 +1585,8 @@ def export_kubernetes(
     limits, /dev/shm as a memory-backed emptyDir, a non-root user and no restarts."""
     import yaml
 
-    from gpuenv.cluster import kubernetes_job, pushed_image
-    from gpuenv.run import command_for, shm_size
+    from gpuenv.cluster.slurm import kubernetes_job, pushed_image
+    from gpuenv.run.container import command_for, shm_size
 
     project, values = _export_inputs(obj, env, env_files)
     _warn_if_pushed_is_stale(project)
@@ -1623,8 +1623,8 @@ def export_compose(
     digest, or else the locally built tag; GPUs reserved by count or device ids."""
     import yaml
 
-    from gpuenv.cluster import compose_file
-    from gpuenv.run import command_for, shm_size
+    from gpuenv.cluster.slurm import compose_file
+    from gpuenv.run.container import command_for, shm_size
 
     project, values = _export_inputs(obj, env, env_files)
     pushed = (project.lock.extra.get("pushed") or {}).get("image")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gpuenv.errors import HostError
 
 if TYPE_CHECKING:
-    from gpuenv.matrix import Matrix
+    from gpuenv.resolution.matrix import Matrix
 
 HOST_FILE_ENV = "GPUENV_HOST_FILE"
 NVIDIA_SMI_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "driver_version")
@@ -241,7 +241,7 @@ def detect_host() -> Host:
 
 
 def _check_driver(driver: Any, where: str) -> str | None:
-    from gpuenv.versions import InvalidDriverVersion, driver_tuple
+    from gpuenv.common.versions import InvalidDriverVersion, driver_tuple
 
     if driver is None:
         return None
@@ -314,7 +314,7 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
             f"{where}: unknown keys {', '.join(sorted(unknown))} "
             f"(known: {', '.join(sorted(_GPU_KEYS))})"
         )
-    from gpuenv.versions import InvalidComputeCapability, compute_capability
+    from gpuenv.common.versions import InvalidComputeCapability, compute_capability
 
     cc = item.get("compute_capability")
     if cc is not None:

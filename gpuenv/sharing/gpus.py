@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuenv.errors import GpusBusy, UsageError
-from gpuenv.spec import GpuRequest, _Checker, parse_gpus_value
+from gpuenv.project.spec import GpuRequest, _Checker, parse_gpus_value
 
 if TYPE_CHECKING:
-    from gpuenv.claims import Claim
-    from gpuenv.host import Gpu, Host
+    from gpuenv.resolution.host import Gpu, Host
+    from gpuenv.sharing.claims import Claim
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def parse_gpus_option(text: str) -> GpuRequest:
             "--gpus 0: a GPU count must be at least 1",
             hint="for the GPU with index 0 write --gpus device=0; for no GPU, --gpus none",
         )
-    from gpuenv.yamlfile import YamlDocument
+    from gpuenv.common.yamlfile import YamlDocument
 
     check = _Checker(YamlDocument("--gpus", None), ".")
     value: object = stripped.removeprefix("device=")

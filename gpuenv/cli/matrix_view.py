@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.table import Table
 
-from gpuenv import ui
-from gpuenv.matrix import FRAMEWORK_NAMES, Matrix
+from gpuenv.cli import ui
+from gpuenv.resolution.matrix import FRAMEWORK_NAMES, Matrix
 
 EVIDENCE_STYLE = {"primary": "green", "secondary": "yellow", "unverified": "red"}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def data_dir(name: str) -> Path:
     """``matrices`` or ``images``: in the installed wheel (gpuenv/_data), else the repo."""
-    packaged = _HERE / "_data" / name
-    return packaged if packaged.is_dir() else _HERE.parent / name
+    packaged = _PACKAGE / "_data" / name
+    return packaged if packaged.is_dir() else _PACKAGE.parent / name

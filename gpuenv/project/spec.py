@@ -22,15 +22,15 @@ from gpuenv.errors import Problem, SpecError
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
-    from gpuenv.yamlfile import Path as YamlPath
-    from gpuenv.yamlfile import YamlDocument
+    from gpuenv.common.yamlfile import Path as YamlPath
+    from gpuenv.common.yamlfile import YamlDocument
 
 # The YAML and version parsers are imported where they are used: `gpuenv run` rebuilds an
 # already-validated Spec from its build stamp and needs neither.
 
 
 def _constraint(text: str) -> SpecifierSet:
-    from gpuenv.versions import parse_constraint
+    from gpuenv.common.versions import parse_constraint
 
     return parse_constraint(text)
 
@@ -234,7 +234,7 @@ def display_path(path: str) -> str:
 
 def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     """Read and validate `project_dir/filename`; raise SpecError listing every problem."""
-    from gpuenv.yamlfile import YamlSyntaxError, read_yaml
+    from gpuenv.common.yamlfile import YamlSyntaxError, read_yaml
 
     path = os.path.join(project_dir, filename)
     shown = display_path(path)
@@ -256,7 +256,7 @@ def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
 
 def parse_spec_text(text: str, project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     """Validate spec text (for tests and tools that hold the text already)."""
-    from gpuenv.yamlfile import YamlSyntaxError, parse_yaml
+    from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
 
     try:
         doc = parse_yaml(text, filename)
@@ -308,7 +308,7 @@ class _Checker:
         text = self.text((key,), value, "a version or version specifier")
         if text is None:
             return None
-        from gpuenv.versions import InvalidConstraint
+        from gpuenv.common.versions import InvalidConstraint
 
         try:
             _constraint(text)

@@ -11,7 +11,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpuenv.engine import Event
+from gpuenv.engine.protocol import Event
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # The daemon colours a RUN step's stderr red with ANSI codes; logs and messages want text.

@@ -17,7 +17,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from gpuenv.spec import GpuRequest, default_name
+from gpuenv.project.spec import GpuRequest, default_name
 
 # Distribution names (normalized) -> framework, in the order a tie is broken.
 FRAMEWORK_PACKAGES = {

@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import GpusBusy, UsageError
-from gpuenv.procfs import process_start
+from gpuenv.sharing.procfs import process_start
 
 if TYPE_CHECKING:
-    from gpuenv.gpus import Grant
-    from gpuenv.host import Host
-    from gpuenv.spec import GpuRequest
+    from gpuenv.project.spec import GpuRequest
+    from gpuenv.resolution.host import Host
+    from gpuenv.sharing.gpus import Grant
 
 STATE_ENV = "GPUENV_STATE_DIR"
 DEFAULT_STATE_DIR = "/var/tmp/gpuenv"
@@ -220,7 +220,7 @@ def reserve(
 ) -> tuple[Grant, list[str]]:
     """Choose and claim GPUs atomically; with `wait` (seconds, 0: no limit), queue until
     they are free, first come first served. Returns the grant and the claim files."""
-    from gpuenv.gpus import choose
+    from gpuenv.sharing.gpus import choose
 
     deadline = None if not wait else time.monotonic() + wait
     ticket: str | None = None

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuenv import __version__
+from gpuenv.common.resources import data_dir
 from gpuenv.errors import BuildError
-from gpuenv.lock import Lock, requirements_hashes
-from gpuenv.registry import parse_reference
-from gpuenv.resources import data_dir
-from gpuenv.spec import Spec
+from gpuenv.images.registry import parse_reference
+from gpuenv.project.spec import Spec
+from gpuenv.resolution.lock import Lock, requirements_hashes
 
 LABEL_PREFIX = "io.gpuenv"
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"

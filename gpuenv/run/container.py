@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import ResolutionError, UsageError
-from gpuenv.gpus import Grant
-from gpuenv.procfs import process_start
-from gpuenv.spec import WORKSPACE, Spec
+from gpuenv.project.spec import WORKSPACE, Spec
+from gpuenv.sharing.gpus import Grant
+from gpuenv.sharing.procfs import process_start
 
 if TYPE_CHECKING:
-    from gpuenv.host import Host
-    from gpuenv.lock import Lock
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.lock import Lock
 
 RUN_LABEL = "io.gpuenv.run"
 MEMLOCK_UNLIMITED = -1
@@ -136,9 +136,9 @@ def environment(
 
 def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
     """Refuse (ResolutionError) when this host cannot run the locked image; warnings else."""
-    from gpuenv.matrix import ImageRow
-    from gpuenv.resolve import classify_gpus, evaluate
-    from gpuenv.spec import default_spec
+    from gpuenv.project.spec import default_spec
+    from gpuenv.resolution.matrix import ImageRow
+    from gpuenv.resolution.resolve import classify_gpus, evaluate
 
     if host.driver is None or grant.mode == "none":
         return []

@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpuenv.docker_api import docker_host, engine_error
-from gpuenv.engine import Event, ImageInfo
+from gpuenv.engine.api import docker_host, engine_error
+from gpuenv.engine.protocol import Event, ImageInfo
 from gpuenv.errors import BuildError, EngineError, PullError
-from gpuenv.registry import redact
+from gpuenv.images.registry import redact
 
 
 class DockerEngine:

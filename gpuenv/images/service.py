@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gpuenv.engine import Engine, Event, ImageInfo
+from gpuenv.common.files import file_hash
+from gpuenv.engine.protocol import Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
-from gpuenv.files import file_hash
-from gpuenv.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
-from gpuenv.progress import BuildProgress, PullProgress
-from gpuenv.registry import credentials, parse_reference, pull_repository, redact
-from gpuenv.render import LABEL_PREFIX, BuildPlan, plan_build
-from gpuenv.spec import Spec, load_spec
+from gpuenv.images.progress import BuildProgress, PullProgress
+from gpuenv.images.registry import credentials, parse_reference, pull_repository, redact
+from gpuenv.images.render import LABEL_PREFIX, BuildPlan, plan_build
+from gpuenv.project.spec import Spec, load_spec
+from gpuenv.resolution.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
 
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
 
@@ -73,7 +73,7 @@ def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> Pu
         view.pull_event(progress)
     view.pull_finished(progress)
     if progress.error:
-        from gpuenv.docker_engine import pull_error
+        from gpuenv.engine.dockerpy import pull_error
 
         raise pull_error(reference, progress.error)
     return progress
@@ -274,7 +274,7 @@ def push(
 ) -> tuple[Project, str]:
     """Build the project image with the code baked in, push it, record its digest in the
     lock (`pushed`), and return the image by digest."""
-    from gpuenv.registry import credentials as auth_for
+    from gpuenv.images.registry import credentials as auth_for
 
     reference = parse_reference(repository)
     if reference.digest:
@@ -288,7 +288,7 @@ def push(
     digest = None
     for event in engine.push(reference.repository, tag, auth_for(reference.repository)):
         if "error" in event:
-            from gpuenv.docker_engine import pull_error
+            from gpuenv.engine.dockerpy import pull_error
 
             raise pull_error(target, str(event.get("error")), verb="push")
         aux = event.get("aux")

@@ -23,11 +23,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from gpuenv.errors import ResolutionError
-from gpuenv.host import Gpu, Host
-from gpuenv.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
-from gpuenv.spec import Spec
-from gpuenv.versions import (
+from gpuenv.common.versions import (
     compute_capability,
     driver_branch,
     driver_tuple,
@@ -38,6 +34,10 @@ from gpuenv.versions import (
     series,
     sm,
 )
+from gpuenv.errors import ResolutionError
+from gpuenv.project.spec import Spec
+from gpuenv.resolution.host import Gpu, Host
+from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
 
 SPEC_CHECKS = ("version", "python", "cuda")
 RELEVANT_FIELDS = ("framework_version", "cuda", "python", "min_driver", "min_compute_capability")

@@ -29,7 +29,7 @@ class Check:
 
 
 def _engine(checks: list[Check]) -> None:
-    from gpuenv.docker_api import EngineAPI
+    from gpuenv.engine.api import EngineAPI
 
     try:
         api = EngineAPI()
@@ -60,7 +60,7 @@ def _gpu_runtime(api: object, info: dict[str, Any], checks: list[Check]) -> None
     """Ask the engine itself: start a container with a GPU request and a command that
     cannot exist. 'could not select device driver' means no NVIDIA runtime; failing on
     the command means the request got through. Nothing is executed."""
-    from gpuenv.docker_api import ApiError, EngineAPI
+    from gpuenv.engine.api import ApiError, EngineAPI
 
     assert isinstance(api, EngineAPI)
     runtimes = info.get("Runtimes") or {}
@@ -135,7 +135,7 @@ def _disk(info: dict[str, Any], checks: list[Check]) -> None:
 
 
 def _driver(checks: list[Check]) -> object:
-    from gpuenv.host import detect_host
+    from gpuenv.resolution.host import detect_host
 
     try:
         host = detect_host()
@@ -157,8 +157,8 @@ def _driver(checks: list[Check]) -> object:
 
 
 def _lock(directory: str, host: object, checks: list[Check]) -> None:
-    from gpuenv.images import load_project
-    from gpuenv.run import Locked, preflight
+    from gpuenv.images.service import load_project
+    from gpuenv.run.container import Locked, preflight
 
     if not os.path.exists(os.path.join(directory, "gpuenv.lock")):
         return
@@ -172,8 +172,8 @@ def _lock(directory: str, host: object, checks: list[Check]) -> None:
             Check("gpuenv.lock", "ok", f"{project.lock.image} (no driver here to check against)")
         )
         return
-    from gpuenv.gpus import Grant
-    from gpuenv.matrix import load_matrix
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.sharing.gpus import Grant
 
     try:
         preflight(Locked.from_lock(project.lock, ""), host, Grant("all"), load_matrix())  # type: ignore[arg-type]
@@ -209,7 +209,7 @@ def _credentials(checks: list[Check]) -> None:
 
 
 def _state(checks: list[Check]) -> None:
-    from gpuenv.claims import ClaimStore
+    from gpuenv.sharing.claims import ClaimStore
 
     try:
         store = ClaimStore()

@@ -16,9 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpuenv.errors import MatrixError, Problem
-from gpuenv.resources import data_dir
-from gpuenv.versions import (
+from gpuenv.common.resources import data_dir
+from gpuenv.common.versions import (
     InvalidComputeCapability,
     InvalidDriverVersion,
     compute_capability,
@@ -26,8 +25,9 @@ from gpuenv.versions import (
     is_version,
     parse_version,
 )
-from gpuenv.yamlfile import Path as YamlPath
-from gpuenv.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
+from gpuenv.common.yamlfile import Path as YamlPath
+from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
+from gpuenv.errors import MatrixError, Problem
 
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "secondary", "unverified")

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpuenv import __version__
+from gpuenv.common.files import atomic_write, file_hash
 from gpuenv.errors import LockError
-from gpuenv.files import atomic_write, file_hash
-from gpuenv.spec import Spec, inside_project
+from gpuenv.project.spec import Spec, inside_project
 
 if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
-    from gpuenv.host import Host
-    from gpuenv.resolve import Resolution
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.resolve import Resolution
 
 LOCK_FILENAME = "gpuenv.lock"
 LOCK_VERSION = 1
@@ -234,7 +234,7 @@ def lock_differences(lock: Lock, spec: Spec) -> list[str]:
 
 def recorded_host(lock: Lock) -> Host | None:
     """The host a lock was resolved for, to plan for it again from a machine without GPUs."""
-    from gpuenv.host import Gpu, Host
+    from gpuenv.resolution.host import Gpu, Host
 
     record = lock.resolved_for
     driver = record.get("driver")

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuenv.claims import Claim
-from gpuenv.host import Host
-from gpuenv.procfs import container_of, process_owner
-from gpuenv.run import RUN_LABEL
+from gpuenv.resolution.host import Host
+from gpuenv.run.container import RUN_LABEL
+from gpuenv.sharing.claims import Claim
+from gpuenv.sharing.procfs import container_of, process_owner
 
 
 @dataclass(frozen=True)

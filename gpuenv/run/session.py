@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from gpuenv.docker_api import ApiError, EngineAPI
+from gpuenv.engine.api import ApiError, EngineAPI
 from gpuenv.errors import GpuenvError, StartError
-from gpuenv.procfs import process_start
-from gpuenv.run import (
+from gpuenv.run.container import (
     RUN_LABEL,
     Identity,
     accounts_archive,
     file_from_archive,
     merge_accounts,
 )
+from gpuenv.sharing.procfs import process_start
 
 EXIT_GPU_RUNTIME = 13
 _NO_DRIVER = "could not select device driver"

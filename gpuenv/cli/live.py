@@ -16,8 +16,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from gpuenv import ui
-from gpuenv.progress import BuildProgress, PullProgress
+from gpuenv.cli import ui
+from gpuenv.images.progress import BuildProgress, PullProgress
 
 
 def _size(count: int) -> str:

@@ -12,9 +12,9 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuenv.common.resources import data_dir
 from gpuenv.errors import UsageError
-from gpuenv.resources import data_dir
-from gpuenv.spec import WORKSPACE, Spec
+from gpuenv.project.spec import WORKSPACE, Spec
 
 _DNS = re.compile(r"[^a-z0-9-]+")
 
