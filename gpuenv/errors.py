@@ -20,10 +20,46 @@ EXIT_HOST = 7
 EXIT_ENGINE = 10
 EXIT_PULL = 11
 EXIT_BUILD = 12
+EXIT_NO_RUNTIME = 13
 EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
 EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class ExitCode:
+    code: int
+    meaning: str
+
+
+# The one table of exit codes: `gpuenv --help` and docs/reference/exit-codes.md are made
+# from it (a test checks the page), so the three can never disagree.
+EXIT_CODES: tuple[ExitCode, ...] = (
+    ExitCode(EXIT_OK, "success"),
+    ExitCode(EXIT_INTERNAL, "internal error (a bug: please report it with --debug output)"),
+    ExitCode(EXIT_USAGE, "command-line usage error (an unknown option, a bad flag value)"),
+    ExitCode(EXIT_SPEC, "gpuenv.yaml (or a file it names) is invalid"),
+    ExitCode(EXIT_UNRESOLVABLE, "no image fits the spec on this host"),
+    ExitCode(EXIT_LOCK, "gpuenv.lock missing, damaged or out of date"),
+    ExitCode(EXIT_MATRIX, "the compatibility matrix data is invalid"),
+    ExitCode(EXIT_HOST, "the host description is invalid"),
+    ExitCode(EXIT_ENGINE, "the container engine is not reachable, not permitted or refused"),
+    ExitCode(EXIT_PULL, "an image could not be pulled or pushed (unknown, refused, unreachable)"),
+    ExitCode(EXIT_BUILD, "the project image failed to build"),
+    ExitCode(EXIT_NO_RUNTIME, "GPUs requested, but the engine has no NVIDIA runtime"),
+    ExitCode(EXIT_START, "the engine would not start the container"),
+    ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
+    ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
+    ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+COMMAND_EXIT_NOTE = "gpuenv run / shell exit with the command's own exit code once it has started."
+
+
+def exit_codes_help() -> str:
+    """The exit-code table as `--help` shows it (click's \\b keeps the lines)."""
+    rows = [f"  {entry.code:<4} {entry.meaning}" for entry in EXIT_CODES]
+    return "\b\nExit codes:\n" + "\n".join(rows) + f"\n  {COMMAND_EXIT_NOTE}\n"
 
 
 @dataclass(frozen=True)
@@ -160,6 +196,18 @@ class StartError(GpuenvError):
     """The engine would not start the container (a mount, a limit, the image's command)."""
 
     exit_code = EXIT_START
+
+
+class GpuRuntimeMissing(GpuenvError):
+    """A GPU was requested, but the engine has no NVIDIA runtime."""
+
+    exit_code = EXIT_NO_RUNTIME
+
+
+class DoctorFailed(GpuenvError):
+    """`gpuenv doctor` found at least one failing check (the checks were printed)."""
+
+    exit_code = EXIT_DOCTOR
 
 
 class GpusBusy(GpuenvError):

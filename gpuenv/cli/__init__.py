@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import click
 
 from gpuenv import __version__
-from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError
+from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError, exit_codes_help
 
 if TYPE_CHECKING:
     from gpuenv.project.spec import Spec
@@ -25,27 +25,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 FRAMEWORK_CHOICE = click.Choice(["pytorch", "tensorflow", "jax", "none"])
-
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0    success
-  1    internal error (a bug: please report it with --debug output)
-  2    command-line usage error
-  3    gpuenv.yaml (or a file it names) is invalid
-  4    no image fits the spec on this host
-  5    gpuenv.lock missing, damaged or out of date
-  6    the compatibility matrix data is invalid
-  7    the host description is invalid
-  10   the Docker engine is not reachable or not permitted
-  11   an image could not be pulled (unknown, refused, unreachable)
-  12   the project image failed to build
-  13   GPUs requested, but the Docker engine has no NVIDIA runtime
-  14   the Docker engine would not start the container
-  15   gpuenv doctor found a failing check
-  16   not enough free GPUs (see gpuenv top; --wait to queue)
-  gpuenv run / shell exit with the command's own exit code once it has started.
-  130  interrupted (Ctrl-C)
-"""
 
 
 class Context(NamedTuple):
@@ -111,7 +90,7 @@ def _debug(ctx: click.Context) -> bool:
 
 @click.group(
     cls=GpuenvGroup,
-    epilog=EXIT_CODES_HELP,
+    epilog=exit_codes_help(),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, "--version", "-V", prog_name="gpuenv")
@@ -894,7 +873,7 @@ def _run(
     shell: bool,
 ) -> None:
     from gpuenv.engine.api import EngineAPI
-    from gpuenv.errors import UsageError
+    from gpuenv.errors import GpuRuntimeMissing, UsageError
     from gpuenv.resolution.host import Host, detect_host
     from gpuenv.run.container import (
         command_for,
@@ -905,7 +884,7 @@ def _run(
         preflight,
         without_gpus,
     )
-    from gpuenv.run.session import GpuRuntimeMissing, run_container, stdin_is_input
+    from gpuenv.run.session import run_container, stdin_is_input
     from gpuenv.sharing.gpus import grant, parse_gpus_option
 
     def notice(text: str) -> None:

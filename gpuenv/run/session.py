@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from gpuenv.engine.api import ApiError, EngineAPI
-from gpuenv.errors import GpuenvError, StartError
+from gpuenv.errors import GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
     RUN_LABEL,
     Identity,
@@ -29,14 +29,7 @@ from gpuenv.run.container import (
 )
 from gpuenv.sharing.procfs import process_start
 
-EXIT_GPU_RUNTIME = 13
 _NO_DRIVER = "could not select device driver"
-
-
-class GpuRuntimeMissing(GpuenvError):
-    """A GPU was requested, but the engine has no NVIDIA runtime."""
-
-    exit_code = EXIT_GPU_RUNTIME
 
 
 @dataclass(frozen=True)
