@@ -168,6 +168,15 @@ class EngineError(GpuenvError):
     exit_code = EXIT_ENGINE
 
 
+class EngineRefused(EngineError):
+    """The engine answered a request with an error status (a conflict, a missing object,
+    a refused option): never a bug in gpuenv, so never exit 1."""
+
+    def __init__(self, status: int, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
 class PullError(GpuenvError):
     """An image could not be pulled: unknown, refused by the registry, or unreachable."""
 

@@ -1,146 +1,71 @@
-"""The Docker Engine API over its unix socket, for the hot paths: `gpuenv run` and the
-no-op build. Part of the Docker adapter with `docker_engine` (docker-py, used for pulls
-and builds): docker-py and requests take ~0.2 s to import, more than a whole
-`docker run`, so the calls a run needs are made here directly, in JSON over HTTP/1.1.
+"""The Engine API over its Unix socket, on the standard library's http.client.
+
+The container calls (`gpuenv run`, ps, stop, doctor) and the image check of the no-op
+build are made here directly: docker-py and requests take ~0.2 s to import, more than a
+whole `docker run`. Image transfers and builds (pull, build, push, tag, list, remove)
+go through docker-py (`engine.dockerpy`), loaded only when one is asked for. Only the
+attach hijack speaks HTTP by hand: http.client cannot hand over an upgraded socket.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
-import os
 import socket
 import urllib.parse
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from gpuenv.errors import EngineError, GpuenvError
+from gpuenv.engine.hosts import docker_host, engine_error
+from gpuenv.engine.protocol import Event, ImageInfo
+from gpuenv.errors import EngineError, EngineRefused
 
-DEFAULT_HOST = "unix:///var/run/docker.sock"
+if TYPE_CHECKING:
+    from gpuenv.engine.dockerpy import DockerEngine
+
 API = "/v1.41"  # Engine 20.10; DeviceRequests need 1.40
 
 
-def docker_host(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get("DOCKER_HOST") or DEFAULT_HOST
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("docker", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
 
 
-def not_running(host: str) -> EngineError:
-    return EngineError(
-        f"cannot reach the Docker engine at {host}: is it running?",
-        hint="start it (`sudo systemctl start docker`, or `sudo dockerd &`), "
-        "or point DOCKER_HOST at a running engine",
-    )
-
-
-def engine_error(exc: BaseException, host: str) -> GpuenvError:
-    """The one translation of "cannot talk to the engine" into what to do next."""
-    text = str(exc)
-    if isinstance(exc, PermissionError) or "Permission denied" in text:
-        where = host.removeprefix("unix://")
-        return EngineError(
-            f"permission denied on the Docker socket {where}",
-            hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
-            "in again), or use rootless Docker",
-        )
-    return not_running(host)
-
-
-def image_exists_fast(reference: str, host: str | None = None) -> bool | None:
-    """Whether the engine has `reference`: one HTTP/1.0 request, the status line only.
-
-    None when this cannot be answered that way (a tcp:// or ssh:// engine, any error):
-    the caller then asks through a client that explains failures.
-    """
-    host = host or docker_host()
-    if not host.startswith("unix://"):
-        return None
-    path = f"/images/{urllib.parse.quote(reference, safe='')}/json"
+def _message(status: int, data: bytes) -> str:
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(10)
-            sock.connect(host.removeprefix("unix://"))
-            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
-            head = sock.recv(64).split(b"\r\n", 1)[0].split()
-    except OSError:
-        return None
-    status = head[1] if len(head) >= 2 else b""
-    if status == b"200":
-        return True
-    if status == b"404":
-        return False
-    return None
+        message = json.loads(data).get("message", "")
+    except (ValueError, AttributeError):
+        message = data.decode(errors="replace")
+    return str(message).strip() or f"HTTP {status}"
 
 
-class ApiError(GpuenvError):
-    """The engine answered a request with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _read_response(sock: socket.socket) -> tuple[int, bytes]:
-    """Status and body of one HTTP/1.1 response (Content-Length, chunked, or until close)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise OSError("the engine closed the connection")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {
-        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
-    }
-    if "content-length" in headers:
-        size = int(headers["content-length"])
-        while len(body) < size:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-        return status, body[:size]
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        decoded = b""
-        while True:
-            while b"\r\n" not in body:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return status, decoded
-                body += chunk
-            size_line, _, body = body.partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            while len(body) < size + 2:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return status, decoded + body[:size]
-                body += chunk
-            if size == 0:
-                return status, decoded
-            decoded += body[:size]
-            body = body[size + 2 :]
-    if status in (204, 304) or 100 <= status < 200:
-        return status, b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return status, body
-        body += chunk
-
-
-class EngineAPI:
-    """Just the Engine API calls a run needs."""
+class UnixSocketEngine:
+    """The Engine protocol for an engine on a unix:// socket."""
 
     def __init__(self, host: str | None = None) -> None:
         self.host = host or docker_host()
         if not self.host.startswith("unix://"):
-            raise EngineError(
-                f"gpuenv run talks to engines on a unix socket; DOCKER_HOST is {self.host}",
-                hint="run gpuenv on the Docker host, or forward its socket (ssh -L)",
-            )
+            raise EngineError(f"not a unix:// engine address: {self.host}")
         self.path = self.host.removeprefix("unix://")
+        self._images: DockerEngine | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return self.host
+
+    # -- HTTP ---------------------------------------------------------------------------
 
     def request(
         self,
@@ -152,28 +77,25 @@ class EngineAPI:
         timeout: float | None = 60,
         content_type: str = "application/json",
     ) -> tuple[int, bytes]:
+        """One request on a fresh connection: its status and whole body."""
         url = API + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
-        head = f"{method} {url} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n"
-        if data or method in ("POST", "PUT"):
-            head += f"Content-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        headers = {"Content-Type": content_type} if data is not None else {}
+        connection = _UnixConnection(self.path, timeout)
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(timeout)
-                sock.connect(self.path)
-                sock.sendall(head.encode() + b"\r\n" + data)
-                return _read_response(sock)
-        except (OSError, ValueError, IndexError) as exc:
+            connection.request(method, url, body=data, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as exc:
             raise engine_error(exc, self.host) from None
+        finally:
+            connection.close()
 
     def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        """A request whose error status raises EngineRefused; the decoded JSON body."""
         status, data = self.request(method, path, body, **kwargs)
         if status >= 400:
-            try:
-                message = json.loads(data).get("message", "")
-            except (ValueError, AttributeError):
-                message = data.decode(errors="replace")
-            raise ApiError(status, str(message).strip() or f"HTTP {status}")
+            raise EngineRefused(status, _message(status, data))
         if not data:
             return None
         try:
@@ -181,9 +103,18 @@ class EngineAPI:
         except ValueError:
             return data
 
-    def image_exists(self, reference: str) -> bool:
-        status, _ = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
-        return status == 200
+    # -- containers ---------------------------------------------------------------------
+
+    def version(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", "/version")
+        return result
+
+    def info(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.call("GET", "/info")
+        return result
+
+    def ping(self) -> None:
+        self.call("GET", "/_ping")
 
     def create(self, config: Mapping[str, Any]) -> str:
         return str(self.call("POST", "/containers/create", config)["Id"])
@@ -192,13 +123,18 @@ class EngineAPI:
         self.call("POST", f"/containers/{container}/start")
 
     def kill(self, container: str, signal: str) -> None:
-        with contextlib.suppress(ApiError):  # already gone or stopped: nothing to signal
+        with contextlib.suppress(EngineRefused):  # already gone or stopped
             self.call("POST", f"/containers/{container}/kill", query={"signal": signal})
+
+    def stop(self, container: str, timeout: int) -> None:
+        self.call(
+            "POST", f"/containers/{container}/stop", query={"t": str(timeout)}, timeout=timeout + 50
+        )
 
     def remove(self, container: str) -> None:
         try:
             self.call("DELETE", f"/containers/{container}", query={"force": "1", "v": "1"})
-        except ApiError as exc:
+        except EngineRefused as exc:
             if exc.status != 404:
                 raise
 
@@ -211,7 +147,7 @@ class EngineAPI:
         return int(result.get("StatusCode", 1))
 
     def resize(self, container: str, rows: int, columns: int) -> None:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(EngineRefused):
             self.call("POST", f"/containers/{container}/resize", query={"h": rows, "w": columns})
 
     def get_archive(self, container: str, path: str) -> bytes | None:
@@ -227,13 +163,12 @@ class EngineAPI:
             content_type="application/x-tar",
         )
         if status >= 400:
-            raise ApiError(status, data.decode(errors="replace"))
+            raise EngineRefused(status, _message(status, data))
 
-    def containers(self, label: str) -> list[dict[str, Any]]:
+    def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         filters = json.dumps({"label": [label]})
-        result: list[dict[str, Any]] = self.call(
-            "GET", "/containers/json", query={"all": "1", "filters": filters}
-        )
+        query = {"filters": filters, **({"all": "1"} if all else {})}
+        result: list[dict[str, Any]] = self.call("GET", "/containers/json", query=query)
         return result
 
     def attach(self, container: str, stdin: bool) -> tuple[socket.socket, bytes]:
@@ -253,7 +188,7 @@ class EngineAPI:
             while b"\r\n\r\n" not in head:
                 chunk = sock.recv(4096)
                 if not chunk:
-                    raise ApiError(500, "the engine closed the attach connection")
+                    raise EngineRefused(500, "the engine closed the attach connection")
                 head += chunk
         except OSError as exc:
             sock.close()
@@ -262,5 +197,68 @@ class EngineAPI:
         status = header.split(b"\r\n", 1)[0].split()
         if len(status) < 2 or status[1] not in (b"101", b"200"):
             sock.close()
-            raise ApiError(500, f"attach failed: {header.decode(errors='replace')[:200]}")
+            raise EngineRefused(500, f"attach failed: {header.decode(errors='replace')[:200]}")
         return sock, rest
+
+    # -- images -------------------------------------------------------------------------
+
+    def has_image(self, reference: str) -> bool:
+        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        if status >= 400 and status != 404:
+            raise EngineRefused(status, _message(status, data))
+        return status == 200
+
+    def _docker(self) -> DockerEngine:
+        """docker-py, for the streaming image calls; imported on first use."""
+        if self._images is None:
+            from gpuenv.engine.dockerpy import DockerEngine
+
+            self._images = DockerEngine(self.host)
+        return self._images
+
+    def repo_digests(self, reference: str) -> list[str]:
+        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        if status != 200:
+            return []
+        return list(json.loads(data).get("RepoDigests") or [])
+
+    def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
+        return self._docker().pull(repository, tag, auth)
+
+    def build(self, context: bytes, tag: str) -> Iterator[Event]:
+        return self._docker().build(context, tag)
+
+    def tag(self, source: str, repository: str, tag: str) -> None:
+        self._docker().tag(source, repository, tag)
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
+        return self._docker().push(repository, tag, auth)
+
+    def images(self, label: str | None = None) -> list[ImageInfo]:
+        query = {"filters": json.dumps({"label": [label]})} if label else None
+        rows: list[dict[str, Any]] = self.call("GET", "/images/json", query=query) or []
+        return [
+            ImageInfo(
+                id=row["Id"],
+                tags=tuple(t for t in row.get("RepoTags") or () if t != "<none>:<none>"),
+                labels=dict(row.get("Labels") or {}),
+                size=int(row.get("Size") or 0),
+                created=int(row.get("Created") or 0),
+            )
+            for row in rows
+        ]
+
+    def image_users(self, image: str) -> list[str]:
+        filters = json.dumps({"ancestor": [image]})
+        rows: list[dict[str, Any]] = self.call(
+            "GET", "/containers/json", query={"all": "1", "filters": filters}
+        )
+        return [str((row.get("Names") or [row["Id"][:12]])[0]).lstrip("/") for row in rows]
+
+    def remove_image(self, reference: str) -> None:
+        try:
+            self.call("DELETE", f"/images/{urllib.parse.quote(reference, safe='')}")
+        except EngineRefused as exc:
+            raise EngineRefused(
+                exc.status, f"could not remove {reference}: {exc.message}"
+            ) from None

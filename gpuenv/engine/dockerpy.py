@@ -1,8 +1,9 @@
-"""The Docker adapter: the only module that imports docker (docker-py).
+"""The Engine protocol over docker-py: the only module that imports docker.
 
-Every daemon failure is translated here, in one place, into a gpuenv error that says
-what happened and what to do next. docker-py itself is imported lazily: the no-op
-build path asks the engine one question over its unix socket without it.
+Used for image transfers and builds on every engine, and for everything on engines
+the Unix-socket client cannot reach (tcp://, ssh://). Every daemon failure is
+translated here, in one place, into a gpuenv error that says what happened and what to
+do next. docker-py itself is imported when an instance is made, never at import.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpuenv.engine.api import docker_host, engine_error
+from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, ImageInfo
-from gpuenv.errors import BuildError, EngineError, PullError
-from gpuenv.images.registry import redact
+from gpuenv.errors import BuildError, EngineError, EngineRefused
+from gpuenv.images.registry import pull_error, redact
 
 
 class DockerEngine:
@@ -139,9 +140,9 @@ class DockerEngine:
             status = getattr(exc, "status_code", None)
             raise pull_error(f"{repository}:{tag}", _explanation(exc), status, "push") from None
 
-    def images(self, label: str) -> list[ImageInfo]:
+    def images(self, label: str | None = None) -> list[ImageInfo]:
         with self._calls():
-            rows = self.api.images(filters={"label": label})
+            rows = self.api.images(filters={"label": label} if label else None)
         return [
             ImageInfo(
                 id=row["Id"],
@@ -160,7 +161,108 @@ class DockerEngine:
             try:
                 self.api.remove_image(reference)
             except APIError as exc:
-                raise EngineError(f"could not remove {reference}: {_explanation(exc)}") from None
+                raise EngineRefused(
+                    _status(exc), f"could not remove {reference}: {_explanation(exc)}"
+                ) from None
+
+    def image_users(self, image: str) -> list[str]:
+        with self._calls():
+            rows = self.api.containers(all=True, filters={"ancestor": image})
+        return [str((row.get("Names") or [row["Id"][:12]])[0]).lstrip("/") for row in rows]
+
+    # -- containers (engines the Unix-socket client cannot reach) -------------------------
+
+    @contextlib.contextmanager
+    def _container_calls(self) -> Iterator[None]:
+        from docker.errors import APIError
+
+        with self._calls():
+            try:
+                yield
+            except APIError as exc:
+                raise EngineRefused(_status(exc), _explanation(exc)) from None
+
+    def version(self) -> dict[str, Any]:
+        with self._container_calls():
+            result: dict[str, Any] = self.api.version()
+        return result
+
+    def info(self) -> dict[str, Any]:
+        with self._container_calls():
+            result: dict[str, Any] = self.api.info()
+        return result
+
+    def create(self, config: Mapping[str, Any]) -> str:
+        # The API's own JSON, as the Unix-socket client sends it: no docker-py translation.
+        with self._container_calls():
+            url = self.api._url("/containers/create")
+            response = self.api._post_json(url, data=dict(config))
+            result = self.api._result(response, True)
+        return str(result["Id"])
+
+    def start(self, container: str) -> None:
+        with self._container_calls():
+            self.api.start(container)
+
+    def kill(self, container: str, signal: str) -> None:
+        with contextlib.suppress(EngineRefused), self._container_calls():
+            self.api.kill(container, signal=signal)
+
+    def stop(self, container: str, timeout: int) -> None:
+        with self._container_calls():
+            self.api.stop(container, timeout=timeout)
+
+    def remove(self, container: str) -> None:
+        try:
+            with self._container_calls():
+                self.api.remove_container(container, v=True, force=True)
+        except EngineRefused as exc:
+            if exc.status != 404:
+                raise
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        with self._container_calls():
+            result: dict[str, Any] = self.api.inspect_container(container)
+        return result
+
+    def wait(self, container: str) -> int:
+        with self._container_calls():
+            result = self.api.wait(container, timeout=None)
+        return int(result.get("StatusCode", 1))
+
+    def resize(self, container: str, rows: int, columns: int) -> None:
+        with contextlib.suppress(EngineRefused), self._container_calls():
+            self.api.resize(container, height=rows, width=columns)
+
+    def get_archive(self, container: str, path: str) -> bytes | None:
+        from docker.errors import NotFound
+
+        with self._calls():
+            try:
+                stream, _ = self.api.get_archive(container, path)
+            except NotFound:
+                return None
+            return b"".join(stream)
+
+    def put_archive(self, container: str, path: str, tar: bytes) -> None:
+        with self._container_calls():
+            self.api.put_archive(container, path, tar)
+
+    def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
+        with self._container_calls():
+            result: list[dict[str, Any]] = self.api.containers(all=all, filters={"label": label})
+        return result
+
+    def attach(self, container: str, stdin: bool) -> tuple[Any, bytes]:
+        params = {"stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin else 0}
+        with self._container_calls():
+            sock = self.api.attach_socket(container, params=params)
+        # A raw socket over tcp://; ssh:// gives a socket-like channel.
+        return getattr(sock, "_sock", sock), b""
+
+
+def _status(exc: Any) -> int:
+    return int(getattr(exc, "status_code", None) or 500)
 
 
 class _Reader:
@@ -184,46 +286,3 @@ def _explanation(exc: Any) -> str:
     with contextlib.suppress(ValueError, TypeError):
         text = json.loads(text).get("message", text)
     return redact(str(text).strip())
-
-
-def pull_error(
-    reference: str, explanation: str, status: int | None = None, verb: str = "pull"
-) -> PullError:
-    """One message per way a pull (or push) fails: unknown image, refused, unreachable."""
-    text = redact(explanation)
-    lowered = text.lower()
-    refused = ("unauthorized", "denied", "authentication required", "forbidden", "no basic auth")
-    if any(word in lowered for word in refused) or status in (401, 403):
-        registry = reference.split("/", 1)[0]
-        hint = (
-            "set NGC_API_KEY to your NGC API key (https://ngc.nvidia.com/setup/api-key)"
-            if registry == "nvcr.io"
-            else f"log in first: `docker login {registry}`"
-        )
-        if "does not exist" in lowered or "not found" in lowered:
-            return PullError(
-                f"{reference} was not found, or {registry} refused access to it: {text}", hint=hint
-            )
-        return PullError(f"{registry} refused the {verb} of {reference}: {text}", hint=hint)
-    if status == 404 or "not found" in lowered or "manifest unknown" in lowered:
-        return PullError(
-            f"{reference} does not exist in its registry: {text}",
-            hint="check the tag (`gpuenv matrix`), or the mirror (GPUENV_REGISTRY_MIRROR)",
-        )
-    if any(
-        word in lowered
-        for word in (
-            "no such host",
-            "connection refused",
-            "i/o timeout",
-            "dial tcp",
-            "timeout",
-            "tls",
-            "network is unreachable",
-        )
-    ):
-        return PullError(
-            f"cannot reach the registry for {reference}: {text}",
-            hint="check the network, or pull through a mirror: GPUENV_REGISTRY_MIRROR=host:port",
-        )
-    return PullError(f"{verb}ing {reference} failed: {text}")

@@ -1,7 +1,9 @@
-"""The seam between gpuenv's logic and a container engine (no docker import here).
+"""The seam between gpuenv's logic and a container engine (no engine library here).
 
-`docker_engine.DockerEngine` implements it with docker-py; the core only sees this
-protocol and the engine's JSON event dicts, which `progress` turns into state.
+The core sees only these protocols, the engine's JSON event dicts (which
+`images.progress` turns into state) and `EngineRefused` for an error status.
+`engine.connect()` gives the implementation: the Unix-socket client, or docker-py for
+tcp:// and ssh:// engines. Tests use a fake that records the calls.
 """
 
 from __future__ import annotations
@@ -22,8 +24,20 @@ class ImageInfo:
     created: int = 0  # seconds since the epoch
 
 
-class Engine(Protocol):
-    """What gpuenv needs from a container engine."""
+class Stream(Protocol):
+    """A container's attached streams: a connected socket (or socket-like channel)."""
+
+    def recv(self, size: int) -> bytes: ...
+
+    def sendall(self, data: bytes) -> None: ...
+
+    def shutdown(self, how: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ImageEngine(Protocol):
+    """What gpuenv needs from an engine for images."""
 
     @property
     def endpoint(self) -> str:
@@ -53,8 +67,64 @@ class Engine(Protocol):
         self, repository: str, tag: str, auth: Mapping[str, str] | None
     ) -> Iterator[Event]: ...
 
-    def images(self, label: str) -> list[ImageInfo]:
-        """Local images carrying `label`."""
+    def images(self, label: str | None = None) -> list[ImageInfo]:
+        """Local images, those carrying `label` when given."""
         ...
 
     def remove_image(self, reference: str) -> None: ...
+
+    def image_users(self, image: str) -> list[str]:
+        """Names of the containers (running or stopped) made from `image`."""
+        ...
+
+
+class ContainerEngine(Protocol):
+    """What gpuenv needs from an engine for containers (Engine API shapes: a create
+    config is the API's JSON; a listed container is the API's summary dict)."""
+
+    def version(self) -> dict[str, Any]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def create(self, config: Mapping[str, Any]) -> str:
+        """Create a container; returns its id."""
+        ...
+
+    def start(self, container: str) -> None:
+        """Raises EngineRefused when the engine will not start it."""
+
+    def kill(self, container: str, signal: str) -> None:
+        """Signal the container's command; nothing when it is already gone."""
+
+    def stop(self, container: str, timeout: int) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+
+    def remove(self, container: str) -> None:
+        """Remove it, forcibly, with its anonymous volumes; nothing when it is gone."""
+
+    def inspect(self, container: str) -> dict[str, Any]: ...
+
+    def wait(self, container: str) -> int:
+        """Block until the container exits; its exit code."""
+        ...
+
+    def resize(self, container: str, rows: int, columns: int) -> None: ...
+
+    def get_archive(self, container: str, path: str) -> bytes | None:
+        """A tar of `path` in the container, None when it does not exist."""
+        ...
+
+    def put_archive(self, container: str, path: str, tar: bytes) -> None: ...
+
+    def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
+        """Containers carrying `label` (stopped ones too unless all=False)."""
+        ...
+
+    def attach(self, container: str, stdin: bool) -> tuple[Stream, bytes]:
+        """The container's streams (multiplexed unless it has a TTY), and bytes read
+        ahead of the first recv."""
+        ...
+
+
+class Engine(ImageEngine, ContainerEngine, Protocol):
+    """A whole engine: images and containers."""

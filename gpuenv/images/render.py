@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuenv import __version__
+from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
 from gpuenv.errors import BuildError
 from gpuenv.images.registry import parse_reference
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.lock import Lock, requirements_hashes
 
-LABEL_PREFIX = "io.gpuenv"
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
 # Never baked into an image: version control, environments, caches, secrets' usual homes.

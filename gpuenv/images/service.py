@@ -9,16 +9,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpuenv.common.files import file_hash
+from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.protocol import Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
 from gpuenv.images.progress import BuildProgress, PullProgress
 from gpuenv.images.registry import credentials, parse_reference, pull_repository, redact
-from gpuenv.images.render import LABEL_PREFIX, BuildPlan, plan_build
+from gpuenv.images.render import BuildPlan, plan_build
 from gpuenv.project.spec import Spec, load_spec
 from gpuenv.resolution.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
 
@@ -73,7 +74,7 @@ def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> Pu
         view.pull_event(progress)
     view.pull_finished(progress)
     if progress.error:
-        from gpuenv.engine.dockerpy import pull_error
+        from gpuenv.images.registry import pull_error
 
         raise pull_error(reference, progress.error)
     return progress
@@ -186,6 +187,18 @@ class ImageRow:
     referenced: bool
     reason: str  # "current", "stale lock", "folder gone", ...
 
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "tags": list(self.info.tags),
+            "id": self.info.id,
+            "project": self.project,
+            "project_dir": self.project_dir,
+            "size": self.info.size,
+            "created": self.info.created,
+            "referenced": self.referenced,
+            "status": self.reason,
+        }
+
 
 def referenced_tags(directory: str, mirror: str | None) -> set[str]:
     """The image tags a project folder's spec and lock refer to (plain and baked)."""
@@ -255,18 +268,34 @@ def list_images(engine: Engine, mirror: str | None, folders: Sequence[str] = ())
     return rows
 
 
-def collect(
-    engine: Engine, rows: Sequence[ImageRow], remove: bool, on_remove: Callable[[ImageRow], None]
-) -> list[ImageRow]:
-    """The unreferenced images; removed when `remove` is true."""
-    doomed = [row for row in rows if not row.referenced]
+@dataclass(frozen=True)
+class GcOutcome:
+    doomed: tuple[ImageRow, ...] = ()  # unreferenced and unused: removed with --yes
+    removed: tuple[ImageRow, ...] = ()
+    held: tuple[tuple[ImageRow, tuple[str, ...]], ...] = ()  # unreferenced, but a container uses it
+
+
+def collect(engine: Engine, rows: Sequence[ImageRow], remove: bool) -> GcOutcome:
+    """The unreferenced images, removed when `remove` is true. An image that a container
+    still uses (a stopped one too) is kept and reported with the containers' names."""
+    doomed: list[ImageRow] = []
+    held: list[tuple[ImageRow, tuple[str, ...]]] = []
+    for row in rows:
+        if row.referenced:
+            continue
+        users = tuple(engine.image_users(row.info.id))
+        if users:
+            held.append((row, users))
+        else:
+            doomed.append(row)
+    removed: list[ImageRow] = []
     if remove:
         for row in doomed:
             engine.remove_image(row.info.id if not row.info.tags else row.info.tags[0])
             for tag in row.info.tags[1:]:
                 engine.remove_image(tag)
-            on_remove(row)
-    return doomed
+            removed.append(row)
+    return GcOutcome(tuple(doomed), tuple(removed), tuple(held))
 
 
 def push(
@@ -288,7 +317,7 @@ def push(
     digest = None
     for event in engine.push(reference.repository, tag, auth_for(reference.repository)):
         if "error" in event:
-            from gpuenv.engine.dockerpy import pull_error
+            from gpuenv.images.registry import pull_error
 
             raise pull_error(target, str(event.get("error")), verb="push")
         aux = event.get("aux")

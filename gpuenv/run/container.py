@@ -14,9 +14,10 @@ import socket
 import tarfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.common.labels import RUN_LABEL
 from gpuenv.errors import ResolutionError, UsageError
 from gpuenv.project.spec import WORKSPACE, Spec
 from gpuenv.sharing.gpus import Grant
@@ -24,36 +25,13 @@ from gpuenv.sharing.procfs import process_start
 
 if TYPE_CHECKING:
     from gpuenv.resolution.host import Host
-    from gpuenv.resolution.lock import Lock
+    from gpuenv.resolution.locked import Locked
 
-RUN_LABEL = "io.gpuenv.run"
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
 DEFAULT_SHM = 8 * 1024**3
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-
-
-@dataclass(frozen=True)
-class Locked:
-    """What a run needs of gpuenv.lock (kept in the build stamp, so a run reads no YAML)."""
-
-    image: str
-    lock_hash: str
-    resolved: dict[str, Any] = field(default_factory=dict)
-    requires: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_lock(cls, lock: Lock, lock_hash: str) -> Locked:
-        return cls(lock.image, lock_hash, dict(lock.resolved), dict(lock.requires))
-
-    def to_data(self) -> dict[str, Any]:
-        return {
-            "image": self.image,
-            "lock_hash": self.lock_hash,
-            "resolved": self.resolved,
-            "requires": self.requires,
-        }
 
 
 @dataclass(frozen=True)

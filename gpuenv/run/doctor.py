@@ -10,9 +10,12 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuenv.errors import GpuenvError
+from gpuenv.errors import EngineRefused, GpuenvError
+
+if TYPE_CHECKING:
+    from gpuenv.engine.protocol import Engine
 
 MIN_API = (1, 40)  # DeviceRequests
 
@@ -28,19 +31,17 @@ class Check:
         return asdict(self)
 
 
-def _engine(checks: list[Check]) -> None:
-    from gpuenv.engine.api import EngineAPI
-
+def _engine(connect: Callable[[], Engine], checks: list[Check]) -> None:
     try:
-        api = EngineAPI()
-        version = api.call("GET", "/version")
-        info = api.call("GET", "/info")
+        api = connect()
+        version = api.version()
+        info = api.info()
     except GpuenvError as exc:
         checks.append(Check("Docker engine", "fail", exc.message, exc.hint or ""))
         return None
     api_version = str(version.get("ApiVersion", "0.0"))
     numbers = tuple(int(p) for p in api_version.split(".")[:2])
-    checks.append(Check("Docker engine", "ok", f"{api.host}: Engine {version.get('Version')}"))
+    checks.append(Check("Docker engine", "ok", f"{api.endpoint}: Engine {version.get('Version')}"))
     if numbers < MIN_API:
         checks.append(
             Check(
@@ -56,17 +57,13 @@ def _engine(checks: list[Check]) -> None:
     _disk(info, checks)
 
 
-def _gpu_runtime(api: object, info: dict[str, Any], checks: list[Check]) -> None:
+def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None:
     """Ask the engine itself: start a container with a GPU request and a command that
     cannot exist. 'could not select device driver' means no NVIDIA runtime; failing on
     the command means the request got through. Nothing is executed."""
-    from gpuenv.engine.api import ApiError, EngineAPI
-
-    assert isinstance(api, EngineAPI)
     runtimes = info.get("Runtimes") or {}
     cdi = info.get("CDISpecDirs") or []
-    images = api.call("GET", "/images/json") or []
-    tagged = [i for i in images if i.get("RepoTags") and i["RepoTags"][0] != "<none>:<none>"]
+    tagged = [image for image in api.images() if image.tags]
     if not tagged:
         if "nvidia" in runtimes or cdi:
             checks.append(Check("NVIDIA runtime", "ok", "registered (nvidia runtime or CDI)"))
@@ -81,7 +78,7 @@ def _gpu_runtime(api: object, info: dict[str, Any], checks: list[Check]) -> None
             )
         return
     config = {
-        "Image": tagged[0]["RepoTags"][0],
+        "Image": tagged[0].tags[0],
         "Entrypoint": ["/gpuenv-doctor-probe-does-not-exist"],
         "Cmd": [],
         "Labels": {"io.gpuenv.doctor": "1"},
@@ -91,7 +88,7 @@ def _gpu_runtime(api: object, info: dict[str, Any], checks: list[Check]) -> None
     try:
         api.start(container)
         message = ""
-    except ApiError as exc:
+    except EngineRefused as exc:
         message = exc.message
     finally:
         api.remove(container)
@@ -158,7 +155,8 @@ def _driver(checks: list[Check]) -> object:
 
 def _lock(directory: str, host: object, checks: list[Check]) -> None:
     from gpuenv.images.service import load_project
-    from gpuenv.run.container import Locked, preflight
+    from gpuenv.resolution.locked import Locked
+    from gpuenv.run.container import preflight
 
     if not os.path.exists(os.path.join(directory, "gpuenv.lock")):
         return
@@ -241,10 +239,11 @@ def _state(checks: list[Check]) -> None:
         checks.append(Check("state folder", "ok", f"{store.directory}: {count} live GPU {noun}"))
 
 
-def run_checks(directory: str) -> list[Check]:
+def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
+    """Every check, in order; `connect` makes the engine (its failure is a check)."""
     checks: list[Check] = []
     steps: list[Callable[[], object]] = [
-        lambda: _engine(checks),
+        lambda: _engine(connect, checks),
         lambda: _lock(directory, _driver(checks), checks),
         lambda: _credentials(checks),
         lambda: _state(checks),

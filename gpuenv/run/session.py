@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from gpuenv.engine.api import ApiError, EngineAPI
-from gpuenv.errors import GpuRuntimeMissing, StartError
+from gpuenv.common.labels import RUN_LABEL
+from gpuenv.engine.protocol import ContainerEngine, Stream
+from gpuenv.errors import EngineRefused, GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
-    RUN_LABEL,
     Identity,
     accounts_archive,
     file_from_archive,
@@ -48,7 +48,7 @@ def stdin_is_input() -> bool:
     return sys.stdin.isatty() or stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def reap_orphans(api: EngineAPI) -> list[str]:
+def reap_orphans(api: ContainerEngine) -> list[str]:
     """Remove run containers whose gpuenv process (on this host) is gone."""
     removed = []
     hostname = socket.gethostname()
@@ -112,7 +112,7 @@ def _signals(handlers: Mapping[int, Callable[[int, FrameType | None], None]]) ->
             signal.signal(number, handler)
 
 
-def _pump_stdin(sock: socket.socket, on_interrupt_byte: Callable[[], None] | None) -> None:
+def _pump_stdin(sock: Stream, on_interrupt_byte: Callable[[], None] | None) -> None:
     fd = sys.stdin.fileno()
     try:
         while True:
@@ -127,7 +127,7 @@ def _pump_stdin(sock: socket.socket, on_interrupt_byte: Callable[[], None] | Non
         return
 
 
-def _upload_identity(api: EngineAPI, container: str, identity: Identity) -> None:
+def _upload_identity(api: ContainerEngine, container: str, identity: Identity) -> None:
     passwd = file_from_archive(api.get_archive(container, "/etc/passwd"))
     group = file_from_archive(api.get_archive(container, "/etc/group"))
     passwd, group = merge_accounts(passwd, group, identity)
@@ -135,7 +135,7 @@ def _upload_identity(api: EngineAPI, container: str, identity: Identity) -> None
 
 
 def run_container(
-    api: EngineAPI,
+    api: ContainerEngine,
     config: Mapping[str, Any],
     *,
     identity: Identity | None,
@@ -165,10 +165,10 @@ def run_container(
         if identity is not None:
             _upload_identity(api, container, identity)
         sock, ahead = api.attach(container, stdin)
-        with sock:
+        with contextlib.closing(sock):
             try:
                 api.start(container)
-            except ApiError as exc:
+            except EngineRefused as exc:
                 if _NO_DRIVER in exc.message:
                     raise GpuRuntimeMissing(
                         "this Docker engine cannot give containers GPUs "

@@ -7,12 +7,16 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpuenv.common.labels import RUN_LABEL
+from gpuenv.errors import UsageError
 from gpuenv.resolution.host import Host
-from gpuenv.run.container import RUN_LABEL
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.procfs import container_of, process_owner
+
+if TYPE_CHECKING:
+    from gpuenv.engine.protocol import ContainerEngine
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,34 @@ class RunInfo:
         seconds = max(0, int(time.time() - started))
         hours, rest = divmod(seconds, 3600)
         return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
+
+    def to_data(self) -> dict[str, Any]:
+        return {**asdict(self), "uptime": self.uptime}
+
+
+def list_runs(engine: ContainerEngine, *, show_all: bool = False) -> list[RunInfo]:
+    """gpuenv's runs on this engine: running ones, and stopped ones with `show_all`."""
+    runs = runs_from(engine.containers(RUN_LABEL))
+    return runs if show_all else [r for r in runs if r.state == "running"]
+
+
+def find_run(runs: Sequence[RunInfo], name: str) -> RunInfo:
+    """The run named `name`, or whose id starts with it; a usage error otherwise."""
+    matches = [r for r in runs if r.name == name or r.id.startswith(name)]
+    if not matches:
+        raise UsageError(f"no gpuenv run named {name!r}", hint="`gpuenv ps` lists them")
+    if len(matches) > 1:
+        raise UsageError(f"{name!r} matches {len(matches)} runs; give more of the id")
+    return matches[0]
+
+
+def stop_run(engine: ContainerEngine, runs: Sequence[RunInfo], name: str, uid: int) -> RunInfo:
+    """Stop a run (SIGTERM, SIGKILL after 10 s): its owner's, or anyone's for root."""
+    run = find_run(runs, name)
+    if uid != 0 and run.uid is not None and run.uid != uid:
+        raise UsageError(f"{run.name} belongs to {run.user}: only its owner or root can stop it")
+    engine.stop(run.id, 10)
+    return run
 
 
 def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:

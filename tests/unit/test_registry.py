@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.engine.api import image_exists_fast
-from gpuenv.engine.dockerpy import pull_error
+from gpuenv.images.registry import pull_error
 from gpuenv.images.registry import (
     InvalidMirror,
     credentials,
@@ -116,8 +115,3 @@ def test_pull_errors(explanation: str, status: int, fragment: str, hint: str | N
     assert error.exit_code == 11
     if hint:
         assert hint in (error.hint or "")
-
-
-def test_fast_check_without_engine() -> None:
-    assert image_exists_fast("x:1", "unix:///nonexistent/docker.sock") is None
-    assert image_exists_fast("x:1", "tcp://127.0.0.1:2375") is None

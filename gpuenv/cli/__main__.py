@@ -1,0 +1,5 @@
+"""`python -m gpuenv.cli`: the same as the `gpuenv` command."""
+
+from gpuenv.cli import main
+
+main()

@@ -1,0 +1,222 @@
+"""gpuenv submit, jobs, export: the locked environment on Slurm and other schedulers."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from gpuenv.cli.app import Context, apply
+
+cluster_options = apply(
+    [
+        click.option(
+            "--gpus",
+            type=click.IntRange(min=0),
+            help="GPUs per job (default: the spec's count, or 1).",
+        ),
+        click.option(
+            "-e", "--env", multiple=True, metavar="KEY[=VALUE]", help="A variable for the job."
+        ),
+        click.option("--env-file", "env_files", multiple=True, type=click.Path(dir_okay=False)),
+    ]
+)
+target_argument = click.argument(
+    "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
+)
+PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _warn_if_pushed_is_stale(project: object) -> None:
+    from gpuenv.cli import ui
+    from gpuenv.images.build import pushed_is_stale
+    from gpuenv.images.service import Project
+
+    assert isinstance(project, Project)
+    if pushed_is_stale(project):
+        ui.warn(
+            "the project changed since the last `gpuenv push`: the pushed image carries the "
+            "old code and requirements; run `gpuenv push` again"
+        )
+
+
+@click.command(context_settings=PASS_THROUGH)
+@cluster_options
+@click.option("--time", "time_limit", metavar="TIME", help="Slurm time limit, e.g. 04:00:00.")
+@click.option("--partition", help="Slurm partition.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes.")
+@click.option(
+    "--sbatch-arg",
+    "sbatch_args",
+    multiple=True,
+    metavar="--OPTION=VALUE",
+    help="Any other sbatch option (repeatable).",
+)
+@click.option(
+    "--launcher",
+    type=click.Choice(["docker", "pyxis"]),
+    default="docker",
+    show_default=True,
+    help="docker run on the node, or srun with pyxis/enroot.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
+@target_argument
+@click.pass_obj
+def submit(
+    obj: Context,
+    gpus: int | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    time_limit: str | None,
+    partition: str | None,
+    nodes: int | None,
+    sbatch_args: tuple[str, ...],
+    launcher: str,
+    dry_run: bool,
+    arguments: tuple[str, ...],
+) -> None:
+    """Submit TARGET to Slurm, in the locked image (by the digest `gpuenv push` recorded).
+
+    The job asks for --gres=gpu:N; its step runs the image with exactly the GPUs Slurm
+    granted (SLURM_JOB_GPUS), the project mounted at /workspace, as you, and passes the
+    exit code back to Slurm. Output goes to .gpuenv/slurm/ in the project.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.cluster.slurm import pushed_image, sbatch_script
+    from gpuenv.cluster.submit import job_environment, job_gpus, submit_script
+    from gpuenv.images.service import load_project
+    from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
+
+    project = load_project(obj.directory)
+    spec = project.spec
+    values, passthrough = job_environment(spec, env, env_files)
+    _warn_if_pushed_is_stale(project)
+    output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
+    script = sbatch_script(
+        spec,
+        pushed_image(project.lock.extra),
+        command_for(arguments),
+        values,
+        passthrough=passthrough,
+        gpus=job_gpus(spec, gpus),
+        output_dir=output_dir,
+        shm_size=shm_size(spec) or DEFAULT_SHM,
+        launcher=launcher,
+        time_limit=time_limit,
+        partition=partition,
+        nodes=nodes,
+        extra=sbatch_args,
+    )
+    if dry_run:
+        click.echo(script, nl=False)
+        return
+    submitted = submit_script(obj.directory, output_dir, spec.name, script)
+    ui.result(submitted.job)
+    ui.success(f"submitted job {submitted.job} ({submitted.script}); `gpuenv jobs` follows it")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+@click.pass_obj
+def jobs(obj: Context, as_json: bool) -> None:
+    """This project's Slurm jobs that are pending or running (squeue)."""
+    from gpuenv.cli import ui
+    from gpuenv.cluster.slurm import job_name
+    from gpuenv.cluster.submit import project_jobs
+    from gpuenv.project.spec import load_spec
+
+    name = job_name(load_spec(obj.directory))
+    data = project_jobs(name)
+    if as_json:
+        ui.data(data)
+    elif not data:
+        ui.info(f"no pending or running jobs named {name}")
+    else:
+        for job in data:
+            ui.out.print(
+                f"{job['job']:>8}  {job['state']:<10} {job['time']:>10}  {job['where']}",
+                markup=False,
+            )
+
+
+@click.group()
+def export() -> None:
+    """Write the locked environment for another scheduler (to stdout)."""
+
+
+@export.command("kubernetes", context_settings=PASS_THROUGH)
+@cluster_options
+@target_argument
+@click.pass_obj
+def export_kubernetes(
+    obj: Context,
+    gpus: int | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    arguments: tuple[str, ...],
+) -> None:
+    """A Kubernetes Job running TARGET in the pushed image (by digest), with nvidia.com/gpu
+    limits, /dev/shm as a memory-backed emptyDir, a non-root user and no restarts."""
+    import yaml
+
+    from gpuenv.cluster.slurm import kubernetes_job, pushed_image
+    from gpuenv.cluster.submit import exported_environment, job_gpus
+    from gpuenv.images.service import load_project
+    from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
+
+    project = load_project(obj.directory)
+    values = exported_environment(project.spec, env, env_files)
+    _warn_if_pushed_is_stale(project)
+    manifest = kubernetes_job(
+        project.spec,
+        pushed_image(project.lock.extra),
+        command_for(arguments),
+        values,
+        gpus=job_gpus(project.spec, gpus),
+        shm_size=shm_size(project.spec) or DEFAULT_SHM,
+        uid=os.getuid(),
+        gid=os.getgid(),
+    )
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+@export.command("compose", context_settings=PASS_THROUGH)
+@cluster_options
+@target_argument
+@click.pass_obj
+def export_compose(
+    obj: Context,
+    gpus: int | None,
+    env: tuple[str, ...],
+    env_files: tuple[str, ...],
+    arguments: tuple[str, ...],
+) -> None:
+    """A docker-compose.yaml service running TARGET in the project image: the pushed
+    digest, or else the locally built tag; GPUs reserved by count or device ids."""
+    import yaml
+
+    from gpuenv.cli.app import engine, view_factory
+    from gpuenv.cluster.slurm import compose_file
+    from gpuenv.cluster.submit import exported_environment, job_gpus
+    from gpuenv.images.build import image_for_run
+    from gpuenv.images.service import load_project
+    from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
+
+    project = load_project(obj.directory)
+    values = exported_environment(project.spec, env, env_files)
+    pushed = (project.lock.extra.get("pushed") or {}).get("image")
+    image = pushed or image_for_run(obj.directory, engine(), view_factory(True))[2]
+    request = project.spec.gpus
+    devices = list(request.devices) if request.mode == "devices" and gpus is None else []
+    manifest = compose_file(
+        project.spec,
+        image,
+        command_for(arguments),
+        values,
+        gpus=None if devices else job_gpus(project.spec, gpus),
+        device_ids=devices,
+        shm_size=shm_size(project.spec) or DEFAULT_SHM,
+        uid=os.getuid(),
+        gid=os.getgid(),
+    )
+    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)

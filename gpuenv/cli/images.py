@@ -1,0 +1,197 @@
+"""gpuenv render, pull, build, images, gc, push: the project image."""
+
+from __future__ import annotations
+
+import click
+
+from gpuenv.cli.app import (
+    Context,
+    bake_option,
+    engine,
+    quiet_option,
+    view_factory,
+)
+
+
+@click.command()
+@bake_option
+@click.pass_obj
+def render(obj: Context, bake: bool) -> None:
+    """Print the Dockerfile `gpuenv build` would build; builds nothing.
+
+    The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
+    in gpuenv.lock; with a registry mirror, FROM names the mirror.
+    """
+    from gpuenv.images.build import configured_mirror
+    from gpuenv.images.service import load_project, plan
+
+    project = load_project(obj.directory)
+    click.echo(plan(project, configured_mirror(), bake=bake).dockerfile, nl=False)
+
+
+@click.command()
+@quiet_option
+@click.pass_obj
+def pull(obj: Context, quiet: bool) -> None:
+    """Pull the locked base image and pin its digest in gpuenv.lock.
+
+    Uses the digest once the lock has one, so a moved tag never changes what you get.
+    NGC_API_KEY (for nvcr.io) and Docker's stored credentials are used; with
+    GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
+    nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.images.build import configured_mirror
+    from gpuenv.images.service import ensure_base, load_project
+
+    project = load_project(obj.directory)
+    had_digest = bool(project.lock.digest)
+    view = view_factory(quiet)()
+    project, local = ensure_base(project, engine(), view, configured_mirror())
+    ui.result(local)
+    if had_digest:
+        ui.success(f"{project.lock.image} is present (pinned at {project.lock.digest})")
+    else:
+        ui.success(f"pinned {project.lock.image} at {project.lock.digest} in gpuenv.lock")
+
+
+@click.command()
+@bake_option
+@quiet_option
+@click.pass_obj
+def build(obj: Context, bake: bool, quiet: bool) -> None:
+    """Build the project image: the locked base (pulled and pinned first if needed), apt
+    packages, requirements, extra packages.
+
+    The tag is a hash of the base digest, the Dockerfile and the files copied in
+    (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
+    built. Project code is mounted at run time, not copied, unless --bake.
+    """
+    from gpuenv.images.build import build_project, up_to_date_tag
+
+    def up_to_date(tag: str) -> None:
+        click.echo(tag)
+        if not quiet:
+            click.echo("✓ up to date: nothing to build", err=True)
+
+    # The no-op path: nothing changed since the last build, and the engine has the image.
+    connected = engine()
+    known = up_to_date_tag(obj.directory, bake, connected)
+    if known:
+        up_to_date(known)
+        return
+
+    from gpuenv.cli import ui
+
+    _, tag, result = build_project(obj.directory, connected, view_factory(quiet), bake=bake)
+    if result is None:
+        up_to_date(tag)
+        return
+    ui.result(tag)
+    if not quiet:
+        if result.built:
+            steps = "step" if result.cached_steps == 1 else "steps"
+            ui.success(
+                f"built {result.tag} in {result.seconds:.1f}s ({result.cached_steps} {steps} "
+                "from cache)"
+            )
+        else:
+            ui.success("up to date: nothing to build")
+
+
+@click.command()
+@click.argument("folders", nargs=-1, type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def images(folders: tuple[str, ...], as_json: bool) -> None:
+    """List gpuenv-built images: project, size, age, and whether a lock refers to it.
+
+    An image is in use while a lock refers to it: the lock of the folder it was built
+    from, or of a project in FOLDERS (a project folder, or a folder of projects). With
+    FOLDERS, only images built from projects inside them are listed.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.cli.views import images_table
+    from gpuenv.images.build import configured_mirror
+    from gpuenv.images.service import list_images
+
+    rows = list_images(engine(), configured_mirror(), folders)
+    if as_json:
+        ui.data([row.to_data() for row in rows])
+    elif not rows:
+        ui.info("no gpuenv-built images")
+    else:
+        ui.out.print(images_table(rows))
+
+
+@click.command()
+@click.argument("folders", nargs=-1, type=click.Path(file_okay=False, exists=True))
+@click.option("--yes", is_flag=True, help="Remove them (without it, only print what would go).")
+def gc(folders: tuple[str, ...], yes: bool) -> None:
+    """Remove gpuenv-built images that no lock refers to.
+
+    An image is kept while a lock refers to it: the lock of the folder it was built from,
+    or of a project in FOLDERS (name the folders of other checkouts that share images).
+    With FOLDERS, only images built from projects inside them are considered. An image a
+    container still uses (a stopped one too) is kept, and the container named. Prints
+    what it would remove; --yes removes. Base images and images built FROM gpuenv images
+    are never touched.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.images.build import configured_mirror
+    from gpuenv.images.service import collect, list_images
+
+    connected = engine()
+    rows = list_images(connected, configured_mirror(), folders)
+    outcome = collect(connected, rows, yes)
+    for row in outcome.removed:
+        ui.success(f"removed {', '.join(row.info.tags) or row.info.id} ({row.reason})")
+    for row, holders in outcome.held:
+        ui.warn(
+            f"kept {', '.join(row.info.tags) or row.info.id} ({row.reason}): used by "
+            f"container {', '.join(holders)}; remove the container first (`docker rm`)"
+        )
+    if not yes:
+        for row in outcome.doomed:
+            ui.info(
+                f"would remove {', '.join(row.info.tags) or row.info.id} "
+                f"({row.project}: {row.reason})"
+            )
+        if outcome.doomed:
+            ui.info("run again with --yes to remove them")
+    if not outcome.doomed and not outcome.removed and not outcome.held:
+        ui.success("nothing to remove")
+
+
+@click.command("push")
+@click.argument("repository", required=False, metavar="[REGISTRY/REPO[:TAG]]")
+@quiet_option
+@click.pass_obj
+def push(obj: Context, repository: str | None, quiet: bool) -> None:
+    """Push the project image, with the code baked in, to a team registry, and record
+    the pushed reference and digest in gpuenv.lock: teammates and cluster nodes (gpuenv
+    submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
+    argument, pushes to the repository of the last push."""
+    from gpuenv.cli import ui
+    from gpuenv.errors import UsageError
+    from gpuenv.images.build import configured_mirror
+    from gpuenv.images.registry import parse_reference
+    from gpuenv.images.service import load_project
+    from gpuenv.images.service import push as do_push
+
+    project = load_project(obj.directory)
+    if repository is None:
+        previous = (project.lock.extra.get("pushed") or {}).get("reference")
+        if not previous:
+            raise UsageError(
+                "where to? give a repository, e.g. gpuenv push registry.example.com/team/project"
+            )
+        repository = parse_reference(str(previous)).repository
+    if not quiet:
+        ui.step(f"pushing the project image, code baked in, to {repository}")
+    view = view_factory(quiet)()
+    project, image = do_push(project, engine(), view, configured_mirror(), repository)
+    ui.result(image)
+    if not quiet:
+        ui.success(
+            f"pushed {project.lock.extra['pushed']['reference']}; gpuenv.lock records {image}"
+        )

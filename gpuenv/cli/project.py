@@ -1,0 +1,199 @@
+"""gpuenv init, resolve, lock, check: the spec, its resolution and the lock."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from gpuenv.cli.app import Context, host_options, spec_options
+
+
+def _notify(note: object) -> None:
+    from gpuenv.cli import ui
+    from gpuenv.resolution.policy import Note
+
+    assert isinstance(note, Note)
+    {"info": ui.info, "warn": ui.warn, "step": ui.step}[note.kind](note.text)
+
+
+@click.command()
+@spec_options
+@host_options
+@click.option("--explain", is_flag=True, help="Show every candidate image and why it fits or not.")
+@click.option("--json", "as_json", is_flag=True, help="Print the resolution as one JSON object.")
+@click.pass_obj
+def resolve(
+    obj: Context,
+    framework: str | None,
+    version: str | None,
+    python: str | None,
+    cuda: str | None,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    explain: bool,
+    as_json: bool,
+) -> None:
+    """Choose the image for the spec on this host (or a described one).
+
+    Uses gpuenv.yaml when present; flags override its fields, and with --framework
+    no spec file is needed. Prints the image reference; details go to stderr.
+    Nothing is written: `gpuenv lock` pins the result.
+
+    \b
+    Examples:
+      gpuenv resolve --explain
+      gpuenv resolve --framework pytorch --version 2.4 --driver 535.104.05 --gpu 'RTX 4090'
+      gpuenv resolve --json | jq -r .image
+    """
+    from gpuenv.cli import ui
+    from gpuenv.cli.views import explain_table, show_resolution
+    from gpuenv.errors import ResolutionError
+    from gpuenv.project.overrides import checked_overrides, spec_for
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.policy import HostPlan
+    from gpuenv.resolution.resolve import resolve as do_resolve
+
+    spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
+    matrix = load_matrix()
+    host = HostPlan(driver, gpu_models).host(matrix)
+    try:
+        resolution = do_resolve(spec, matrix, host)
+    except ResolutionError as exc:
+        if explain:
+            explain_table(exc.candidates, None, host)
+        raise exc from None
+    if as_json:
+        payload = resolution.to_data()
+        payload["matrix_version"] = matrix.version
+        ui.data(payload)
+        for warning in resolution.warnings:
+            ui.warn(warning)
+        return
+    if explain:
+        explain_table(resolution.candidates, resolution.candidate, host)
+    ui.result(resolution.row.image)
+    show_resolution(resolution)
+
+
+@click.command()
+@host_options
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only verify that gpuenv.lock matches gpuenv.yaml and its requirements "
+    "(for CI); write nothing.",
+)
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="Re-resolve to the newest image that fits, even if the locked one still does.",
+)
+@click.pass_obj
+def lock(
+    obj: Context,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    check_only: bool,
+    upgrade: bool,
+) -> None:
+    """Resolve gpuenv.yaml and pin the result in gpuenv.lock.
+
+    With an up-to-date lock this does nothing. When gpuenv.yaml or a requirements
+    file changed, the locked image is kept if it still fits, and replaced by the
+    newest that fits otherwise. --upgrade always takes the newest. --check fails
+    (exit 5) when the lock is missing or out of date, and lists what changed.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.cli.views import show_resolution
+    from gpuenv.errors import UsageError
+    from gpuenv.resolution.lock import LOCK_FILENAME
+    from gpuenv.resolution.policy import HostPlan, update_lock, verify_lock
+
+    if check_only and upgrade:
+        raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
+    if check_only:
+        current = verify_lock(obj.directory)
+        ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
+        return
+    update = update_lock(
+        obj.directory, HostPlan(driver, gpu_models), upgrade=upgrade, notify=_notify
+    )
+    if update.resolution is None:
+        ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
+        return
+    image = update.resolution.row.image
+    ui.result(image)
+    if update.status == "written":
+        ui.success(f"wrote {LOCK_FILENAME}")
+    elif update.status == "updated-same-image":
+        ui.success(f"updated {LOCK_FILENAME}; the image is unchanged")
+    else:
+        ui.success(f"updated {LOCK_FILENAME}: {update.previous_image} → {image}")
+    show_resolution(update.resolution)
+
+
+@click.command()
+@spec_options
+@host_options
+@click.option("--force", is_flag=True, help="Overwrite an existing gpuenv.yaml and gpuenv.lock.")
+@click.pass_obj
+def init(
+    obj: Context,
+    framework: str | None,
+    version: str | None,
+    python: str | None,
+    cuda: str | None,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    force: bool,
+) -> None:
+    """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
+
+    Detects the framework and its version from requirements*.txt, pyproject.toml or
+    environment.yml pins (torch==2.3.1 → pytorch "2.3"), the Python version from
+    .python-version or requires-python, and the host's driver and GPUs. Flags win
+    over what is detected. Never asks questions; refuses to overwrite without --force.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.cli.views import show_resolution
+    from gpuenv.project.overrides import checked_overrides
+    from gpuenv.project.spec import SPEC_FILENAME
+    from gpuenv.resolution.lock import LOCK_FILENAME
+    from gpuenv.resolution.policy import HostPlan, init_project
+
+    resolution = init_project(
+        obj.directory,
+        checked_overrides(framework, version, python, cuda),
+        HostPlan(driver, gpu_models),
+        force=force,
+        notify=_notify,
+    )
+    ui.result(resolution.row.image)
+    ui.success(f"wrote {SPEC_FILENAME} and {LOCK_FILENAME}")
+    show_resolution(resolution)
+    ui.info("next: review gpuenv.yaml, then commit gpuenv.yaml and gpuenv.lock")
+
+
+@click.command()
+@click.pass_obj
+def check(obj: Context) -> None:
+    """Validate the matrices, gpuenv.yaml and gpuenv.lock, reporting every problem.
+
+    Exits with the code of the first kind of problem found (6 matrix, 3 spec,
+    5 lock, 7 host file), 0 when all is well.
+    """
+    from gpuenv.cli import ui
+    from gpuenv.cli.app import report
+    from gpuenv.resolution.policy import check_project
+
+    outcome = check_project(obj.directory, os.environ)
+    for item in outcome.items:
+        if item.error is not None:
+            report(item.error)
+        elif item.ok:
+            ui.success(item.ok)
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)

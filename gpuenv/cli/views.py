@@ -1,0 +1,134 @@
+"""Tables and summaries the commands print (rich), kept apart from the commands."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from gpuenv.cli import ui
+
+if TYPE_CHECKING:
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.resolve import Resolution
+
+
+def show_resolution(resolution: Resolution) -> None:
+    row = resolution.row
+    parts = [
+        f"{row.label.split()[0]} {row.framework_version or '(version not recorded)'}"
+        if row.framework != "none"
+        else None,
+        f"CUDA {row.cuda}" if row.cuda else None,
+        f"cuDNN {row.cudnn}" if row.cudnn else None,
+        f"Python {row.python}" if row.python else None,
+        f"Ubuntu {row.ubuntu}" if row.ubuntu else None,
+    ]
+    ui.detail(" · ".join(p for p in parts if p))
+    requires = f"needs driver ≥ {resolution.candidate.min_driver or 'unknown'}"
+    if row.min_compute_capability:
+        requires += f", compute capability ≥ {row.min_compute_capability}"
+    ui.detail(f"{requires}; host: {resolution.candidate.driver_route}")
+    ui.detail(f"evidence: {row.evidence} ({row.source})")
+    for warning in resolution.warnings:
+        ui.warn(warning)
+
+
+def explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
+    table = Table(title=f"Candidates for {host.describe()}", title_justify="left", expand=False)
+    for column in ("", "image", "version", "CUDA", "Python", "driver ≥", "why"):
+        table.add_column(column, overflow="fold")
+    for candidate in candidates:
+        row = candidate.row
+        if candidate is chosen:
+            mark, why = "[green]✓[/]", "[green]chosen: newest that fits[/]"
+        elif candidate.ok:
+            mark, why = "[green]✓[/]", "fits (older)"
+        else:
+            mark = "[red]✗[/]"
+            why = escape("; ".join(r.reason for r in candidate.rejections))
+        table.add_row(
+            mark,
+            row.tag,
+            row.framework_version or "?",
+            row.cuda or "?",
+            row.python or "?",
+            candidate.min_driver or "?",
+            why,
+        )
+    ui.out.print(table)
+
+
+def age(created: int) -> str:
+    seconds = max(0, int(time.time()) - created)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def images_table(rows: Any) -> Table:
+    table = Table(title_justify="left")
+    for column in ("image", "project", "size", "age", "status"):
+        table.add_column(column)
+    for row in rows:
+        status = "[green]in use[/]" if row.referenced else f"[yellow]{escape(row.reason)}[/]"
+        table.add_row(
+            ", ".join(row.info.tags) or row.info.id[:19],
+            row.project,
+            f"{row.info.size / 1e9:.2f} GB",
+            age(row.info.created),
+            status,
+        )
+    return table
+
+
+def runs_table(runs: Any) -> Table:
+    table = Table(title_justify="left")
+    for column in ("run", "project", "user", "GPUs", "command", "image", "up"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        # UUIDs are long: their first block is enough to tell GPUs apart on a table.
+        gpus = ",".join(g[:12] if g.startswith("GPU-") else g for g in run.gpus.split(","))
+        table.add_row(run.name, run.project, run.user, gpus, run.command, run.image, run.uptime)
+    return table
+
+
+def top_table(host: Any, rows: list[Any]) -> Any:
+    table = Table(title=host.describe(), title_justify="left")
+    for column in ("GPU", "name", "util", "memory", "temp", "power", "held by / used by"):
+        table.add_column(column, overflow="fold")
+
+    def number(value: Any, unit: str) -> str:
+        return "-" if value is None else f"{value:.0f}{unit}"
+
+    for row in rows:
+        users = []
+        if row.claimed_by:
+            users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']})")
+        for user in row.users:
+            if user["gpuenv"]:
+                users.append(f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}")
+            else:
+                where = f"container {user['container']}" if user["container"] else "no container"
+                users.append(
+                    f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
+                )
+        memory = (
+            f"{number(row.memory_used_mib, '')}/{number(row.memory_total_mib, ' MiB')}"
+            if row.memory_total_mib
+            else number(row.memory_used_mib, " MiB")
+        )
+        power = f"{number(row.power_w, '')}/{number(row.power_limit_w, ' W')}"
+        table.add_row(
+            str(row.index),
+            row.name,
+            number(row.utilization, "%"),
+            memory,
+            number(row.temperature_c, "°C"),
+            power,
+            "\n".join(users) or "[green]free[/]",
+        )
+    return table

@@ -1,0 +1,112 @@
+"""Handing the locked environment to a scheduler: the job's variables and GPU count,
+`sbatch` of the generated script, and this project's jobs from `squeue`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuenv.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpuenv.project.spec import Spec
+
+JOB_FIELDS = ("job", "state", "time", "nodes", "where")
+
+
+def job_environment(
+    spec: Spec, env: Sequence[str], env_files: Sequence[str]
+) -> tuple[dict[str, str], list[str]]:
+    """Values to write (spec env, env files, -e KEY=VALUE) and bare -e KEY names, which
+    travel in the job's environment and are never written."""
+    from gpuenv.run.container import environment
+
+    passthrough = [e for e in env if "=" not in e]
+    values = environment(spec, [e for e in env if "=" in e], env_files, {})
+    return values, passthrough
+
+
+def exported_environment(
+    spec: Spec, env: Sequence[str], env_files: Sequence[str]
+) -> dict[str, str]:
+    """The variables of an exported file: values only (a bare -e KEY is refused)."""
+    values, passthrough = job_environment(spec, env, env_files)
+    if passthrough:
+        raise UsageError(
+            f"-e {passthrough[0]} has no value: exported files carry values (-e KEY=VALUE), "
+            "keep secrets in the scheduler's own secret store"
+        )
+    return values
+
+
+def job_gpus(spec: Spec, gpus: int | None) -> int:
+    """GPUs per job: --gpus, else the spec's count (devices counted; `all` is one)."""
+    if gpus is not None:
+        return gpus
+    request = spec.gpus
+    if request.mode == "count":
+        return request.count or 0
+    if request.mode == "devices":
+        return len(request.devices)
+    return 0 if request.mode == "none" else 1
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: str
+    script: str
+
+
+def submit_script(directory: str, output_dir: str, name: str, script: str) -> Submitted:
+    """Write the sbatch script into `output_dir` and submit it from the project folder."""
+    from gpuenv.common.files import atomic_write
+
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
+    atomic_write(path, script, mode=0o755)
+    try:
+        result = subprocess.run(
+            ["sbatch", "--parsable", path],
+            cwd=directory,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise UsageError(
+            "sbatch is not on PATH: this is not a Slurm login node",
+            hint=f"the script is ready at {path}; or use --dry-run",
+        ) from None
+    if result.returncode != 0:
+        raise UsageError(f"sbatch refused the job: {result.stderr.strip()}", hint=f"script: {path}")
+    return Submitted(result.stdout.strip().split(";")[0], path)
+
+
+def parse_squeue(text: str) -> list[dict[str, str]]:
+    """Rows of `squeue --format=%i|%T|%M|%D|%R`.
+
+    >>> parse_squeue("17|RUNNING|1:02|1|node1\\n")
+    [{'job': '17', 'state': 'RUNNING', 'time': '1:02', 'nodes': '1', 'where': 'node1'}]
+    """
+    rows = [line.split("|") for line in text.splitlines() if line.strip()]
+    return [dict(zip(JOB_FIELDS, row, strict=False)) for row in rows]
+
+
+def project_jobs(name: str) -> list[dict[str, str]]:
+    """Pending and running jobs named `name` (squeue)."""
+    try:
+        result = subprocess.run(
+            ["squeue", "--noheader", f"--name={name}", "--format=%i|%T|%M|%D|%R"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise UsageError("squeue is not on PATH: this is not a Slurm login node") from None
+    if result.returncode != 0:
+        raise UsageError(f"squeue failed: {result.stderr.strip()}")
+    return parse_squeue(result.stdout)

@@ -1,0 +1,7 @@
+"""The label keys gpuenv puts on images and containers (`docker inspect` shows them):
+the one vocabulary shared by the image service, runs and the monitor."""
+
+from __future__ import annotations
+
+LABEL_PREFIX = "io.gpuenv"
+RUN_LABEL = f"{LABEL_PREFIX}.run"

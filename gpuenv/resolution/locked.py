@@ -1,0 +1,32 @@
+"""What a run needs of gpuenv.lock: small, and kept in the build stamp, so that
+`gpuenv run` reads no YAML (this module imports neither yaml nor the lock reader)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuenv.resolution.lock import Lock
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What a run needs of gpuenv.lock (kept in the build stamp, so a run reads no YAML)."""
+
+    image: str
+    lock_hash: str
+    resolved: dict[str, Any] = field(default_factory=dict)
+    requires: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_lock(cls, lock: Lock, lock_hash: str) -> Locked:
+        return cls(lock.image, lock_hash, dict(lock.resolved), dict(lock.requires))
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "lock_hash": self.lock_hash,
+            "resolved": self.resolved,
+            "requires": self.requires,
+        }

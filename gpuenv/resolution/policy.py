@@ -1,0 +1,307 @@
+"""When and how gpuenv.lock changes: the rules behind `gpuenv lock`, `init` and `check`.
+
+Pure policy over files: no terminal, no engine. Each function returns what happened
+(with the notes a user should see), and the CLI shows it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+from gpuenv.errors import (
+    GpuenvError,
+    HostError,
+    LockError,
+    MatrixError,
+    ResolutionError,
+    SpecError,
+    UsageError,
+)
+from gpuenv.project.overrides import Overrides, spec_for
+
+if TYPE_CHECKING:
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.lock import Lock
+    from gpuenv.resolution.matrix import Matrix
+    from gpuenv.resolution.resolve import Resolution
+
+NoteKind = Literal["info", "warn", "step"]
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: NoteKind
+    text: str
+
+
+Notify = Callable[[Note], None]
+
+
+def _ignore(note: Note) -> None:
+    del note
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """The host to plan for: --driver/--gpu when given, else this machine."""
+
+    driver: str | None = None
+    gpu_models: tuple[str, ...] = ()
+
+    @property
+    def given(self) -> bool:
+        return self.driver is not None or bool(self.gpu_models)
+
+    def host(self, matrix: Matrix) -> Host:
+        from gpuenv.resolution.host import HostOverride, host_for
+
+        return host_for(HostOverride(self.driver, self.gpu_models), matrix)
+
+
+LockStatus = Literal["up-to-date", "written", "updated", "updated-same-image"]
+
+
+@dataclass(frozen=True)
+class LockUpdate:
+    status: LockStatus
+    pinned: str
+    previous_image: str | None = None
+    resolution: Resolution | None = None
+
+
+def verify_lock(directory: str) -> Lock:
+    """`gpuenv lock --check`: the lock, or LockError listing what changed."""
+    from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
+
+    spec = spec_for(directory, Overrides(), need_file=True)
+    current = read_lock(os.path.join(directory, LOCK_FILENAME))
+    changes = lock_differences(current, spec)
+    if changes:
+        raise LockError(
+            f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
+            hint="run `gpuenv lock` and commit gpuenv.lock",
+        )
+    return current
+
+
+def update_lock(
+    directory: str, plan: HostPlan, *, upgrade: bool = False, notify: Notify = _ignore
+) -> LockUpdate:
+    """`gpuenv lock`: keep an up-to-date lock; on a change keep the locked image while it
+    still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
+    the host the lock recorded."""
+    from gpuenv.resolution.lock import (
+        LOCK_FILENAME,
+        lock_differences,
+        lock_from_resolution,
+        read_lock,
+        recorded_host,
+        write_lock,
+    )
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.resolve import resolve
+
+    spec = spec_for(directory, Overrides(), need_file=True)
+    path = os.path.join(directory, LOCK_FILENAME)
+    existing: Lock | None = None
+    if os.path.exists(path):
+        try:
+            existing = read_lock(path)
+        except LockError as exc:
+            notify(Note("warn", f"{exc.message}; writing a new lock"))
+    if (
+        existing is not None
+        and not upgrade
+        and not plan.given
+        and not lock_differences(existing, spec)
+    ):
+        return LockUpdate("up-to-date", existing.pinned_image)
+    matrix = load_matrix()
+    host = plan.host(matrix)
+    if host.driver is None and existing is not None and not plan.given:
+        recorded = recorded_host(existing)
+        if recorded is not None:
+            host = recorded
+            notify(
+                Note(
+                    "info",
+                    f"no NVIDIA driver here: planning for the host in the lock: {host.describe()}",
+                )
+            )
+    prefer = existing.image if existing is not None and not upgrade else None
+    resolution = resolve(spec, matrix, host, prefer=prefer)
+    same_image = existing is not None and existing.image == resolution.row.image
+    digest = existing.digest if existing is not None and same_image else ""
+    new_lock = lock_from_resolution(resolution, matrix.version, digest)
+    if existing is not None and same_image and not lock_differences(existing, spec):
+        # Same spec, same image (a re-resolve for another host): the pushed image holds.
+        new_lock = replace(new_lock, extra=existing.extra)
+    write_lock(path, new_lock)
+    status: LockStatus
+    if existing is None:
+        status = "written"
+    elif same_image:
+        status = "updated-same-image"
+    else:
+        status = "updated"
+    return LockUpdate(
+        status,
+        new_lock.pinned_image,
+        previous_image=existing.image if existing is not None else None,
+        resolution=resolution,
+    )
+
+
+def init_project(
+    directory: str,
+    overrides: Overrides,
+    plan: HostPlan,
+    *,
+    force: bool = False,
+    notify: Notify = _ignore,
+) -> Resolution:
+    """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
+    lock. When no image fits, the spec is still written (to edit) and no lock is."""
+    from gpuenv.common.files import atomic_write
+    from gpuenv.project.detect import detect_project, render_spec
+    from gpuenv.project.spec import SPEC_FILENAME, GpuRequest, parse_spec_text
+    from gpuenv.resolution.lock import LOCK_FILENAME, lock_from_resolution, write_lock
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.resolve import resolve
+
+    spec_path = os.path.join(directory, SPEC_FILENAME)
+    lock_path = os.path.join(directory, LOCK_FILENAME)
+    existing = [p for p in (spec_path, lock_path) if os.path.exists(p)]
+    if existing and not force:
+        names = " and ".join(os.path.basename(p) for p in existing)
+        raise UsageError(
+            f"{names} already exist{'s' if len(existing) == 1 else ''} in {directory}",
+            hint="edit gpuenv.yaml and run `gpuenv lock`, "
+            "or use `gpuenv init --force` to start over",
+        )
+    matrix = load_matrix()
+    host = plan.host(matrix)
+    detected = detect_project(directory)
+    chosen_framework = overrides.framework or detected.framework
+    if chosen_framework is None:
+        chosen_framework = "pytorch"
+        notify(
+            Note(
+                "info",
+                "no framework pinned in requirements*.txt, pyproject.toml or environment.yml; "
+                "using pytorch",
+            )
+        )
+    same_framework = chosen_framework == detected.framework
+    text = render_spec(
+        directory,
+        detected,
+        framework=chosen_framework,
+        version=overrides.version or (detected.version if same_framework else None),
+        python=overrides.python or detected.python,
+        cuda=overrides.cuda,
+        gpus=GpuRequest("all"),
+    )
+    spec = parse_spec_text(text, directory)
+    for found in detected.found:
+        notify(Note("step", f"found {found}"))
+    if detected.also:
+        also = ", ".join(detected.also)
+        notify(Note("warn", f"also found {also}; gpuenv.yaml uses {chosen_framework}"))
+    try:
+        resolution = resolve(spec, matrix, host)
+    except ResolutionError:
+        atomic_write(spec_path, text)
+        notify(
+            Note(
+                "info", f"wrote {SPEC_FILENAME}, but no image fits it on this host; no lock written"
+            )
+        )
+        raise
+    atomic_write(spec_path, text)
+    write_lock(lock_path, lock_from_resolution(resolution, matrix.version))
+    return resolution
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    """One thing `gpuenv check` validated: a success line, or the error it found."""
+
+    subject: str
+    ok: str | None = None
+    error: GpuenvError | None = None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    items: tuple[CheckItem, ...] = field(default_factory=tuple)
+
+    @property
+    def exit_code(self) -> int:
+        """The code of the first kind of problem (matrix, spec, lock, host file), or 0."""
+        order = (MatrixError, SpecError, LockError, HostError)
+        errors = [i.error for i in self.items if i.error is not None]
+        if not errors:
+            return 0
+        first = min(
+            errors, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9)
+        )
+        return first.exit_code
+
+
+def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
+    """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
+    problem collected."""
+    from gpuenv.project.spec import SPEC_FILENAME, load_spec
+    from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
+    from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
+    from gpuenv.resolution.matrix import load_matrix
+
+    items: list[CheckItem] = []
+    try:
+        matrix = load_matrix()
+        items.append(
+            CheckItem(
+                "matrix",
+                ok=f"matrix {matrix.version}: {len(matrix.images)} images, "
+                f"{len(matrix.gpus)} GPU models",
+            )
+        )
+    except MatrixError as exc:
+        items.append(CheckItem("matrix", error=exc))
+    spec = None
+    try:
+        spec = load_spec(directory)
+        items.append(
+            CheckItem(
+                SPEC_FILENAME, ok=f"{SPEC_FILENAME}: valid ({spec.framework}, project {spec.name})"
+            )
+        )
+    except SpecError as exc:
+        items.append(CheckItem(SPEC_FILENAME, error=exc))
+    try:
+        existing = read_lock(os.path.join(directory, LOCK_FILENAME))
+        changes = lock_differences(existing, spec) if spec else []
+        if changes:
+            error = LockError(
+                f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
+                hint="run `gpuenv lock`",
+            )
+            items.append(CheckItem(LOCK_FILENAME, error=error))
+        else:
+            items.append(
+                CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: matches ({existing.pinned_image})")
+            )
+    except LockError as exc:
+        items.append(CheckItem(LOCK_FILENAME, error=exc))
+    host_file = env.get(HOST_FILE_ENV)
+    if host_file:
+        try:
+            load_host_file(host_file)
+            items.append(CheckItem(HOST_FILE_ENV, ok=f"{HOST_FILE_ENV}: valid"))
+        except HostError as exc:
+            items.append(CheckItem(HOST_FILE_ENV, error=exc))
+    return CheckReport(tuple(items))
