@@ -213,12 +213,6 @@ class GpuRuntimeMissing(GpuenvError):
     exit_code = EXIT_NO_RUNTIME
 
 
-class DoctorFailed(GpuenvError):
-    """`gpuenv doctor` found at least one failing check (the checks were printed)."""
-
-    exit_code = EXIT_DOCTOR
-
-
 class GpusBusy(GpuenvError):
     """Not enough free GPUs on this host (and no --wait, or it timed out)."""
 

@@ -11,6 +11,10 @@ echo "• lint (ruff) and types (mypy --strict)" >&2
 .venv/bin/ruff check gpuenv tests bench
 .venv/bin/ruff format --check --quiet gpuenv tests bench
 .venv/bin/mypy
+echo "• architecture (import-linter contracts) and dead code (vulture)" >&2
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
+.venv/bin/vulture gpuenv scripts/vulture_whitelist.py --min-confidence 60 \
+  --ignore-decorators "@click.command,@click.group,@export.command"
 
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
 # shellcheck source=scripts/lib.sh

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
@@ -45,13 +44,6 @@ def report(exc: GpuenvError) -> None:
             ui.detail(line)
     if exc.hint:
         ui.err.print(f"[cyan]hint:[/] {escape(exc.hint)}")
-
-
-def abort(message: str, code: int, *, hint: str | None = None) -> NoReturn:
-    """The one way a command ends with an error: a message and its exit code."""
-    error = GpuenvError(message, hint=hint)
-    error.exit_code = code
-    raise error
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -164,7 +156,6 @@ bake_option = click.option(
     is_flag=True,
     help="Copy the project into the image (/workspace), for images that travel to a cluster.",
 )
-json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
 
 def engine() -> Engine:
@@ -183,7 +174,3 @@ def view_factory(quiet: bool) -> Callable[[], View]:
         return make_view(quiet)
 
     return make
-
-
-def exit_with(code: int) -> NoReturn:
-    sys.exit(code)

@@ -123,7 +123,7 @@ def jobs(obj: Context, as_json: bool) -> None:
     from gpuenv.cli import ui
     from gpuenv.cluster.slurm import job_name
     from gpuenv.cluster.submit import project_jobs
-    from gpuenv.project.spec import load_spec
+    from gpuenv.project.validate import load_spec
 
     name = job_name(load_spec(obj.directory))
     data = project_jobs(name)

@@ -13,10 +13,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from gpuenv.engine.failures import pull_error, redact
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, ImageInfo
 from gpuenv.errors import BuildError, EngineError, EngineRefused
-from gpuenv.images.registry import pull_error, redact
 
 
 class DockerEngine:

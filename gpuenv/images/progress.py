@@ -18,7 +18,6 @@ _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NOISE = ("Removing intermediate container", "---> Running in", "---> ")
 _DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$")
-DONE_STATES = ("Pull complete", "Already exists", "Download complete")
 
 
 @dataclass

@@ -15,12 +15,14 @@ from typing import Any, Protocol
 
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
+from gpuenv.engine.failures import redact
 from gpuenv.engine.protocol import Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
 from gpuenv.images.progress import BuildProgress, PullProgress
-from gpuenv.images.registry import credentials, parse_reference, pull_repository, redact
+from gpuenv.images.registry import credentials, parse_reference, pull_repository
 from gpuenv.images.render import BuildPlan, plan_build
-from gpuenv.project.spec import Spec, load_spec
+from gpuenv.project.spec import Spec
+from gpuenv.project.validate import load_spec
 from gpuenv.resolution.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
 
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
@@ -74,7 +76,7 @@ def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> Pu
         view.pull_event(progress)
     view.pull_finished(progress)
     if progress.error:
-        from gpuenv.images.registry import pull_error
+        from gpuenv.engine.failures import pull_error
 
         raise pull_error(reference, progress.error)
     return progress
@@ -317,7 +319,7 @@ def push(
     digest = None
     for event in engine.push(reference.repository, tag, auth_for(reference.repository)):
         if "error" in event:
-            from gpuenv.images.registry import pull_error
+            from gpuenv.engine.failures import pull_error
 
             raise pull_error(target, str(event.get("error")), verb="push")
         aux = event.get("aux")

@@ -38,7 +38,8 @@ def checked_overrides(
 def spec_for(directory: str, overrides: Overrides, *, need_file: bool = False) -> Spec:
     """gpuenv.yaml with the overrides applied; without a file, a default spec for
     --framework (a usage error when neither is there)."""
-    from gpuenv.project.spec import SPEC_FILENAME, default_spec, display_path, load_spec
+    from gpuenv.project.spec import SPEC_FILENAME, default_spec, display_path
+    from gpuenv.project.validate import load_spec
 
     if os.path.exists(os.path.join(directory, SPEC_FILENAME)) or need_file:
         spec = load_spec(directory)

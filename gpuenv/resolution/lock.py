@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -248,7 +248,3 @@ def recorded_host(lock: Lock) -> Host | None:
                 Gpu(index, item["name"], compute_capability=cc if isinstance(cc, str) else None)
             )
     return Host(driver, tuple(gpus), "lock")
-
-
-def with_digest(lock: Lock, digest: str) -> Lock:
-    return replace(lock, digest=digest)

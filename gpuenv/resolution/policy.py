@@ -167,7 +167,8 @@ def init_project(
     lock. When no image fits, the spec is still written (to edit) and no lock is."""
     from gpuenv.common.files import atomic_write
     from gpuenv.project.detect import detect_project, render_spec
-    from gpuenv.project.spec import SPEC_FILENAME, GpuRequest, parse_spec_text
+    from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
+    from gpuenv.project.validate import parse_spec_text
     from gpuenv.resolution.lock import LOCK_FILENAME, lock_from_resolution, write_lock
     from gpuenv.resolution.matrix import load_matrix
     from gpuenv.resolution.resolve import resolve
@@ -255,7 +256,8 @@ class CheckReport:
 def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
     """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
     problem collected."""
-    from gpuenv.project.spec import SPEC_FILENAME, load_spec
+    from gpuenv.project.spec import SPEC_FILENAME
+    from gpuenv.project.validate import load_spec
     from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
     from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
     from gpuenv.resolution.matrix import load_matrix

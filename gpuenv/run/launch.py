@@ -133,7 +133,7 @@ def launch(
     claimed: list[str] = []
     if host.gpus and granted.mode != "none":
         # A shared host: claim the GPUs under the lock before anything starts on them.
-        from gpuenv.sharing.claims import reserve
+        from gpuenv.sharing.reserve import reserve
 
         store = services.claim_store()
         granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)

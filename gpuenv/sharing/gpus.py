@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuenv.errors import GpusBusy, UsageError
-from gpuenv.project.spec import GpuRequest, _Checker, parse_gpus_value
+from gpuenv.project.checker import Checker
+from gpuenv.project.spec import GpuRequest
+from gpuenv.project.validate import parse_gpus_value
 
 if TYPE_CHECKING:
     from gpuenv.resolution.host import Gpu, Host
@@ -54,7 +56,7 @@ def parse_gpus_option(text: str) -> GpuRequest:
         )
     from gpuenv.common.yamlfile import YamlDocument
 
-    check = _Checker(YamlDocument("--gpus", None), ".")
+    check = Checker(YamlDocument("--gpus", None), ".")
     value: object = stripped.removeprefix("device=")
     if stripped.isdigit():
         value = int(stripped)

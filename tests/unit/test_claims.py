@@ -11,9 +11,10 @@ import pytest
 
 from gpuenv.errors import GpusBusy
 from gpuenv.resolution.host import Gpu, GpuProcess, Host
-from gpuenv.sharing.claims import Claim, ClaimStore, reserve
+from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
 from gpuenv.sharing.procfs import process_start
+from gpuenv.sharing.reserve import reserve
 
 
 def host(**busy: int) -> Host:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import LockError
-from gpuenv.project.spec import load_spec
+from gpuenv.project.validate import load_spec
 from gpuenv.resolution.lock import (
     LOCK_FILENAME,
     lock_differences,

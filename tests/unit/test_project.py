@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from gpuenv.project.detect import detect_project, render_spec
-from gpuenv.project.spec import GpuRequest, parse_spec_text
+from gpuenv.project.spec import GpuRequest
+from gpuenv.project.validate import parse_spec_text
 
 
 @pytest.mark.parametrize(

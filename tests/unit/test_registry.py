@@ -4,13 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.images.registry import pull_error
+from gpuenv.engine.failures import pull_error, redact
 from gpuenv.images.registry import (
     InvalidMirror,
     credentials,
     parse_reference,
     pull_repository,
-    redact,
     registry_mirror,
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.images.render import label_value, plan_build, project_files
-from gpuenv.project.spec import load_spec
+from gpuenv.project.validate import load_spec
 from gpuenv.resolution.lock import lock_from_resolution
 from gpuenv.resolution.matrix import Matrix
 from gpuenv.resolution.resolve import resolve

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import UsageError
-from gpuenv.project.spec import GpuRequest, parse_spec_text
+from gpuenv.project.spec import GpuRequest
+from gpuenv.project.validate import parse_spec_text
 from gpuenv.resolution.host import Gpu, Host
 from gpuenv.run.container import (
     Identity,

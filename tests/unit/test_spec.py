@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuenv.errors import SpecError
-from gpuenv.project.spec import GpuRequest, Mount, default_name, load_spec, parse_spec_text
+from gpuenv.project.spec import GpuRequest, Mount, default_name
+from gpuenv.project.validate import load_spec, parse_spec_text
 
 FULL = """\
 name: my-project

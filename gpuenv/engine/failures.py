@@ -1,0 +1,61 @@
+"""What a failed pull or push means, in one message each, with the NGC key never shown
+(daemon errors echo requests): shared by the adapters and the image service."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from gpuenv.errors import PullError
+
+NGC_KEY_ENV = "NGC_API_KEY"
+
+
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Remove the NGC key from text that may be shown (daemon errors echo requests)."""
+    env = os.environ if env is None else env
+    key = env.get(NGC_KEY_ENV)
+    return text.replace(key, "***") if key and len(key) >= 4 else text
+
+
+def pull_error(
+    reference: str, explanation: str, status: int | None = None, verb: str = "pull"
+) -> PullError:
+    """One message per way a pull (or push) fails: unknown image, refused, unreachable."""
+    text = redact(explanation)
+    lowered = text.lower()
+    refused = ("unauthorized", "denied", "authentication required", "forbidden", "no basic auth")
+    if any(word in lowered for word in refused) or status in (401, 403):
+        registry = reference.split("/", 1)[0]
+        hint = (
+            "set NGC_API_KEY to your NGC API key (https://ngc.nvidia.com/setup/api-key)"
+            if registry == "nvcr.io"
+            else f"log in first: `docker login {registry}`"
+        )
+        if "does not exist" in lowered or "not found" in lowered:
+            return PullError(
+                f"{reference} was not found, or {registry} refused access to it: {text}", hint=hint
+            )
+        return PullError(f"{registry} refused the {verb} of {reference}: {text}", hint=hint)
+    if status == 404 or "not found" in lowered or "manifest unknown" in lowered:
+        return PullError(
+            f"{reference} does not exist in its registry: {text}",
+            hint="check the tag (`gpuenv matrix`), or the mirror (GPUENV_REGISTRY_MIRROR)",
+        )
+    if any(
+        word in lowered
+        for word in (
+            "no such host",
+            "connection refused",
+            "i/o timeout",
+            "dial tcp",
+            "timeout",
+            "tls",
+            "network is unreachable",
+        )
+    ):
+        return PullError(
+            f"cannot reach the registry for {reference}: {text}",
+            hint="check the network, or pull through a mirror: GPUENV_REGISTRY_MIRROR=host:port",
+        )
+    return PullError(f"{verb}ing {reference} failed: {text}")

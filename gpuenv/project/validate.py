@@ -1,0 +1,368 @@
+"""Validating gpuenv.yaml: raw YAML values -> a frozen Spec, every problem collected
+and reported at once, each located (file, line, column, field).
+
+This is the first security boundary: every value that later reaches a Dockerfile or a
+container is checked here (package names, paths, env names, sizes, mounts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuenv.errors import Problem, SpecError
+from gpuenv.project.checker import Checker, describe, did_you_mean
+from gpuenv.project.spec import (
+    FAMILIES,
+    FIELDS,
+    FRAMEWORKS,
+    GPU_KEYWORDS,
+    IPC_MODES,
+    SPEC_FILENAME,
+    WORKSPACE,
+    GpuRequest,
+    Mount,
+    Spec,
+    default_name,
+    display_path,
+    inside_project,
+    parse_size,
+)
+
+if TYPE_CHECKING:
+    from gpuenv.common.yamlfile import Path as YamlPath
+    from gpuenv.common.yamlfile import YamlDocument
+_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+_APT = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GPU_UUID = re.compile(r"^(GPU|MIG)-[A-Za-z0-9-]+$")
+
+
+def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
+    """Read and validate `project_dir/filename`; raise SpecError listing every problem."""
+    from gpuenv.common.yamlfile import YamlSyntaxError, read_yaml
+
+    path = os.path.join(project_dir, filename)
+    shown = display_path(path)
+    if not os.path.isfile(path):
+        raise SpecError(
+            [Problem(shown, None, None, None, "not found")],
+            hint="run `gpuenv init` in the project folder to write one",
+        )
+    try:
+        doc = read_yaml(path, shown)
+    except YamlSyntaxError as exc:
+        raise SpecError([exc.problem], hint="fix the YAML syntax at that line") from None
+    except OSError as exc:
+        raise SpecError(
+            [Problem(shown, None, None, None, f"cannot read: {exc.strerror}")]
+        ) from None
+    return spec_from_document(doc, project_dir, path)
+
+
+def parse_spec_text(text: str, project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
+    """Validate spec text (for tests and tools that hold the text already)."""
+    from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
+
+    try:
+        doc = parse_yaml(text, filename)
+    except YamlSyntaxError as exc:
+        raise SpecError([exc.problem], hint="fix the YAML syntax at that line") from None
+    return spec_from_document(doc, project_dir, os.path.join(project_dir, filename))
+
+
+def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = None) -> Spec:
+    """Validate a parsed gpuenv.yaml; every problem is collected before raising."""
+    check = Checker(doc, project_dir)
+    data = doc.data
+    if data is None:
+        check.add((), "the file is empty; it needs at least 'framework:' (run `gpuenv init`)")
+        raise SpecError(check.problems)
+    if not isinstance(data, dict):
+        check.add(
+            (),
+            f"expected a mapping of fields (framework: ..., version: ...), got {describe(data)}",
+        )
+        raise SpecError(check.problems)
+
+    values: dict[str, Any] = {}
+    for key in data:
+        if not isinstance(key, str):
+            check.add((), f"field names must be text, got {describe(key)}")
+        elif key not in FIELDS:
+            check.add((key,), f"unknown field '{key}'{did_you_mean(key, FIELDS)}")
+
+    def field_of(key: str, parse: Callable[[Any], Any]) -> None:
+        if key in data and data[key] is not None:
+            result = parse(data[key])
+            if result is not None:
+                values[key] = result
+        elif key in data:
+            check.add((key,), "has no value; remove the line or give a value")
+
+    field_of("name", lambda v: _name(check, v))
+    if "framework" not in data:
+        check.add((), f"missing required field 'framework' (one of {', '.join(FRAMEWORKS)})")
+    field_of("framework", lambda v: check.choice("framework", v, FRAMEWORKS))
+    field_of("version", lambda v: check.constraint("version", v))
+    field_of("python", lambda v: check.constraint("python", v))
+    field_of("cuda", lambda v: check.constraint("cuda", v))
+    field_of("base", lambda v: check.choice("base", v, FAMILIES))
+    field_of("requirements", lambda v: _requirements(check, v))
+    field_of("packages", lambda v: _packages(check, v))
+    field_of("apt", lambda v: _apt(check, v))
+    field_of("env", lambda v: _env(check, v))
+    field_of("gpus", lambda v: parse_gpus_value(check, v))
+    field_of("shm_size", lambda v: _size(check, v))
+    field_of("ipc", lambda v: check.choice("ipc", v, IPC_MODES))
+    field_of("mounts", lambda v: _mounts(check, v))
+
+    if values.get("ipc") == "host" and "shm_size" in values:
+        check.add(
+            ("shm_size",),
+            "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one",
+        )
+    if values.get("framework") == "none" and "version" in values:
+        check.add(("version",), "constrains the framework version, but 'framework' is none")
+
+    if check.problems:
+        raise SpecError(sorted(check.problems, key=lambda p: (p.line or 0, p.column or 0)))
+    if "name" not in values:
+        values["name"] = default_name(project_dir)
+    return Spec(project_dir=project_dir, path=path, **values)
+
+
+def _name(check: Checker, value: Any) -> str | None:
+    text = check.text(("name",), value, "a project name")
+    if text is None:
+        return None
+    if not _NAME.match(text) or len(text) > 63:
+        check.add(
+            ("name",),
+            f"'{text}' is not a valid name: use lowercase letters, digits and . _ - "
+            f"(for example '{default_name(text) if text else 'my-project'}')",
+        )
+        return None
+    return text
+
+
+def _requirements(check: Checker, value: Any) -> tuple[str, ...] | None:
+    out = []
+    for path, text in check.string_list(("requirements",), value, "requirements file paths"):
+        if os.path.isabs(text) or text.startswith("~"):
+            check.add(path, f"'{text}' must be a path relative to the project folder")
+        elif not inside_project(check.project_dir, text):
+            check.add(path, f"'{text}' points outside the project folder")
+        elif not _SAFE_PATH.match(text):
+            check.add(
+                path,
+                f"'{text}' has characters gpuenv does not copy into images "
+                "(use letters, digits, . _ + - and /)",
+            )
+        elif not os.path.isfile(os.path.join(check.project_dir, text)):
+            check.add(path, f"'{text}' does not exist in the project folder")
+        else:
+            out.append(Path(text).as_posix())
+    return tuple(out)
+
+
+def _packages(check: Checker, value: Any) -> tuple[str, ...] | None:
+    items = check.string_list(("packages",), value, "pip requirements")
+    if not items:
+        return ()
+    # Imported here: reading a spec without `packages` (the hot paths) skips the parser.
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for path, text in items:
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            first = str(exc).splitlines()[0]
+            check.add(path, f"'{text}' is not a valid pip requirement (PEP 508): {first}")
+            continue
+        out.append(text.strip())
+    return tuple(out)
+
+
+def _apt(check: Checker, value: Any) -> tuple[str, ...] | None:
+    out = []
+    for path, text in check.string_list(("apt",), value, "Debian package names"):
+        if not _APT.match(text):
+            check.add(
+                path,
+                f"'{text}' is not a Debian package name (lowercase letters, digits, + - .; "
+                "optionally =VERSION)",
+            )
+        else:
+            out.append(text)
+    return tuple(out)
+
+
+def _env(check: Checker, value: Any) -> tuple[tuple[str, str], ...] | None:
+    if not isinstance(value, dict):
+        check.add(("env",), f"expected a mapping of NAME: value, got {describe(value)}")
+        return None
+    out = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            check.add(("env", str(key)), f"'{key}' is not a valid environment variable name")
+            continue
+        if isinstance(item, bool):
+            check.add(
+                ("env", key),
+                f"write the value in quotes ('{str(item).lower()}'): YAML reads it as a boolean",
+            )
+            continue
+        text = check.text(("env", key), item, "a text value (write '' for an empty one)")
+        if text is not None:
+            out.append((key, text))
+    return tuple(sorted(out))
+
+
+def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
+    """The spec's `gpus`: all | none | optional | a count | indices or GPU UUIDs."""
+    path: YamlPath = ("gpus",)
+    if isinstance(value, bool):
+        check.add(
+            path, f"expected all, none, optional, a count or a list of GPUs, got {describe(value)}"
+        )
+        return None
+    if isinstance(value, int):
+        if value < 1:
+            check.add(
+                path,
+                "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU "
+                "with index 0)",
+            )
+            return None
+        return GpuRequest("count", count=value)
+    if isinstance(value, str):
+        if value in GPU_KEYWORDS:
+            return GpuRequest(value)
+        if value.isdigit():
+            return parse_gpus_value(check, int(value))
+        items: list[Any] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list):
+        items = value
+    else:
+        check.add(
+            path, f"expected all, none, optional, a count or a list of GPUs, got {describe(value)}"
+        )
+        return None
+    devices: list[str] = []
+    problems_before = len(check.problems)
+    for index, item in enumerate(items):
+        item_path = (*path, index) if isinstance(value, list) else path
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            device = str(item)
+        elif isinstance(item, str) and (item.isdigit() or _GPU_UUID.match(item)):
+            device = item
+        else:
+            check.add(
+                item_path,
+                f"{describe(item)} is not a GPU index (0, 1, ...) or UUID (GPU-...); "
+                "use all, none, optional or a count for the whole field",
+            )
+            continue
+        if device in devices:
+            check.add(item_path, f"GPU {device} is listed twice")
+            continue
+        devices.append(device)
+    if not devices and len(check.problems) == problems_before:
+        check.add(path, "the list of GPUs is empty; use 'none' for no GPU")
+    return GpuRequest("devices", devices=tuple(devices)) if devices else None
+
+
+def _size(check: Checker, value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        size: int | None = value
+    else:
+        text = check.text(("shm_size",), value, "a size like 8g or 512m")
+        if text is None:
+            return None
+        size = parse_size(text)
+    if size is None or size < 1024**2:
+        check.add(
+            ("shm_size",),
+            f"{describe(value)} is not a size of at least 1m (write e.g. 8g or 512m)",
+        )
+        return None
+    return size
+
+
+def _mounts(check: Checker, value: Any) -> tuple[Mount, ...] | None:
+    if not isinstance(value, list):
+        check.add(("mounts",), f"expected a list of mounts, got {describe(value)}")
+        return None
+    out: list[Mount] = []
+    for index, item in enumerate(value):
+        path: YamlPath = ("mounts", index)
+        mount = _mount(check, path, item)
+        if mount is not None:
+            if any(m.target == mount.target for m in out):
+                check.add(path, f"two mounts have the target '{mount.target}'")
+                continue
+            out.append(mount)
+    return tuple(out)
+
+
+def _mount(check: Checker, path: YamlPath, item: Any) -> Mount | None:
+    if isinstance(item, str):
+        parts = item.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            check.add(path, f"'{item}' is not SOURCE:TARGET or SOURCE:TARGET:ro")
+            return None
+        fields: Mapping[str, Any] = {
+            "source": parts[0],
+            "target": parts[1],
+            "read_only": len(parts) == 3 and parts[2] == "ro",
+        }
+    elif isinstance(item, dict):
+        fields = item
+        for key in item:
+            if key not in ("source", "target", "read_only"):
+                check.add(
+                    (*path, str(key)),
+                    f"unknown mount field '{key}'"
+                    f"{did_you_mean(str(key), ('source', 'target', 'read_only'))}",
+                )
+    else:
+        check.add(
+            path,
+            f"expected SOURCE:TARGET or a mapping with source and target, got {describe(item)}",
+        )
+        return None
+    ok = True
+    source = check.text((*path, "source"), fields.get("source"), "a source path")
+    target = check.text(
+        (*path, "target"), fields.get("target"), "an absolute path in the container"
+    )
+    read_only = fields.get("read_only", False)
+    if not isinstance(read_only, bool):
+        check.add((*path, "read_only"), f"expected true or false, got {describe(read_only)}")
+        ok = False
+    if source is not None and (not source or "," in source or ":" in source):
+        check.add(
+            (*path, "source"), f"'{source}' is not a usable path (empty, or contains ',' or ':')"
+        )
+        ok = False
+    if target is not None:
+        target_parts = target.split("/")
+        if not target.startswith("/") or ".." in target_parts or "," in target or ":" in target:
+            check.add(
+                (*path, "target"), f"'{target}' must be an absolute path without '..', ',' or ':'"
+            )
+            ok = False
+        elif target.rstrip("/") in ("", WORKSPACE):
+            check.add(
+                (*path, "target"), f"'{target}' is reserved (the project is mounted at {WORKSPACE})"
+            )
+            ok = False
+    if not ok or source is None or target is None:
+        return None
+    return Mount(source=source, target=target.rstrip("/") or "/", read_only=bool(read_only))

@@ -1,0 +1,60 @@
+"""Reserving GPUs on a shared host: choose and claim under the store's lock, or queue
+(first come, first served) until the GPUs are free."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpuenv.errors import GpusBusy
+from gpuenv.sharing.gpus import Grant, choose
+
+if TYPE_CHECKING:
+    from gpuenv.project.spec import GpuRequest
+    from gpuenv.resolution.host import Host
+    from gpuenv.sharing.claims import ClaimStore
+
+
+def reserve(
+    store: ClaimStore,
+    request: GpuRequest,
+    host: Host,
+    project: str,
+    wait: float | None,
+    notice: Callable[[str], None],
+) -> tuple[Grant, list[str]]:
+    """Choose and claim GPUs atomically; with `wait` (seconds, 0: no limit), queue until
+    they are free, first come first served. Returns the grant and the claim files."""
+    deadline = None if not wait else time.monotonic() + wait
+    ticket: str | None = None
+    told = False
+    try:
+        while True:
+            with store.locked():
+                if ticket is None and store.waiting():
+                    if wait is None:  # first come, first served: waiters go first
+                        raise GpusBusy(
+                            "other runs are queued for GPUs on this host",
+                            hint="queue behind them with --wait (`gpuenv top` shows who uses what)",
+                        )
+                    ticket = store.enqueue()
+                if ticket is None or store.first_in_queue(ticket):
+                    try:
+                        granted, keys = choose(request, host, store.claims())
+                    except GpusBusy as busy:
+                        if wait is None:
+                            raise
+                        if ticket is None:
+                            ticket = store.enqueue()
+                        if not told:
+                            notice(f"waiting for free GPUs: {busy.message}")
+                            told = True
+                    else:
+                        return granted, store.add(keys, project)
+            if deadline is not None and time.monotonic() > deadline:
+                raise GpusBusy(f"no GPUs became free within {wait:g}s", hint="try again later")
+            time.sleep(0.5)
+    finally:
+        if ticket is not None:
+            store.release([ticket])
