@@ -1,0 +1,172 @@
+"""Why a resolution came out as it did, in the user's words: the warnings on a chosen
+image, and for no solution the nearest candidates and the smallest change that fits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpuenv.common.versions import driver_tuple, parse_version, series
+from gpuenv.errors import ResolutionError
+from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow
+
+if TYPE_CHECKING:
+    from gpuenv.project.spec import Spec
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.resolve import Candidate, HostGpu
+
+
+SPEC_CHECKS = ("version", "python", "cuda")
+RELEVANT_FIELDS = ("framework_version", "cuda", "python", "min_driver", "min_compute_capability")
+SPEC_FIELDS = {"version": "framework_version", "python": "python", "cuda": "cuda"}
+
+
+def framework_label(row: ImageRow) -> str:
+    return FRAMEWORK_NAMES[row.framework]
+
+
+def describe_request(spec: Spec) -> str:
+    """``PyTorch 2.4 with Python 3.10 and CUDA >=12.1``."""
+    name = FRAMEWORK_NAMES[spec.framework]
+    head = f"{name} {spec.version}" if spec.version and spec.framework != "none" else name
+    if spec.framework == "none":
+        head = "a CUDA base image"
+    extra = []
+    if spec.python:
+        extra.append(f"Python {spec.python}")
+    if spec.cuda:
+        extra.append(f"CUDA {spec.cuda}")
+    return head + (f" with {' and '.join(extra)}" if extra else "")
+
+
+def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list[str]:
+    row = chosen.row
+    out = []
+    relied = [f for f in RELEVANT_FIELDS if f in row.unverified]
+    if row.evidence == "unverified" or relied:
+        fields = f" ({', '.join(relied)})" if relied else ""
+        out.append(
+            f"{row.label} rests on unverified data{fields}: {row.note or 'see ' + row.source}. "
+            "Check the image's release notes before relying on it."
+        )
+    if host.driver is None:
+        out.append(
+            "no NVIDIA driver on this host: driver and GPU checks were skipped "
+            f"(this image needs driver ≥ {chosen.min_driver or 'unknown'}); "
+            "describe the target with --driver/--gpu to plan for it"
+        )
+    elif chosen.driver_route and chosen.driver_route.startswith("CUDA forward"):
+        out.append(
+            f"runs through {chosen.driver_route}; the container's compat libraries are "
+            "used, and consumer GPUs would fail with error 804"
+        )
+    elif not gpus and host.driver is not None and not host.gpus:
+        out.append(
+            "no GPUs are known for this host: compute-capability checks were skipped "
+            "(describe them with --gpu MODEL)"
+        )
+    unknown = sorted({g.name for g in gpus if g.compute_capability is None})
+    if unknown:
+        out.append(f"compute capability of {', '.join(unknown)} is unknown: not checked")
+    return out
+
+
+def unresolvable(
+    spec: Spec, host: Host, candidates: Sequence[Candidate], gpus: Sequence[HostGpu]
+) -> ResolutionError:
+    request = describe_request(spec)
+    if not candidates:
+        return ResolutionError(
+            f"the matrix has no {spec.base} images for {FRAMEWORK_NAMES[spec.framework]}"
+        )
+    message = f"no image fits {request} on this host: {host.describe()}"
+    explanation: list[str] = []
+    spec_ok = [c for c in candidates if not c.rejected_by(*SPEC_CHECKS)]
+    if spec_ok:
+        nearest = sorted(spec_ok, key=lambda c: len(c.rejections))[:3]
+    else:
+        explanation.append(f"no image in the matrix has {request}; the closest:")
+        nearest = []
+        for check in SPEC_CHECKS:
+            passing = next((c for c in candidates if not c.rejected_by(check)), None)
+            if passing is not None and passing not in nearest and getattr(spec, check):
+                nearest.append(passing)
+        nearest = nearest or list(candidates[:3])
+    for candidate in nearest:
+        reasons = "; ".join(r.reason for r in candidate.rejections)
+        explanation.append(f"{candidate.row.label} ({candidate.row.image}) {reasons}")
+    fixes = _fixes(spec, candidates, spec_ok)
+    hint = "; or ".join(fixes) if fixes else None
+    if hint:
+        hint = hint[0].upper() + hint[1:]
+    return ResolutionError(message, explanation, hint=hint)
+
+
+def _spec_value(row: ImageRow, check: str) -> str | None:
+    value: str | None = getattr(row, SPEC_FIELDS[check])
+    return value
+
+
+def _anchor(spec: Spec, check: str) -> tuple[int, int] | None:
+    """The version a constraint is about (``>=2.4`` -> 2.4), to measure how far a row is."""
+    constraint = getattr(spec, f"{check}_spec")
+    for specifier in constraint or ():
+        release = parse_version(specifier.version.rstrip(".*")).release
+        return (release[0], release[1] if len(release) > 1 else 0)
+    return None
+
+
+def _series_tuple(text: str) -> tuple[int, int]:
+    release = parse_version(text).release
+    return (release[0], release[1] if len(release) > 1 else 0)
+
+
+def _fixes(spec: Spec, candidates: Sequence[Candidate], spec_ok: Sequence[Candidate]) -> list[str]:
+    """The smallest changes that make an image fit: a driver upgrade, or looser constraints."""
+    fixes = []
+    driver_only = [c for c in spec_ok if c.only_rejected_by("driver") and c.min_driver]
+    if driver_only:
+        best = min(driver_only, key=lambda c: driver_tuple(c.min_driver or "0"))
+        fixes.append(
+            f"upgrade the NVIDIA driver to ≥ {best.min_driver} ({best.row.label} then fits)"
+        )
+    host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu")]
+    by_changes: dict[tuple[str, ...], list[Candidate]] = {}
+    for candidate in host_ok:
+        changed = tuple(r.check for r in candidate.rejections if r.check in SPEC_CHECKS)
+        if changed and all(_spec_value(candidate.row, c) for c in changed):
+            by_changes.setdefault(changed, []).append(candidate)
+    fewest = min((len(k) for k in by_changes), default=0)
+    for changed, options in by_changes.items():
+        if len(changed) != fewest:
+            continue
+
+        def distance(c: Candidate, changed: tuple[str, ...] = changed) -> int:
+            total = 0
+            for check in changed:
+                anchor = _anchor(spec, check)
+                value = _series_tuple(_spec_value(c.row, check) or "0")
+                if anchor:
+                    total += abs((value[0] - anchor[0]) * 1000 + value[1] - anchor[1])
+            return total
+
+        best = min(options, key=distance)  # candidates are newest first: ties go to newer
+        parts = [_change_text(spec, best.row, check) for check in changed]
+        fixes.append(f"allow {' and '.join(parts)} ({best.row.label}, {best.row.image})")
+    if not fixes:
+        fixes.append(
+            "no image in the matrix runs on this host as described; "
+            "`gpuenv resolve --explain` lists every image and why"
+        )
+    return fixes[:3]
+
+
+def _change_text(spec: Spec, row: ImageRow, check: str) -> str:
+    value = _spec_value(row, check) or "0"
+    wanted = series(value)
+    anchor = _anchor(spec, check)
+    op = ""
+    if anchor is not None:
+        op = "≥ " if _series_tuple(value) > anchor else "≤ "
+    what = {"version": framework_label(row), "python": "Python", "cuda": "CUDA"}[check]
+    return f"{what} {op}{wanted} ({check}: '{wanted}')"
