@@ -1,0 +1,132 @@
+"""A fake container engine for unit tests: it implements the Engine protocol in memory,
+records every call, and plays back scripted answers (exit codes, refusals)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuenv.engine.protocol import Event, ImageInfo
+from gpuenv.errors import EngineRefused
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@dataclass
+class FakeEngine:
+    exit_code: int = 0
+    oom_killed: bool = False
+    refuse_start: list[str] = field(default_factory=list)  # messages, one per start
+    output: bytes = b""
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    created: list[dict[str, Any]] = field(default_factory=list)
+    alive: set[str] = field(default_factory=set)
+    images_present: set[str] = field(default_factory=set)
+    listed: list[dict[str, Any]] = field(default_factory=list)
+
+    endpoint = "unix:///fake/docker.sock"
+
+    def _record(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    # images
+    def ping(self) -> None:
+        self._record("ping")
+
+    def has_image(self, reference: str) -> bool:
+        self._record("has_image", reference)
+        return reference in self.images_present or reference.startswith("gpuenv/")
+
+    def repo_digests(self, reference: str) -> list[str]:
+        repository = reference.rsplit(":", 1)[0]
+        return [f"{repository}@{DIGEST}"]
+
+    def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
+        self._record("pull", repository, tag)
+        self.images_present.add(f"{repository}@{DIGEST}")
+        yield {"status": f"Digest: {DIGEST}"}
+
+    def build(self, context: bytes, tag: str) -> Iterator[Event]:
+        self._record("build", tag)
+        self.images_present.add(tag)
+        yield {"stream": "Step 1/1 : FROM base\n"}
+
+    def tag(self, source: str, repository: str, tag: str) -> None:
+        self._record("tag", source, repository, tag)
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
+        self._record("push", repository, tag)
+        yield {"aux": {"Digest": DIGEST}}
+
+    def images(self, label: str | None = None) -> list[ImageInfo]:
+        return []
+
+    def remove_image(self, reference: str) -> None:
+        self._record("remove_image", reference)
+
+    def image_users(self, image: str) -> list[str]:
+        return []
+
+    # containers
+    def version(self) -> dict[str, Any]:
+        return {"Version": "fake", "ApiVersion": "1.41"}
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+    def create(self, config: Mapping[str, Any]) -> str:
+        self.created.append(dict(config))
+        container = f"c{len(self.created)}"
+        self.alive.add(container)
+        self._record("create", container)
+        return container
+
+    def start(self, container: str) -> None:
+        self._record("start", container)
+        if self.refuse_start:
+            raise EngineRefused(500, self.refuse_start.pop(0))
+
+    def kill(self, container: str, signal: str) -> None:
+        self._record("kill", container, signal)
+
+    def stop(self, container: str, timeout: int) -> None:
+        self._record("stop", container, timeout)
+
+    def remove(self, container: str) -> None:
+        self._record("remove", container)
+        self.alive.discard(container)
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        return {"State": {"OOMKilled": self.oom_killed}}
+
+    def wait(self, container: str) -> int:
+        self._record("wait", container)
+        return self.exit_code
+
+    def resize(self, container: str, rows: int, columns: int) -> None:
+        self._record("resize", container)
+
+    def get_archive(self, container: str, path: str) -> bytes | None:
+        self._record("get_archive", container, path)
+        return None
+
+    def put_archive(self, container: str, path: str, tar: bytes) -> None:
+        self._record("put_archive", container, path)
+
+    def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
+        self._record("containers", label)
+        return list(self.listed)
+
+    def attach(self, container: str, stdin: bool) -> tuple[socket.socket, bytes]:
+        """One end of a socket pair; the other sends the scripted output and closes."""
+        ours, theirs = socket.socketpair()
+        # Multiplexed stdout frame, as the engine sends it without a TTY.
+        if self.output:
+            theirs.sendall(b"\x01\x00\x00\x00" + len(self.output).to_bytes(4, "big") + self.output)
+        theirs.close()
+        return ours, b""

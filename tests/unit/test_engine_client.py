@@ -1,0 +1,168 @@
+"""The Unix-socket engine client against a real HTTP server on a Unix socket (no Docker
+daemon): status handling, bodies (length, chunked), errors in the user's words, and the
+attach hijack."""
+
+from __future__ import annotations
+
+import json
+import socketserver
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from gpuenv.engine import connect
+from gpuenv.engine.api import UnixSocketEngine
+from gpuenv.engine.hosts import engine_error
+from gpuenv.errors import EngineError, EngineRefused
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, str, bytes]] = []  # noqa: RUF012 - shared by the test server
+
+    def log_message(self, *args: object) -> None:
+        del args
+
+    def _reply(self, status: int, body: bytes, chunked: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (body[:5], body[5:]):
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def do_GET(self) -> None:
+        self.seen.append(("GET", self.path, b""))
+        if self.path.startswith("/v1.41/images/present"):
+            self._reply(200, b'{"RepoDigests": ["r@sha256:1"]}')
+        elif self.path.startswith("/v1.41/images/"):
+            self._reply(404, b'{"message": "No such image"}')
+        elif self.path.startswith("/v1.41/containers/json"):
+            self._reply(200, json.dumps([{"Id": "abc", "Names": ["/run-1"]}]).encode(), True)
+        elif self.path == "/v1.41/version":
+            self._reply(200, b'{"Version": "28.2.2", "ApiVersion": "1.50"}')
+        else:
+            self._reply(500, b"not json at all")
+
+    def do_POST(self) -> None:
+        body = self._body()
+        self.seen.append(("POST", self.path, body))
+        if self.path == "/v1.41/containers/create":
+            self._reply(201, b'{"Id": "c0ffee", "Warnings": []}')
+        elif self.path.endswith("/start"):
+            self._reply(500, b'{"message": "could not select device driver \\"\\""}')
+        elif "/attach?" in self.path:
+            self.send_response(101)
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Upgrade", "tcp")
+            self.end_headers()
+            self.wfile.write(b"\x01\x00\x00\x00\x00\x00\x00\x02hi")
+            self.wfile.flush()
+            self.close_connection = True
+        elif self.path.endswith("/wait"):
+            self._reply(200, b'{"StatusCode": 7}')
+        else:
+            self._reply(404, b'{"message": "no such container"}')
+
+    def do_DELETE(self) -> None:
+        self.seen.append(("DELETE", self.path, b""))
+        self._reply(404, b'{"message": "No such container: gone"}')
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[UnixSocketEngine]:
+    path = str(tmp_path / "engine.sock")
+    server = _Server(path, _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Handler.seen = []
+    try:
+        yield UnixSocketEngine(f"unix://{path}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_connect_picks_the_socket_client_for_unix_addresses() -> None:
+    assert isinstance(connect("unix:///run/x.sock"), UnixSocketEngine)
+
+
+def test_json_bodies_and_status(engine: UnixSocketEngine) -> None:
+    assert engine.create({"Image": "x"}) == "c0ffee"
+    method, path, body = _Handler.seen[-1]
+    assert (method, path, json.loads(body)) == ("POST", "/v1.41/containers/create", {"Image": "x"})
+    assert engine.version()["Version"] == "28.2.2"
+    assert engine.wait("c0ffee") == 7
+
+
+def test_chunked_bodies_are_read_whole(engine: UnixSocketEngine) -> None:
+    assert engine.containers("io.gpuenv.run") == [{"Id": "abc", "Names": ["/run-1"]}]
+    _, path, _ = _Handler.seen[-1]
+    assert "all=1" in path and "io.gpuenv.run" in path
+
+
+def test_images(engine: UnixSocketEngine) -> None:
+    assert engine.has_image("present:1")
+    assert not engine.has_image("absent:1")
+    assert engine.repo_digests("present:1") == ["r@sha256:1"]
+    assert engine.repo_digests("absent:1") == []
+
+
+def test_refusals_carry_the_engines_message_and_exit_10(engine: UnixSocketEngine) -> None:
+    with pytest.raises(EngineRefused) as refused:
+        engine.start("c0ffee")
+    assert refused.value.status == 500
+    assert "could not select device driver" in refused.value.message
+    assert refused.value.exit_code == 10
+    with pytest.raises(EngineRefused, match="not json at all"):
+        engine.info()
+
+
+def test_remove_and_kill_of_a_gone_container_are_quiet(engine: UnixSocketEngine) -> None:
+    engine.remove("gone")
+    engine.kill("gone", "SIGTERM")
+    assert [m for m, _, _ in _Handler.seen] == ["DELETE", "POST"]
+
+
+def test_attach_hands_over_the_stream_with_bytes_read_ahead(engine: UnixSocketEngine) -> None:
+    stream, ahead = engine.attach("c0ffee", stdin=False)
+    try:
+        data = ahead
+        while len(data) < 10:
+            chunk = stream.recv(64)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        stream.close()
+    assert data == b"\x01\x00\x00\x00\x00\x00\x00\x02hi"
+
+
+def test_an_engine_that_is_not_there(tmp_path: Path) -> None:
+    missing = UnixSocketEngine(f"unix://{tmp_path}/none.sock")
+    with pytest.raises(EngineError, match="cannot reach the Docker engine") as error:
+        missing.ping()
+    assert error.value.exit_code == 10
+    assert "DOCKER_HOST" in (error.value.hint or "")
+
+
+def test_a_socket_without_permission_says_how_to_get_it() -> None:
+    error = engine_error(PermissionError(13, "Permission denied"), "unix:///var/run/docker.sock")
+    assert error.message == "permission denied on the Docker socket /var/run/docker.sock"
+    assert "docker group" in (error.hint or "")

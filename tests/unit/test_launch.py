@@ -1,0 +1,160 @@
+"""The run policy (run/launch.py) end to end against a fake engine: the image, the
+grant and its claims, the container's configuration, the start, the fallback, the
+outcome, and what is left behind (nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuenv.errors import GpuRuntimeMissing, GpusBusy, UsageError
+from gpuenv.project.overrides import Overrides
+from gpuenv.resolution.host import Gpu, Host
+from gpuenv.resolution.policy import HostPlan, init_project
+from gpuenv.run.container import Identity
+from gpuenv.run.launch import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
+from gpuenv.sharing.claims import ClaimStore
+from tests.unit.fake_engine import FakeEngine
+
+NO_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
+HOST = Host(
+    "550.54.15",
+    tuple(Gpu(i, "NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}") for i in range(4)),
+    "test",
+)
+ALICE = Identity(1000, 1000, "alice")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "requirements.txt").write_text("torch==2.3.1\n")
+    init_project(str(folder), Overrides(), HostPlan("550.54.15", ("H100 80GB HBM3",)))
+    return folder
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> str:
+    return str(tmp_path / "state")
+
+
+def _launch(
+    project: Path,
+    engine: FakeEngine,
+    state: str,
+    request: RunRequest,
+    *,
+    host: Host = HOST,
+    uid: int = 1000,
+    notices: list[str] | None = None,
+) -> object:
+    said = notices if notices is not None else []
+    return launch(
+        str(project),
+        request,
+        engine,  # type: ignore[arg-type]
+        services=Services(lambda: host, lambda: ClaimStore(state), lambda: ALICE),
+        terminal=Terminal(tty=False, stdin=False, uid=uid),
+        environ={"WANDB_API_KEY": "k-7f3e9a"},
+        view=lambda: _NullView(),
+        notice=said.append,
+    )
+
+
+class _NullView:
+    def pull_started(self, reference: str) -> None: ...
+    def pull_event(self, progress: object) -> None: ...
+    def pull_finished(self, progress: object) -> None: ...
+    def build_started(self, tag: str) -> None: ...
+    def build_lines(self, progress: object, lines: list[str]) -> None: ...
+    def build_finished(self, progress: object) -> None: ...
+
+
+def test_a_run_gets_its_grant_identity_and_exit_code(project: Path, state: str) -> None:
+    engine = FakeEngine(exit_code=3)
+    outcome = _launch(project, engine, state, RunRequest(("train.py", "--lr", "1"), gpus="2"))
+    assert outcome.exit_code == 3  # type: ignore[attr-defined]
+    [config] = engine.created
+    assert config["Cmd"][-3:] == ["train.py", "--lr", "1"]
+    requests = config["HostConfig"]["DeviceRequests"]
+    assert requests[0]["DeviceIDs"] == ["GPU-0", "GPU-1"]
+    assert config["User"] == "1000:1000"
+    # The identity goes in before start; the container is removed after.
+    names = engine.names()
+    assert names.index("put_archive") < names.index("start") < names.index("remove")
+    assert not engine.alive
+    assert ClaimStore(state).claims() == []  # released
+
+
+def test_claims_hold_against_a_second_run(project: Path, state: str) -> None:
+    store = ClaimStore(state)
+    with store.locked():
+        store.add(["GPU-0", "GPU-1", "GPU-2", "GPU-3"], "other")
+    engine = FakeEngine()
+    with pytest.raises(GpusBusy):
+        _launch(project, engine, state, RunRequest(("train.py",), gpus="1"))
+    assert engine.created == []
+
+
+def test_memory_is_checked_before_anything_starts(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    with pytest.raises(UsageError, match="--memory '1k'"):
+        _launch(project, engine, state, RunRequest(("train.py",), memory="1k"))
+    assert engine.calls == []
+    assert memory_limit("32g") == 32 * 1024**3
+    assert "raise --memory (now 8g)" in oom_advice("8g")
+
+
+def test_memory_limit_and_oom_are_reported(project: Path, state: str) -> None:
+    engine = FakeEngine(exit_code=137, oom_killed=True)
+    outcome = _launch(project, engine, state, RunRequest(("train.py",), memory="2g"))
+    assert outcome.oom_killed  # type: ignore[attr-defined]
+    assert engine.created[0]["HostConfig"]["Memory"] == 2 * 1024**3
+
+
+def test_optional_gpus_fall_back_when_the_engine_has_no_runtime(project: Path, state: str) -> None:
+    engine = FakeEngine(refuse_start=[NO_DRIVER])
+    notices: list[str] = []
+    outcome = _launch(
+        project, engine, state, RunRequest(("train.py",), gpus="optional"), notices=notices
+    )
+    assert outcome.exit_code == 0  # type: ignore[attr-defined]
+    first, second = engine.created
+    assert first["HostConfig"]["DeviceRequests"]
+    assert not second["HostConfig"].get("DeviceRequests")
+    assert any("running without GPUs" in n for n in notices)
+    assert not engine.alive
+    assert ClaimStore(state).claims() == []
+
+
+def test_required_gpus_without_runtime_fail_and_leave_nothing(project: Path, state: str) -> None:
+    engine = FakeEngine(refuse_start=[NO_DRIVER])
+    with pytest.raises(GpuRuntimeMissing):
+        _launch(project, engine, state, RunRequest(("train.py",), gpus="1"))
+    assert not engine.alive
+    assert ClaimStore(state).claims() == []
+
+
+def test_root_and_root_invokers_get_no_identity(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none", root=True))
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none"), uid=0)
+    assert all("User" not in c or not c["User"] for c in engine.created)
+    assert "put_archive" not in engine.names()
+
+
+def test_a_shell_needs_a_terminal(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    with pytest.raises(UsageError, match="needs a terminal"):
+        _launch(project, engine, state, RunRequest(shell=True))
+    assert engine.calls == []
+
+
+def test_secrets_passed_through_are_not_in_labels(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none", env=("WANDB_API_KEY",)))
+    [config] = engine.created
+    assert "WANDB_API_KEY=k-7f3e9a" in config["Env"]
+    assert "k-7f3e9a" not in str(config["Labels"])
