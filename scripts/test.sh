@@ -12,6 +12,9 @@ echo "• lint (ruff) and types (mypy --strict)" >&2
 .venv/bin/ruff format --check --quiet gpuenv tests bench
 .venv/bin/mypy
 
+echo "• docs (mkdocs build --strict: broken links, anchors and pages missing from nav fail)" >&2
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .cache/site
+
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
