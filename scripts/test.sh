@@ -16,6 +16,9 @@ echo "• architecture (import-linter contracts) and dead code (vulture)" >&2
 .venv/bin/vulture gpuenv scripts/vulture_whitelist.py --min-confidence 60 \
   --ignore-decorators "@click.command,@click.group,@export.command"
 
+echo "• docs (mkdocs build --strict: broken links, anchors and pages missing from nav fail)" >&2
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .cache/site
+
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
