@@ -1,6 +1,6 @@
 """One error tree for gpuenv; each class carries the exit code the CLI returns.
 
-The exit codes are part of gpuenv's interface (README, "Exit codes"): scripts and CI
+The exit codes are part of gpuenv's interface (docs/reference/exit-codes.md): scripts and CI
 branch on them, so a code never changes meaning.
 """
 

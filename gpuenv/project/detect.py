@@ -213,7 +213,7 @@ def render_spec(
 # gpuenv.yaml: this project's GPU environment. gpuenv resolves it against the
 # compatibility matrix and this host, and pins the result in gpuenv.lock.
 # After editing, run `gpuenv lock`; commit both files.
-# Every field is described in the README ("The spec").
+# Every field is described in the docs: docs/reference/spec.md.
 # Detected when this file was written: {found}.
 
 name: {_q(default_name(project_dir))}

@@ -255,7 +255,7 @@ def _check_driver(driver: Any, where: str) -> str | None:
 
 
 def load_host_file(path: str) -> Host:
-    """Read a host description (see README, "Describing a host")."""
+    """Read a host description (docs/reference/host.md)."""
     where = f"{HOST_FILE_ENV}={path}"
     try:
         with open(path, encoding="utf-8") as handle:
