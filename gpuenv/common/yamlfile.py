@@ -1,18 +1,21 @@
 """Load YAML keeping where every value came from, so messages can name file and line.
 
-PyYAML's composed node tree carries positions; the constructed data does not. We compose
-once, construct the data from the nodes, and walk the nodes to map each path
-(``("mounts", 0, "target")``) to its line and column.
+PyYAML's composed node tree carries positions; the constructed data does not. We keep the
+nodes beside the data and find a path (``("mounts", 0, "target")``) in them only when a
+message asks for its line, so a file without problems costs one parse and no walk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Any, NamedTuple
 
 from gpuenv.errors import Problem
 
 Path = tuple[str | int, ...]
+
+_NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 
 
 @dataclass(frozen=True)
@@ -21,25 +24,59 @@ class Position:
     column: int
 
 
+class _Index(NamedTuple):
+    """Every path's position, found by walking the whole node tree."""
+
+    positions: dict[Path, Position]
+    duplicates: tuple[Problem, ...]
+    number_text: dict[Path, str]
+
+
 @dataclass(frozen=True)
 class YamlDocument:
-    """Parsed data plus the position of every mapping key and sequence item."""
+    """Parsed data, its duplicate keys, and the node tree positions are looked up in."""
 
     filename: str
     data: Any
-    positions: dict[Path, Position] = field(default_factory=dict)
     duplicates: tuple[Problem, ...] = ()
-    # The source text of plain scalars YAML read as numbers: `python: 3.10` means "3.10",
-    # not the float 3.1, and version fields use this text instead of the number.
-    number_text: dict[Path, str] = field(default_factory=dict)
+    node: Any = field(default=None, repr=False, compare=False)
+    # Documents with aliases or duplicate keys are walked once, eagerly: a node reached on
+    # several paths is located under the first, which a look-up by path cannot know.
+    index: _Index | None = field(default=None, repr=False, compare=False)
 
     def position(self, path: Path) -> Position | None:
         """The position of `path`, or of its nearest located parent."""
-        while path:
-            if path in self.positions:
-                return self.positions[path]
-            path = path[:-1]
-        return self.positions.get(())
+        if self.index is not None:
+            while path:
+                if path in self.index.positions:
+                    return self.index.positions[path]
+                path = path[:-1]
+            return self.index.positions.get(())
+        if self.node is None:
+            return None
+        node, position = self.node, _pos(self.node)
+        for part in path:
+            found = _child(node, part)
+            if found is None:
+                break
+            located, node = found
+            position = _pos(located)
+        return position
+
+    def number_text(self, path: Path) -> str | None:
+        """The source text of a plain scalar YAML read as a number.
+
+        `python: 3.10` means "3.10", not the float 3.1: version fields use this text.
+        """
+        if self.index is not None:
+            return self.index.number_text.get(path)
+        node = self.node
+        for part in path:
+            found = _child(node, part)
+            if found is None:
+                return None
+            node = found[1]
+        return _number_text(node)
 
     def problem(self, path: Path, message: str) -> Problem:
         """A problem located at `path`, its field named the dotted path."""
@@ -63,11 +100,31 @@ class YamlSyntaxError(Exception):
         self.problem = problem
 
 
-_NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
-
-
 def _pos(node: Any) -> Position:
     return Position(node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+def _number_text(node: Any) -> str | None:
+    import yaml
+
+    if isinstance(node, yaml.ScalarNode) and not node.style and node.tag in _NUMBER_TAGS:
+        return str(node.value)
+    return None
+
+
+def _child(node: Any, part: str | int) -> tuple[Any, Any] | None:
+    """(the node that locates `part`, its value node) in a mapping or sequence node:
+    the first of duplicate keys, as the walk records them."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == part:
+                return key_node, value_node
+    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+        items = node.value
+        return (items[part], items[part]) if 0 <= part < len(items) else None
+    return None
 
 
 def _walk(
@@ -86,8 +143,9 @@ def _walk(
 
     seen.add(id(node))
     if isinstance(node, yaml.ScalarNode):
-        if not node.style and node.tag in _NUMBER_TAGS:
-            number_text[path] = node.value
+        text = _number_text(node)
+        if text is not None:
+            number_text[path] = text
     elif isinstance(node, yaml.MappingNode):
         first_seen: dict[str, Position] = {}
         for key_node, value_node in node.value:
@@ -118,12 +176,45 @@ def _walk(
             _walk(item, child, positions, duplicates, filename, seen, number_text)
 
 
+def _index(node: Any, filename: str) -> _Index:
+    positions: dict[Path, Position] = {(): _pos(node)}
+    duplicates: list[Problem] = []
+    number_text: dict[Path, str] = {}
+    try:
+        _walk(node, (), positions, duplicates, filename, set(), number_text)
+    except RecursionError:
+        raise YamlSyntaxError(
+            Problem(filename, None, None, None, "invalid YAML: nested too deeply")
+        ) from None
+    return _Index(positions, tuple(duplicates), number_text)
+
+
+@cache
+def _loader() -> Any:
+    """PyYAML's safe loader (libyaml's parser when PyYAML has it: every wheel does,
+    several times faster) that notes whether any mapping repeats a key."""
+    import yaml
+
+    base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc]
+        repeated_key = False
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            mapping = super().construct_mapping(node, deep=deep)
+            keys = [key.value for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+            if len(set(keys)) != len(keys):
+                self.repeated_key = True
+            return mapping
+
+    return Loader
+
+
 def parse_yaml(text: str, filename: str) -> YamlDocument:
     """Parse one YAML document; raise YamlSyntaxError with the parser's line and column."""
     import yaml  # here, not at import: `gpuenv run` and `--version` never parse YAML
 
-    # libyaml's parser when PyYAML has it (every wheel does): several times faster.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    loader = _loader()(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -147,18 +238,14 @@ def parse_yaml(text: str, filename: str) -> YamlDocument:
         ) from None
     finally:
         loader.dispose()
-    positions: dict[Path, Position] = {}
-    duplicates: list[Problem] = []
-    number_text: dict[Path, str] = {}
-    if node is not None:
-        positions[()] = _pos(node)
-        try:
-            _walk(node, (), positions, duplicates, filename, set(), number_text)
-        except RecursionError:
-            raise YamlSyntaxError(
-                Problem(filename, None, None, None, "invalid YAML: nested too deeply")
-            ) from None
-    return YamlDocument(filename, data, positions, tuple(duplicates), number_text)
+    if node is None:
+        return YamlDocument(filename, data)
+    # Without an anchor and an alias no node is shared; without a repeated key every path
+    # has one node: looking a path up then finds what the walk would have recorded.
+    if loader.repeated_key or ("&" in text and "*" in text):
+        index = _index(node, filename)
+        return YamlDocument(filename, data, index.duplicates, node, index)
+    return YamlDocument(filename, data, (), node)
 
 
 def read_yaml(path: str, display_name: str | None = None) -> YamlDocument:

@@ -31,7 +31,8 @@ class Checker:
             self.add(path, f"expected {what}, got {describe(value)}")
             return None
         if isinstance(value, int | float):
-            return self.doc.number_text.get(path, str(value))
+            written = self.doc.number_text(path)
+            return str(value) if written is None else written
         if not isinstance(value, str):
             self.add(path, f"expected {what}, got {describe(value)}")
             return None

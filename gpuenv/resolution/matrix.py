@@ -7,14 +7,16 @@ here so the resolver's loop only compares.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuenv.common.resources import data_dir
 from gpuenv.common.versions import (
@@ -28,6 +30,7 @@ from gpuenv.common.versions import (
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
+from gpuenv.resolution import cache
 
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "secondary", "unverified")
@@ -425,15 +428,65 @@ def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
 
 
 def load_matrix(directory: str | None = None) -> Matrix:
-    """Load and validate every matrices/*.yaml; raise MatrixError listing all problems."""
+    """Load and validate every matrices/*.yaml; raise MatrixError listing all problems.
+
+    A matrix validated before comes from the user cache (see `cache`), keyed by the
+    files' names and bytes and the code that validates them; only valid matrices are
+    stored, so problems are always found and located by a fresh parse.
+    """
     directory = directory or default_matrix_dir()
-    problems: list[Problem] = []
+    sources = matrix_sources(directory)
+    key = cache.digest([*_code_sources(), *((s.name, s.data) for s in sources)])
+    stored = cache.load("matrix", key)
+    if stored is not None:
+        try:
+            return matrix_from_data(stored, directory)
+        except (TypeError, ValueError):
+            pass
+    matrix = validate_matrix(directory, sources)
+    cache.store("matrix", key, matrix_to_data(matrix))
+    return matrix
+
+
+class Source(NamedTuple):
+    """One file the matrix is made from."""
+
+    path: str
+    data: bytes
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def matrix_sources(directory: str) -> list[Source]:
+    """The matrix files of `directory`, read once: their bytes are both the cache key
+    and what is parsed."""
     files = sorted(Path(directory).glob("*.yaml")) if os.path.isdir(directory) else []
     if not files:
         raise MatrixError(
             [Problem(directory, None, None, None, "no matrix files (*.yaml) found")],
             hint="reinstall gpuenv, or point GPUENV_MATRIX_DIR at a folder of matrices",
         )
+    return [Source(str(file), file.read_bytes()) for file in files]
+
+
+def _code_sources() -> list[tuple[str, bytes]]:
+    """The code a Matrix is made by, for the cache key: after an upgrade or an edit of
+    the validation, a matrix validated by the old code is not served."""
+    from gpuenv import __version__
+    from gpuenv.common import versions, yamlfile
+
+    out = [("gpuenv", __version__.encode())]
+    for module in (sys.modules[__name__], versions, yamlfile, cache):
+        with contextlib.suppress(OSError, TypeError):
+            out.append((module.__name__, Path(str(module.__file__)).read_bytes()))
+    return out
+
+
+def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
+    """Parse and validate the matrix files; raise MatrixError listing all problems."""
+    problems: list[Problem] = []
     digest = hashlib.sha256()
     images: list[ImageRow] = []
     compat: list[tuple[int, str]] = []
@@ -441,11 +494,10 @@ def load_matrix(directory: str | None = None) -> Matrix:
     architectures: list[Architecture] = []
     gpus: list[GpuModel] = []
     updated: list[str] = []
-    for file in files:
-        raw = file.read_bytes()
-        digest.update(file.name.encode() + b"\0" + raw)
+    for source in sources:
+        digest.update(source.name.encode() + b"\0" + source.data)
         try:
-            doc = parse_yaml(raw.decode("utf-8", errors="replace"), str(file))
+            doc = parse_yaml(source.data.decode("utf-8", errors="replace"), source.path)
         except YamlSyntaxError as exc:
             problems.append(exc.problem)
             continue
@@ -493,5 +545,39 @@ def load_matrix(directory: str | None = None) -> Matrix:
         architectures=tuple(architectures),
         gpus=tuple(gpus),
         version=version,
+        directory=directory,
+    )
+
+
+_DATA_KEYS = frozenset({"images", "minor_compat", "toolkits", "architectures", "gpus", "version"})
+
+
+def matrix_to_data(matrix: Matrix) -> dict[str, Any]:
+    """The matrix as data `cache.store` takes (rows go as lists of their fields)."""
+    return {
+        "images": matrix.images,
+        "minor_compat": matrix.minor_compat,
+        "toolkits": matrix.toolkits,
+        "architectures": matrix.architectures,
+        "gpus": matrix.gpus,
+        "version": matrix.version,
+    }
+
+
+def matrix_from_data(data: Any, directory: str) -> Matrix:
+    """Rebuild a Matrix from `matrix_to_data`'s output (as `cache.load` returns it);
+    ValueError or TypeError when the data does not have its shape."""
+    if not isinstance(data, dict) or data.keys() != _DATA_KEYS:
+        raise ValueError("not matrix data")
+    return Matrix(
+        images=cache.rows(ImageRow, data["images"]),
+        minor_compat=tuple(
+            (cache.checked(int, major), cache.checked(str, driver))
+            for major, driver in cache.checked(list, data["minor_compat"])
+        ),
+        toolkits=cache.rows(Toolkit, data["toolkits"]),
+        architectures=cache.rows(Architecture, data["architectures"]),
+        gpus=cache.rows(GpuModel, data["gpus"]),
+        version=cache.checked(str, data["version"]),
         directory=directory,
     )
