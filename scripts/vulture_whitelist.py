@@ -17,3 +17,5 @@ image_id  # noqa: B018
 subject  # noqa: B018
 interrupted  # noqa: B018
 baked  # noqa: B018
+# A typing-only import (TYPE_CHECKING) for the cache's dataclass rebuild.
+DataclassInstance  # noqa: B018
