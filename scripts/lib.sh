@@ -33,10 +33,15 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   die "$what did not come up within ${seconds}s"
 }
 
-registry_up() {
-  local pidfile="$RUN/registry.pid"
+registry_up() {  # registry_up [LAUNCHER...]: a registry on $REGISTRY, or on the unix socket
+  # $REGISTRY_SOCKET when the caller sets it; started through LAUNCHER (nsenter) if given
+  local pidfile="$RUN/registry.pid" net=tcp addr=$REGISTRY
   if alive "$pidfile"; then
     return 0
+  fi
+  if [ -n "${REGISTRY_SOCKET:-}" ]; then
+    net=unix addr=$REGISTRY_SOCKET
+    rm -f "$REGISTRY_SOCKET"
   fi
   mkdir -p "$STATE/registry"
   cat >"$STATE/registry.yml" <<YAML
@@ -49,13 +54,18 @@ storage:
   delete:
     enabled: true
 http:
-  addr: $REGISTRY
+  net: $net
+  addr: $addr
 YAML
-  log "starting the registry on $REGISTRY"
-  setsid docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
+  log "starting the registry on $addr"
+  setsid "$@" docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
-  wait_for 30 "the registry (log: $RUN/registry.log)" \
-    python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+  if [ "$net" = unix ]; then
+    wait_for 30 "the registry (log: $RUN/registry.log)" test -S "$REGISTRY_SOCKET"
+  else
+    wait_for 30 "the registry (log: $RUN/registry.log)" \
+      python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+  fi
 }
 
 bookworm_rootfs() {  # a Debian bookworm root with Python 3 and pip, made once

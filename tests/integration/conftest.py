@@ -5,12 +5,16 @@ developer running pytest by hand without them gets skips that say how to start t
 
 from __future__ import annotations
 
+import ctypes
+import http.server
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -42,6 +46,45 @@ def docker_host() -> str:
     if not host or docker("image", "inspect", "gpuenv-test/busybox:1", check=False).returncode:
         _missing(f"no test Docker engine answers at DOCKER_HOST={host!r}")
     return host
+
+
+def engine_side_server(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.HTTPServer:
+    """An HTTP server on 127.0.0.1 where the test engines pull from: their own network
+    namespace (GPUENV_TEST_NETNS), not this process's. Serve it with serve_forever."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+    netns = os.environ.get("GPUENV_TEST_NETNS", "")
+    server.socket.close()
+    server.socket = _listening_socket(netns) if netns else socket.create_server(("127.0.0.1", 0))
+    server.server_address = server.socket.getsockname()[:2]
+    return server
+
+
+def _listening_socket(netns: str) -> socket.socket:
+    """A socket keeps the network namespace it was made in: make it in a thread that
+    entered NETNS (setns changes only the calling thread's), then use it from any."""
+    made: list[socket.socket] = []
+    failed: list[BaseException] = []
+
+    def make() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(netns, os.O_RDONLY)
+            try:
+                if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                    error = ctypes.get_errno()
+                    raise OSError(error, f"setns {netns}: {os.strerror(error)}")
+            finally:
+                os.close(fd)
+            made.append(socket.create_server(("127.0.0.1", 0)))
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from gpuenv.images.service import build, load_project, plan
 from .conftest import (
     containers,
     docker,
+    engine_side_server,
     image_labels,
     image_layers,
     images,
@@ -304,7 +305,7 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
 
 
 def test_registry_that_refuses(make_project) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    server = engine_side_server(_Refusing)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
