@@ -11,7 +11,9 @@
 # answers; `down` stops what `up` started, by pid. State that is slow to make (the
 # debootstrap root, images, registry storage) is kept, so a second run is fast.
 #   - a Slurm controller and node (slurm-wlm, munge) with four GPUs as GRES on stand-in
-#     device files, whose jobs run containers on the first engine.
+#     device files, whose jobs run containers on the first engine;
+#   - gpuenv-tester, a user in the docker group, and a Python with gpuenv's dependencies
+#     that this user can read (the tests install the checkout's gpuenv for it).
 # The engines and the registry run in network and mount namespaces of their own, with
 # only a loopback interface: they cannot touch the host's interfaces (a --bridge=none
 # dockerd deletes the docker0 of the namespace it runs in), its firewall, its mounts or
@@ -176,6 +178,38 @@ registry_reachable() {  # as 127.0.0.1:5000 from the engines' namespace and from
   wait_for 30 "the registry, from the host (log: $RUN/registry-host.log)" registry_answers
 }
 
+tester_up() {  # a user who is not root, and a Python with gpuenv's dependencies it can read
+  # A non-root user in the docker group: jobs and runs "as the submitting user" need one.
+  id gpuenv-tester >/dev/null 2>&1 ||
+    useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester
+  # The distribution's interpreter: another user may not be able to read the one .venv
+  # was made from (pyenv's under /root), let alone a checkout in a private folder.
+  local venv="$STATE/tester-venv" python=/usr/bin/python3 want
+  if ! "$python" -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    log "installing python3 and python3-venv (apt) for the test user"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+      die "$python is older than Python 3.11, which gpuenv needs"
+  fi
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ "$(cat "$venv/.gpuenv-deps" 2>/dev/null)" != "$want" ]; then
+    log "making $venv: gpuenv's dependencies for the test user (pip)"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    # The build backend too, so that the tests can build gpuenv's wheel offline.
+    "$python" -c 'import tomllib
+meta = tomllib.load(open("pyproject.toml", "rb"))
+print("\n".join(meta["build-system"]["requires"] + meta["project"]["dependencies"]))' \
+      >"$venv/requirements.txt"
+    "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" ||
+      die "installing gpuenv's dependencies into $venv failed"
+    chmod -R a+rX "$venv"
+    echo "$want" >"$venv/.gpuenv-deps"
+  fi
+  chmod a+rx "$STATE"
+}
+
 up() {
   need_root
   install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
@@ -188,16 +222,16 @@ up() {
   registry_reachable
   standin_images
   slurm_up
-  # A non-root user in the docker group: jobs and runs "as the submitting user" need one.
-  id gpuenv-tester >/dev/null 2>&1 ||
-    useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester
+  tester_up
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
+GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
+GPUENV_TEST_USER_PYTHON=$STATE/tester-venv/bin/python
 ENV
   log "services ready ($ENV_FILE)"
 }

@@ -18,6 +18,7 @@ import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,55 @@ def docker_host() -> str:
     if not host or docker("image", "inspect", "gpuenv-test/busybox:1", check=False).returncode:
         _missing(f"no test Docker engine answers at DOCKER_HOST={host!r}")
     return host
+
+
+@dataclass(frozen=True)
+class Installed:
+    """gpuenv as another user runs it: a wheel of this checkout installed in a folder
+    that every user can read, for an interpreter every user can run."""
+
+    python: str
+    site: str
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-m", "gpuenv.cli", *args]
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        return {**env, "PYTHONPATH": self.site}
+
+
+@pytest.fixture(scope="session")
+def installed_for_users() -> Iterator[Installed]:
+    """The checkout (or its .venv) may be private to root, as in a clone under `mktemp -d`:
+    tests that run gpuenv as another user run this installation instead."""
+    python = os.environ.get("GPUENV_TEST_USER_PYTHON", "")
+    if not python or not os.access(python, os.X_OK):
+        _missing(f"no Python for the test user at GPUENV_TEST_USER_PYTHON={python!r}")
+    state = Path(os.environ.get("GPUENV_TEST_STATE", "/var/lib/gpuenv-test"))
+    folder = Path(tempfile.mkdtemp(prefix="gpuenv-for-users-", dir=state))
+
+    def pip(*args: str) -> None:
+        offline = ["-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
+        done = subprocess.run(
+            [python, "-m", "pip", args[0], *offline, *args[1:]],
+            capture_output=True,
+            text=True,
+            cwd=folder,
+        )
+        assert done.returncode == 0, f"pip {args[0]} failed:\n{done.stdout}{done.stderr}"
+
+    try:
+        pip("wheel", "--no-build-isolation", "-w", str(folder / "dist"), str(REPO))
+        (wheel,) = (folder / "dist").glob("gpuenv-*.whl")
+        pip("install", "--target", str(folder / "site"), str(wheel))
+        for root, names, files in os.walk(folder):
+            for name in names + files:
+                path = os.path.join(root, name)
+                os.chmod(path, os.stat(path).st_mode | 0o444 | (0o111 if name in names else 0))
+        folder.chmod(0o755)
+        yield Installed(python, str(folder / "site"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def engine_side_server(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.HTTPServer:
