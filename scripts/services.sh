@@ -222,6 +222,8 @@ up() {
   registry_reachable
   standin_images
   slurm_up
+  # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
+  scancel --user=gpuenv-tester 2>/dev/null || true
   tester_up
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock

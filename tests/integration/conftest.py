@@ -9,6 +9,7 @@ import ctypes
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -46,7 +47,35 @@ def docker_host() -> str:
     host = os.environ.get("DOCKER_HOST", "")
     if not host or docker("image", "inspect", "gpuenv-test/busybox:1", check=False).returncode:
         _missing(f"no test Docker engine answers at DOCKER_HOST={host!r}")
+    for engine in (host, os.environ.get("GPUENV_TEST_DOCKER_NOGPU", "")):
+        if engine:
+            clear_leftovers(engine)
     return host
+
+
+# Images the tests make: gpuenv/itest-<id>, REGISTRY/itest/itest-<id>, itest-derived-...
+TEST_REPOSITORY = re.compile(r"(?:^|/)itest[-/]")
+
+
+def clear_leftovers(host: str) -> None:
+    """Remove what an earlier run that was killed left on a test engine: containers with
+    gpuenv's labels (a stopped one holds its image, which `gpuenv gc` then cannot remove)
+    and the test projects' images. Only on the private engines of scripts/services.sh,
+    which carry the daemon label io.gpuenv.test-engine; any other engine is left alone."""
+    info = docker("info", "--format", "{{json .Labels}}", host=host, check=False)
+    if "io.gpuenv.test-engine=" not in info.stdout:
+        return
+    listed = docker("ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Labels}}", host=host)
+    left = [line.split()[0] for line in listed.stdout.splitlines() if "io.gpuenv." in line]
+    if left:
+        docker("rm", "-f", *left, host=host)
+    tagged = docker(
+        "images", "--filter", "dangling=false", "--format", "{{.Repository}}:{{.Tag}}", host=host
+    )
+    made = [ref for ref in tagged.stdout.split() if TEST_REPOSITORY.search(ref.rsplit(":", 1)[0])]
+    if made:
+        docker("rmi", "-f", *made, host=host)
+    docker("image", "prune", "-f", "--filter", "label=io.gpuenv.project", host=host)
 
 
 @dataclass(frozen=True)
@@ -244,6 +273,11 @@ def make_project(
 
     yield make
     for project in made:
+        runs = docker(
+            "ps", "-aq", "--filter", f"label=io.gpuenv.project={project.name}", host=docker_host
+        ).stdout.split()
+        if runs:
+            docker("rm", "-f", *runs, host=docker_host, check=False)
         listed = docker("images", "-q", f"gpuenv/{project.name}", host=docker_host).stdout.split()
         if listed:
             docker("rmi", "-f", *set(listed), host=docker_host, check=False)
