@@ -33,10 +33,15 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   die "$what did not come up within ${seconds}s"
 }
 
-registry_up() {
-  local pidfile="$RUN/registry.pid"
+registry_up() {  # registry_up [LAUNCHER...]: a registry on $REGISTRY, or on the unix socket
+  # $REGISTRY_SOCKET when the caller sets it; started through LAUNCHER (nsenter) if given
+  local pidfile="$RUN/registry.pid" net=tcp addr=$REGISTRY
   if alive "$pidfile"; then
     return 0
+  fi
+  if [ -n "${REGISTRY_SOCKET:-}" ]; then
+    net=unix addr=$REGISTRY_SOCKET
+    rm -f "$REGISTRY_SOCKET"
   fi
   mkdir -p "$STATE/registry"
   cat >"$STATE/registry.yml" <<YAML
@@ -49,13 +54,18 @@ storage:
   delete:
     enabled: true
 http:
-  addr: $REGISTRY
+  net: $net
+  addr: $addr
 YAML
-  log "starting the registry on $REGISTRY"
-  setsid docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
+  log "starting the registry on $addr"
+  setsid "$@" docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
-  wait_for 30 "the registry (log: $RUN/registry.log)" \
-    python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+  if [ "$net" = unix ]; then
+    wait_for 30 "the registry (log: $RUN/registry.log)" test -S "$REGISTRY_SOCKET"
+  else
+    wait_for 30 "the registry (log: $RUN/registry.log)" \
+      python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+  fi
 }
 
 bookworm_rootfs() {  # a Debian bookworm root with Python 3 and pip, made once
@@ -149,11 +159,90 @@ slurm_down() {
   stop /run/munge/gpuenv-munged.pid munged
 }
 
-use_services() {  # start the test services for this script and load their settings;
-  # at exit, stop them only if this script started them (a developer's stay up)
-  if ! scripts/services.sh status 2>/dev/null; then
-    trap 'scripts/services.sh down' EXIT
+# What `make test` must leave as it found it: the host's interfaces, its firewall rules,
+# and its own Docker engine (if one answers) able to start a container on its default
+# bridge. A dockerd in the host's network namespace can break all three.
+HOST_ENGINE=unix:///var/run/docker.sock
+HOST_PROBE_IMAGE=gpuenv-test/host-probe:1
+
+host_engine_probe() {
+  local docker=(docker -H "$HOST_ENGINE") imported="" folder applet
+  if ! timeout 20 "${docker[@]}" version >/dev/null 2>&1; then
+    echo "no engine answers"
+    return 0
   fi
+  if ! "${docker[@]}" image inspect "$HOST_PROBE_IMAGE" >/dev/null 2>&1; then
+    install_missing busybox:busybox-static
+    folder=$(mktemp -d)
+    mkdir -p "$folder/bin"
+    cp "$(command -v busybox)" "$folder/bin/busybox"
+    for applet in sh true; do ln -s busybox "$folder/bin/$applet"; done
+    tar -C "$folder" -c . | "${docker[@]}" import - "$HOST_PROBE_IMAGE" >/dev/null
+    rm -rf "$folder"
+    imported=yes
+  fi
+  if timeout 60 "${docker[@]}" run --rm --network bridge "$HOST_PROBE_IMAGE" true >&2; then
+    echo "starts a container on the default bridge"
+  else
+    echo "cannot start a container on the default bridge (its error is above)"
+  fi
+  if [ -n "$imported" ]; then
+    "${docker[@]}" rmi "$HOST_PROBE_IMAGE" >/dev/null
+  fi
+}
+
+host_state() {
+  echo "## interfaces (ip -o link)"
+  ip -o link
+  local tool
+  for tool in "${HOST_FIREWALL_TOOLS[@]}"; do
+    echo "## $tool (without counters)"
+    "$tool" 2>&1 | sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//g'
+  done
+  echo "## the engine at $HOST_ENGINE"
+  host_engine_probe
+}
+
+host_check_begin() {
+  install_missing ip:iproute2
+  HOST_FIREWALL_TOOLS=()
+  local tool
+  for tool in iptables-save ip6tables-save; do
+    if command -v "$tool" >/dev/null; then HOST_FIREWALL_TOOLS+=("$tool"); fi
+  done
+  HOST_STATE_BEFORE=$(host_state)
+}
+
+host_check_end() {  # fails when the host's network or its Docker engine changed
+  local after
+  after=$(host_state)
+  if [ "$after" != "$HOST_STATE_BEFORE" ]; then
+    echo "error: the test services changed this host's network or its own Docker engine:" >&2
+    diff -u --label before --label after <(echo "$HOST_STATE_BEFORE") <(echo "$after") >&2 || true
+    return 1
+  fi
+  log "the host's interfaces, firewall rules and Docker engine are as they were"
+}
+
+services_exit() {  # the EXIT trap of use_services
+  local rc=$?
+  if [ -n "$SERVICES_STARTED" ]; then
+    scripts/services.sh down || rc=1
+  fi
+  host_check_end || rc=1
+  exit "$rc"
+}
+
+use_services() {  # start the test services for this script and load their settings;
+  # at exit, stop them only if this script started them (a developer's stay up), and
+  # check that the host's network and Docker engine are as they were before
+  need_root
+  host_check_begin
+  SERVICES_STARTED=""
+  if ! scripts/services.sh status 2>/dev/null; then
+    SERVICES_STARTED=yes
+  fi
+  trap services_exit EXIT
   scripts/services.sh up
   set -a
   # shellcheck disable=SC1091

@@ -4,13 +4,20 @@
 #     its PATH so `--gpus` requests reach the daemon's nvidia device driver (see
 #     shared/notes/test-infrastructure.md); a second engine without the hook, as on a
 #     host without the NVIDIA Container Toolkit;
-#   - an OCI registry on 127.0.0.1:5000 holding stand-in NGC images
-#     (Debian bookworm + Python 3 + pip, pushed as nvidia/pytorch:<tag>).
+#   - an OCI registry holding stand-in NGC images (Debian bookworm + Python 3 + pip, pushed
+#     as nvidia/pytorch:<tag>), on a unix socket, reached as 127.0.0.1:5000 both from the
+#     engines and from the host (two socat forwarders);
 # `up` installs what is missing (apt), starts what is not running and waits until it
 # answers; `down` stops what `up` started, by pid. State that is slow to make (the
 # debootstrap root, images, registry storage) is kept, so a second run is fast.
 #   - a Slurm controller and node (slurm-wlm, munge) with four GPUs as GRES on stand-in
-#     device files, whose jobs run containers on the first engine.
+#     device files, whose jobs run containers on the first engine;
+#   - gpuenv-tester, a user in the docker group, and a Python with gpuenv's dependencies
+#     that this user can read (the tests install the checkout's gpuenv for it).
+# The engines and the registry run in network and mount namespaces of their own, with
+# only a loopback interface: they cannot touch the host's interfaces (a --bridge=none
+# dockerd deletes the docker0 of the namespace it runs in), its firewall, its mounts or
+# its Docker engine. Clients reach the engines over their unix sockets.
 # Writes .cache/services.env for the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +25,8 @@ cd "$(dirname "$0")/.."
 STATE=${GPUENV_TEST_STATE:-/var/lib/gpuenv-test}
 RUN=${GPUENV_TEST_RUN:-/run/gpuenv-test}
 REGISTRY=127.0.0.1:5000
+REGISTRY_SOCKET=$RUN/registry.sock
+NETNS_PID=$RUN/netns.pid
 ENV_FILE=.cache/services.env
 # Tags of the matrix that get a stand-in image in the registry.
 STANDIN_TAGS=(24.05-py3 24.04-py3)
@@ -25,6 +34,35 @@ STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
+
+# The services' namespaces live as long as a sleeping process that holds them (its pid
+# in $NETNS_PID); everything else enters them with nsenter.
+netns_ready() {
+  local pid
+  pid=$(cat "$NETNS_PID" 2>/dev/null) || return 1
+  [ "$(readlink "/proc/$pid/ns/net")" != "$(readlink /proc/self/ns/net)" ] &&
+    [ "$(readlink "/proc/$pid/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ] &&
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sleep ]
+}
+
+netns_up() {
+  if ! alive "$NETNS_PID" || ! netns_ready; then
+    # What still runs was started in namespaces that are gone: the registry there
+    # cannot be reached from new ones.
+    engines_down
+    stop "$NETNS_PID" "the services' namespaces"
+    log "making the services' own network namespace (loopback only) and mount namespace"
+    # containerd's shims keep their sockets in /run/containerd/s whatever the engine's
+    # exec root: a tmpfs there keeps them apart from the host's containerd.
+    mkdir -p /run/containerd
+    setsid unshare --net --mount --propagation private -- sh -c \
+      'ip link set lo up && mount -t tmpfs -o mode=0711 gpuenv-test /run/containerd && exec sleep infinity' \
+      >"$RUN/netns.log" 2>&1 </dev/null &
+    echo $! >"$NETNS_PID"
+    wait_for 10 "the services' namespaces (log: $RUN/netns.log)" netns_ready
+  fi
+  IN_NETNS=(nsenter --target "$(cat "$NETNS_PID")" --net --mount --)
+}
 
 dockerd_up() {  # dockerd_up NAME WITH_HOOK
   local name=$1 hook=$2 sock="$RUN/$1.sock" pidfile="$RUN/$1.pid"
@@ -40,9 +78,15 @@ dockerd_up() {  # dockerd_up NAME WITH_HOOK
     chmod +x "$STATE/hook/nvidia-container-runtime-hook"
     path="$STATE/hook:$PATH"
   fi
+  # A containerd that outlived its dockerd (killed) would serve the new one from the
+  # old namespaces.
+  stop "$RUN/$name-exec/containerd/containerd.pid" "the containerd of dockerd '$name'"
   log "starting dockerd '$name' on $sock"
   mkdir -p "$STATE/$name" "$RUN/$name-exec"
-  env PATH="$path" setsid dockerd \
+  printf '{}\n' >"$STATE/daemon.json"  # not the host's /etc/docker/daemon.json
+  env PATH="$path" setsid "${IN_NETNS[@]}" dockerd \
+    --config-file "$STATE/daemon.json" \
+    --label "io.gpuenv.test-engine=$name" \
     --host "unix://$sock" \
     --data-root "$STATE/$name" \
     --exec-root "$RUN/$name-exec" \
@@ -109,40 +153,115 @@ DOCKERFILE
   done
 }
 
-up() {
-  need_root
-  install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
-    busybox:busybox-static docker-compose:docker-compose
-  mkdir -p "$STATE" "$RUN" .cache
-  dockerd_up gpu yes
-  dockerd_up nogpu no
-  registry_up
-  standin_images
-  slurm_up
+forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
+  # namespace LAUNCHER runs in (this one when none), to the registry's socket
+  local name=$1 pidfile="$RUN/$1.pid"
+  shift
+  if alive "$pidfile"; then
+    return 0
+  fi
+  setsid "$@" socat "TCP-LISTEN:${REGISTRY##*:},bind=${REGISTRY%:*},reuseaddr,fork" \
+    "UNIX-CONNECT:$REGISTRY_SOCKET" >"$RUN/$name.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+}
+
+registry_answers() {
+  "$@" python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+}
+
+registry_reachable() {  # as 127.0.0.1:5000 from the engines' namespace and from this one
+  registry_up "${IN_NETNS[@]}"
+  forward_up registry-engines "${IN_NETNS[@]}"
+  forward_up registry-host
+  wait_for 30 "the registry, from the engines (log: $RUN/registry-engines.log)" \
+    registry_answers "${IN_NETNS[@]}"
+  wait_for 30 "the registry, from the host (log: $RUN/registry-host.log)" registry_answers
+}
+
+tester_up() {  # a user who is not root, and a Python with gpuenv's dependencies it can read
   # A non-root user in the docker group: jobs and runs "as the submitting user" need one.
   id gpuenv-tester >/dev/null 2>&1 ||
     useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester
+  # The distribution's interpreter: another user may not be able to read the one .venv
+  # was made from (pyenv's under /root), let alone a checkout in a private folder.
+  local venv="$STATE/tester-venv" python=/usr/bin/python3 want
+  if ! "$python" -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    log "installing python3 and python3-venv (apt) for the test user"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+      die "$python is older than Python 3.11, which gpuenv needs"
+  fi
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ "$(cat "$venv/.gpuenv-deps" 2>/dev/null)" != "$want" ]; then
+    log "making $venv: gpuenv's dependencies for the test user (pip)"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    # The build backend too, so that the tests can build gpuenv's wheel offline.
+    "$python" -c 'import tomllib
+meta = tomllib.load(open("pyproject.toml", "rb"))
+print("\n".join(meta["build-system"]["requires"] + meta["project"]["dependencies"]))' \
+      >"$venv/requirements.txt"
+    "$venv/bin/python" -m pip install -q -r "$venv/requirements.txt" ||
+      die "installing gpuenv's dependencies into $venv failed"
+    chmod -R a+rX "$venv"
+    echo "$want" >"$venv/.gpuenv-deps"
+  fi
+  chmod a+rx "$STATE"
+}
+
+up() {
+  need_root
+  install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
+    busybox:busybox-static docker-compose:docker-compose socat:socat ip:iproute2 \
+    nsenter:util-linux
+  mkdir -p "$STATE" "$RUN" .cache
+  netns_up
+  dockerd_up gpu yes
+  dockerd_up nogpu no
+  registry_reachable
+  standin_images
+  slurm_up
+  # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
+  scancel --user=gpuenv-tester 2>/dev/null || true
+  tester_up
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_REGISTRY=$REGISTRY
+GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
+GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
+GPUENV_TEST_USER_PYTHON=$STATE/tester-venv/bin/python
 ENV
   log "services ready ($ENV_FILE)"
 }
 
+engines_down() {
+  stop "$RUN/registry-host.pid" "the registry's forwarder on the host"
+  stop "$RUN/registry-engines.pid" "the registry's forwarder for the engines"
+  stop "$RUN/registry.pid" registry
+  local name
+  for name in gpu nogpu; do
+    stop "$RUN/$name.pid" "dockerd '$name'"
+    stop "$RUN/$name-exec/containerd/containerd.pid" "the containerd of dockerd '$name'"
+  done
+}
+
 down() {
   slurm_down
-  stop "$RUN/registry.pid" registry
-  stop "$RUN/gpu.pid" "dockerd 'gpu'"
-  stop "$RUN/nogpu.pid" "dockerd 'nogpu'"
+  engines_down
+  stop "$NETNS_PID" "the services' namespaces"
   rm -f "$ENV_FILE"
 }
 
 status() {  # exit 0 when every service is running
-  alive "$RUN/gpu.pid" && alive "$RUN/nogpu.pid" && alive "$RUN/registry.pid" &&
-    alive "$RUN/slurmctld.pid" && alive "$RUN/slurmd.pid"
+  local pidfile
+  for pidfile in netns gpu nogpu registry registry-engines registry-host slurmctld slurmd; do
+    alive "$RUN/$pidfile.pid" || return 1
+  done
+  netns_ready
 }
 
 case "${1:-}" in

@@ -5,15 +5,21 @@ developer running pytest by hand without them gets skips that say how to start t
 
 from __future__ import annotations
 
+import ctypes
+import http.server
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,17 +44,126 @@ def _missing(what: str) -> None:
 
 @pytest.fixture(scope="session")
 def docker_host() -> str:
-    from gpuenv.engine import connect
-    from gpuenv.errors import GpuenvError
-
     host = os.environ.get("DOCKER_HOST", "")
-    try:
-        answers = bool(host) and connect(host).has_image("gpuenv-test/busybox:1")
-    except GpuenvError:
-        answers = False
-    if not answers:
+    if not host or docker("image", "inspect", "gpuenv-test/busybox:1", check=False).returncode:
         _missing(f"no test Docker engine answers at DOCKER_HOST={host!r}")
+    for engine in (host, os.environ.get("GPUENV_TEST_DOCKER_NOGPU", "")):
+        if engine:
+            clear_leftovers(engine)
     return host
+
+
+# Images the tests make: gpuenv/itest-<id>, REGISTRY/itest/itest-<id>, itest-derived-...
+TEST_REPOSITORY = re.compile(r"(?:^|/)itest[-/]")
+
+
+def clear_leftovers(host: str) -> None:
+    """Remove what an earlier run that was killed left on a test engine: containers with
+    gpuenv's labels (a stopped one holds its image, which `gpuenv gc` then cannot remove)
+    and the test projects' images. Only on the private engines of scripts/services.sh,
+    which carry the daemon label io.gpuenv.test-engine; any other engine is left alone."""
+    info = docker("info", "--format", "{{json .Labels}}", host=host, check=False)
+    if "io.gpuenv.test-engine=" not in info.stdout:
+        return
+    listed = docker("ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Labels}}", host=host)
+    left = [line.split()[0] for line in listed.stdout.splitlines() if "io.gpuenv." in line]
+    if left:
+        docker("rm", "-f", *left, host=host)
+    tagged = docker(
+        "images", "--filter", "dangling=false", "--format", "{{.Repository}}:{{.Tag}}", host=host
+    )
+    made = [ref for ref in tagged.stdout.split() if TEST_REPOSITORY.search(ref.rsplit(":", 1)[0])]
+    if made:
+        docker("rmi", "-f", *made, host=host)
+    docker("image", "prune", "-f", "--filter", "label=io.gpuenv.project", host=host)
+
+
+@dataclass(frozen=True)
+class Installed:
+    """gpuenv as another user runs it: a wheel of this checkout installed in a folder
+    that every user can read, for an interpreter every user can run."""
+
+    python: str
+    site: str
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.python, "-m", "gpuenv.cli", *args]
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        return {**env, "PYTHONPATH": self.site}
+
+
+@pytest.fixture(scope="session")
+def installed_for_users() -> Iterator[Installed]:
+    """The checkout (or its .venv) may be private to root, as in a clone under `mktemp -d`:
+    tests that run gpuenv as another user run this installation instead."""
+    python = os.environ.get("GPUENV_TEST_USER_PYTHON", "")
+    if not python or not os.access(python, os.X_OK):
+        _missing(f"no Python for the test user at GPUENV_TEST_USER_PYTHON={python!r}")
+    state = Path(os.environ.get("GPUENV_TEST_STATE", "/var/lib/gpuenv-test"))
+    folder = Path(tempfile.mkdtemp(prefix="gpuenv-for-users-", dir=state))
+
+    def pip(*args: str) -> None:
+        offline = ["-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
+        done = subprocess.run(
+            [python, "-m", "pip", args[0], *offline, *args[1:]],
+            capture_output=True,
+            text=True,
+            cwd=folder,
+        )
+        assert done.returncode == 0, f"pip {args[0]} failed:\n{done.stdout}{done.stderr}"
+
+    try:
+        pip("wheel", "--no-build-isolation", "-w", str(folder / "dist"), str(REPO))
+        (wheel,) = (folder / "dist").glob("gpuenv-*.whl")
+        pip("install", "--target", str(folder / "site"), str(wheel))
+        for root, names, files in os.walk(folder):
+            for name in names + files:
+                path = os.path.join(root, name)
+                os.chmod(path, os.stat(path).st_mode | 0o444 | (0o111 if name in names else 0))
+        folder.chmod(0o755)
+        yield Installed(python, str(folder / "site"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def engine_side_server(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.HTTPServer:
+    """An HTTP server on 127.0.0.1 where the test engines pull from: their own network
+    namespace (GPUENV_TEST_NETNS), not this process's. Serve it with serve_forever."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+    netns = os.environ.get("GPUENV_TEST_NETNS", "")
+    server.socket.close()
+    server.socket = _listening_socket(netns) if netns else socket.create_server(("127.0.0.1", 0))
+    server.server_address = server.socket.getsockname()[:2]
+    return server
+
+
+def _listening_socket(netns: str) -> socket.socket:
+    """A socket keeps the network namespace it was made in: make it in a thread that
+    entered NETNS (setns changes only the calling thread's), then use it from any."""
+    made: list[socket.socket] = []
+    failed: list[BaseException] = []
+
+    def make() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(netns, os.O_RDONLY)
+            try:
+                if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                    error = ctypes.get_errno()
+                    raise OSError(error, f"setns {netns}: {os.strerror(error)}")
+            finally:
+                os.close(fd)
+            made.append(socket.create_server(("127.0.0.1", 0)))
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
 
 
 @pytest.fixture(scope="session")
@@ -158,6 +273,11 @@ def make_project(
 
     yield make
     for project in made:
+        runs = docker(
+            "ps", "-aq", "--filter", f"label=io.gpuenv.project={project.name}", host=docker_host
+        ).stdout.split()
+        if runs:
+            docker("rm", "-f", *runs, host=docker_host, check=False)
         listed = docker("images", "-q", f"gpuenv/{project.name}", host=docker_host).stdout.split()
         if listed:
             docker("rmi", "-f", *set(listed), host=docker_host, check=False)

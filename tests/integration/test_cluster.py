@@ -8,13 +8,13 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import time
+from dataclasses import dataclass
 
 import pytest
 import yaml
 
-from .conftest import Project, docker
+from .conftest import Installed, Project, docker
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +26,32 @@ sys.exit(int(sys.argv[1]))
 """
 
 
+@dataclass(frozen=True)
+class OtherUser:
+    """A project owned by the test user, who runs gpuenv as installed for users."""
+
+    project: Project
+    user: pwd.struct_passwd
+    installed: Installed
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={self.user.pw_uid}",
+                f"--regid={self.user.pw_gid}",
+                "--init-groups",
+                *self.installed.argv("-C", str(self.project.path), *args),
+            ],
+            capture_output=True,
+            text=True,
+            env=self.installed.env(self.project.env),
+            timeout=300,
+        )
+
+
 @pytest.fixture
-def tester(make_project, registry: str) -> tuple[Project, pwd.struct_passwd]:
+def tester(make_project, registry: str, installed_for_users: Installed) -> OtherUser:
     if os.getuid() != 0:
         pytest.skip("needs root to act as the test user")
     if not shutil.which("sbatch"):
@@ -41,30 +65,7 @@ def tester(make_project, registry: str) -> tuple[Project, pwd.struct_passwd]:
     cache.mkdir(exist_ok=True)
     os.chown(cache, user.pw_uid, user.pw_gid)
     project.env.update(HOME=user.pw_dir, USER=user.pw_name, XDG_CACHE_HOME=str(cache))
-    return project, user
-
-
-def as_user(
-    project: Project, user: pwd.struct_passwd, *args: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={user.pw_uid}",
-            f"--regid={user.pw_gid}",
-            "--init-groups",
-            sys.executable,
-            "-m",
-            "gpuenv.cli",
-            "-C",
-            str(project.path),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=project.env,
-        timeout=300,
-    )
+    return OtherUser(project, user, installed_for_users)
 
 
 def wait_for_job(job: str, timeout: float = 120) -> dict[str, str]:
@@ -80,24 +81,22 @@ def wait_for_job(job: str, timeout: float = 120) -> dict[str, str]:
     raise AssertionError(f"job {job} did not finish")
 
 
-def test_push_submit_and_slurm_gpus(
-    tester: tuple[Project, pwd.struct_passwd], registry: str
-) -> None:
-    project, user = tester
+def test_push_submit_and_slurm_gpus(tester: OtherUser, registry: str) -> None:
+    project, user = tester.project, tester.user
     repository = f"{registry}/itest/{project.name}"
-    pushed = as_user(project, user, "push", repository)
+    pushed = tester.run("push", repository)
     assert pushed.returncode == 0, pushed.stderr
     lock = yaml.safe_load((project.path / "gpuenv.lock").read_text())
     assert lock["pushed"]["image"] == pushed.stdout.strip()
     assert lock["pushed"]["image"].startswith(f"{repository}@sha256:")
-    assert as_user(project, user, "lock", "--check").returncode == 0  # a push is not a spec change
+    assert tester.run("lock", "--check").returncode == 0  # a push is not a spec change
 
-    dry = as_user(project, user, "submit", "--dry-run", "job.py", "0")
+    dry = tester.run("submit", "--dry-run", "job.py", "0")
     script = dry.stdout
     assert "#SBATCH --gres=gpu:2" in script and f"image={lock['pushed']['image']}" in script
     assert "changed since the last `gpuenv push`" not in dry.stderr
 
-    submitted = as_user(project, user, "submit", "job.py", "0")
+    submitted = tester.run("submit", "job.py", "0")
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
     fields = wait_for_job(job)
@@ -109,7 +108,7 @@ def test_push_submit_and_slurm_gpus(
     assert result.read_text() == "done\n"
     assert (result.stat().st_uid, result.stat().st_gid) == (user.pw_uid, user.pw_gid)
 
-    failing = as_user(project, user, "submit", "--gpus", "1", "job.py", "3")
+    failing = tester.run("submit", "--gpus", "1", "job.py", "3")
     fields = wait_for_job(failing.stdout.strip())
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "3:0"
 
@@ -117,13 +116,13 @@ def test_push_submit_and_slurm_gpus(
     (project.path / "job.py").write_text(JOB + "\n# changed\n")
     assert (
         "changed since the last `gpuenv push`"
-        in as_user(project, user, "submit", "--dry-run", "job.py", "0").stderr
+        in tester.run("submit", "--dry-run", "job.py", "0").stderr
     )
 
-    sleeper = as_user(project, user, "submit", "--gpus", "1", "--", "sleep", "60")
+    sleeper = tester.run("submit", "--gpus", "1", "--", "sleep", "60")
     job = sleeper.stdout.strip()
     try:
-        listed = json.loads(as_user(project, user, "jobs", "--json").stdout)
+        listed = json.loads(tester.run("jobs", "--json").stdout)
         assert job in [j["job"] for j in listed]
     finally:
         subprocess.run(["scancel", job], check=False)

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -21,8 +20,10 @@ from gpuenv.engine.dockerpy import DockerEngine
 from gpuenv.images.service import build, load_project, plan
 
 from .conftest import (
+    Installed,
     containers,
     docker,
+    engine_side_server,
     image_labels,
     image_layers,
     images,
@@ -246,7 +247,9 @@ def test_no_engine(make_project) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_socket_without_permission(make_project, docker_host: str) -> None:
+def test_socket_without_permission(
+    make_project, docker_host: str, installed_for_users: Installed
+) -> None:
     if os.getuid() != 0:
         pytest.skip("needs root to run gpuenv as another user")
     project = make_project()
@@ -256,12 +259,12 @@ def test_socket_without_permission(make_project, docker_host: str) -> None:
         for name in ("gpuenv.yaml", "gpuenv.lock", "requirements.txt"):
             shutil.copy(project.path / name, readable / name)
             (readable / name).chmod(0o644)
-        argv = [sys.executable, "-m", "gpuenv.cli", "-C", str(readable), "pull"]
+        argv = installed_for_users.argv("-C", str(readable), "pull")
         result = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
             capture_output=True,
             text=True,
-            env={**project.env, "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp"},
+            env=installed_for_users.env({**project.env, "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp"}),
         )
     finally:
         shutil.rmtree(readable)
@@ -304,7 +307,7 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
 
 
 def test_registry_that_refuses(make_project) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    server = engine_side_server(_Refusing)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Project, containers, docker
+from .conftest import Installed, Project, containers, docker
 
 pytestmark = pytest.mark.integration
 
@@ -155,16 +155,13 @@ def test_old_driver_is_refused_before_starting(project: Project, tmp_path: Path)
     assert project.gpuenv("run", "--force", "--", "true", GPUENV_HOST_FILE=old).returncode == 0
 
 
-def test_runs_as_the_invoking_user(project: Project) -> None:
+def test_runs_as_the_invoking_user(project: Project, installed_for_users: Installed) -> None:
     if os.getuid() != 0:
         pytest.skip("needs root to act as another user")
     uid = 4242
     docker_gid = grp.getgrnam("docker").gr_gid
     os.chown(project.path, uid, uid)
-    argv = [
-        sys.executable,
-        "-m",
-        "gpuenv.cli",
+    argv = installed_for_users.argv(
         "-C",
         str(project.path),
         "run",
@@ -172,18 +169,20 @@ def test_runs_as_the_invoking_user(project: Project) -> None:
         "sh",
         "-c",
         "touch written.txt && mkdir -p out && id -un && echo $HOME && touch $HOME/ok && pwd",
-    ]
+    )
     result = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={docker_gid}", *argv],
         capture_output=True,
         text=True,
         timeout=120,
-        env={
-            **project.env,
-            "USER": "alice",
-            "HOME": "/tmp",
-            "XDG_CACHE_HOME": "/tmp/gpuenv-test-cache-4242",
-        },
+        env=installed_for_users.env(
+            {
+                **project.env,
+                "USER": "alice",
+                "HOME": "/tmp",
+                "XDG_CACHE_HOME": "/tmp/gpuenv-test-cache-4242",
+            }
+        ),
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["alice", "/home/alice", "/workspace"]

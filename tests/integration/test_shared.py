@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Project, docker
+from .conftest import Installed, Project, docker
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +131,9 @@ def test_foreign_processes_and_load(shared: Project, tmp_path: Path) -> None:
     assert "--wait" in refused.stderr
 
 
-def test_ps_top_and_stop_show_the_right_run(shared: Project, tmp_path: Path) -> None:
+def test_ps_top_and_stop_show_the_right_run(
+    shared: Project, tmp_path: Path, installed_for_users: Installed
+) -> None:
     process = _popen(shared, "run", "--gpus", "device=2", "--", "sleep", "300")
     container = _container(shared)
     ps = json.loads(shared.ok("ps", "--json").stdout)
@@ -164,15 +166,11 @@ def test_ps_top_and_stop_show_the_right_run(shared: Project, tmp_path: Path) -> 
                 f"--reuid={other.pw_uid}",
                 f"--regid={other.pw_gid}",
                 "--init-groups",
-                sys.executable,
-                "-m",
-                "gpuenv.cli",
-                "stop",
-                run["name"],
+                *installed_for_users.argv("stop", run["name"]),
             ],
             capture_output=True,
             text=True,
-            env={**shared.env, "HOME": other.pw_dir},
+            env=installed_for_users.env({**shared.env, "HOME": other.pw_dir}),
         )
         assert refused.returncode == 2
         assert "only its owner or root can stop it" in refused.stderr
