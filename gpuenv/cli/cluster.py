@@ -205,7 +205,7 @@ def export_compose(
     project = load_project(obj.directory)
     values = exported_environment(project.spec, env, env_files)
     pushed = (project.lock.extra.get("pushed") or {}).get("image")
-    image = pushed or image_for_run(obj.directory, engine(), view_factory(True))[2]
+    image = pushed or image_for_run(obj.directory, engine(), view_factory(True)).tag
     request = project.spec.gpus
     devices = list(request.devices) if request.mode == "devices" and gpus is None else []
     manifest = compose_file(

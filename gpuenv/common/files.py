@@ -35,3 +35,18 @@ def file_hash(path: str) -> str:
         for chunk in iter(lambda: handle.read(1 << 16), b""):
             digest.update(chunk)
     return "sha256:" + digest.hexdigest()
+
+
+def file_from_archive(data: bytes | None) -> str:
+    """The first file of a tar (GET /archive answers with one), as text; '' if none."""
+    if not data:
+        return ""
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        for member in archive.getmembers():
+            if member.isfile():
+                extracted = archive.extractfile(member)
+                return extracted.read().decode(errors="replace") if extracted else ""
+    return ""

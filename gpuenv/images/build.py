@@ -4,7 +4,9 @@ needs, from the stamp when nothing changed (no YAML parsed, nothing rendered).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import UsageError
@@ -37,16 +39,42 @@ def up_to_date_tag(directory: str, bake: bool, engine: Engine) -> str | None:
     return known if known and engine.has_image(known) else None
 
 
-def _stamp_project(project: Project) -> dict[str, Any]:
-    """What `gpuenv run` needs of the validated spec and lock, kept in the build stamp."""
+def image_accounts(engine: Engine, tag: str) -> tuple[str, str] | None:
+    """The image's /etc/passwd and /etc/group, read from a container that is created and
+    removed, never started: a run then adds its user with one upload. None when the
+    engine cannot say."""
+    from gpuenv.common.files import file_from_archive
+    from gpuenv.errors import GpuenvError
+
+    try:
+        container = engine.create({"Image": tag, "Labels": {"io.gpuenv.probe": "accounts"}})
+    except GpuenvError:
+        return None
+    try:
+        passwd = file_from_archive(engine.get_archive(container, "/etc/passwd"))
+        group = file_from_archive(engine.get_archive(container, "/etc/group"))
+    except GpuenvError:
+        return None
+    finally:
+        with contextlib.suppress(GpuenvError):
+            engine.remove(container)
+    return passwd, group
+
+
+def _stamp_project(project: Project, accounts: tuple[str, str] | None) -> dict[str, Any]:
+    """What `gpuenv run` needs of the validated spec and lock, and of the image's
+    accounts, kept in the build stamp."""
     from gpuenv.common.files import file_hash
     from gpuenv.resolution.locked import Locked
 
-    return {
+    data: dict[str, Any] = {
         "spec": project.spec.to_data(),
         "spec_path": project.spec.path,
         "locked": Locked.from_lock(project.lock, file_hash(project.lock_path)).to_data(),
     }
+    if accounts is not None:
+        data["accounts"] = {"passwd": accounts[0], "group": accounts[1]}
+    return data
 
 
 def build_project(
@@ -67,16 +95,35 @@ def build_project(
         project, _ = ensure_base(project, engine, shown, mirror)
         planned = plan(project, mirror, bake=bake)
         result = build(planned, engine, shown)
-    stamp.record(
-        directory, bake, planned.tag, build_inputs(project, planned), _stamp_project(project)
-    )
+    inputs = build_inputs(project, planned)
+    accounts = image_accounts(engine, planned.tag)
+    stamp.record(directory, bake, planned.tag, inputs, _stamp_project(project, accounts))
     return project, planned.tag, result
 
 
-def image_for_run(directory: str, engine: Engine, view: ViewFactory) -> tuple[Spec, Locked, str]:
-    """The spec, the lock (as a run needs it) and the image tag, building first if missing.
+@dataclass(frozen=True)
+class RunImage:
+    """What a run needs: the spec, the lock (as a run needs it), the image tag, and the
+    image's /etc/passwd and /etc/group (None when unknown)."""
 
-    When nothing changed since the last build, all three come from the build stamp.
+    spec: Spec
+    locked: Locked
+    tag: str
+    accounts: tuple[str, str] | None = None
+
+
+def _accounts(saved: Mapping[str, Any]) -> tuple[str, str] | None:
+    accounts = saved.get("accounts")
+    if isinstance(accounts, dict) and isinstance(accounts.get("passwd"), str):
+        return str(accounts["passwd"]), str(accounts.get("group") or "")
+    return None
+
+
+def image_for_run(directory: str, engine: Engine, view: ViewFactory) -> RunImage:
+    """The image a run uses, building first if missing.
+
+    When nothing changed since the last build, everything comes from the build stamp:
+    no YAML is parsed, nothing is rendered, the image's accounts are not read again.
     """
     from gpuenv.project import stamp
     from gpuenv.project.spec import spec_from_data
@@ -86,12 +133,14 @@ def image_for_run(directory: str, engine: Engine, view: ViewFactory) -> tuple[Sp
     if known and known.get("project") and engine.has_image(known["tag"]):
         saved = known["project"]
         spec = spec_from_data(saved["spec"], directory, saved["spec_path"])
-        return spec, Locked(**saved["locked"]), str(known["tag"])
+        return RunImage(spec, Locked(**saved["locked"]), str(known["tag"]), _accounts(saved))
 
     from gpuenv.common.files import file_hash
 
     project, tag, _ = build_project(directory, engine, view)
-    return project.spec, Locked.from_lock(project.lock, file_hash(project.lock_path)), tag
+    locked = Locked.from_lock(project.lock, file_hash(project.lock_path))
+    fresh_stamp = stamp.fresh(directory, False) or {}
+    return RunImage(project.spec, locked, tag, _accounts(fresh_stamp.get("project") or {}))
 
 
 def pushed_is_stale(project: Project) -> bool:

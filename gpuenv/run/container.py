@@ -320,15 +320,3 @@ def accounts_archive(passwd: str, group: str, identity: Identity) -> bytes:
         home.uid, home.gid = identity.uid, identity.gid
         archive.addfile(home)
     return buffer.getvalue()
-
-
-def file_from_archive(data: bytes | None) -> str:
-    """The first file of a tar (GET /archive answers with one), as text; '' if none."""
-    if not data:
-        return ""
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        for member in archive.getmembers():
-            if member.isfile():
-                extracted = archive.extractfile(member)
-                return extracted.read().decode(errors="replace") if extracted else ""
-    return ""

@@ -124,7 +124,8 @@ def launch(
     reaped: list[str] = []
     reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine)), daemon=True)
     reaper.start()
-    spec, locked, tag = image_for_run(directory, engine, view)
+    image = image_for_run(directory, engine, view)
+    spec, locked, tag = image.spec, image.locked, image.tag
     gpus = parse_gpus_option(request.gpus) if request.gpus else spec.gpus
     # No GPUs, no need to ask NVML about them.
     host = services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
@@ -165,6 +166,7 @@ def launch(
                 engine,
                 container,
                 identity=identity,
+                accounts=image.accounts,
                 tty=terminal.tty,
                 stdin=terminal.stdin,
                 notice=notice,

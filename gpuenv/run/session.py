@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import RUN_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
     Identity,
     accounts_archive,
-    file_from_archive,
     merge_accounts,
 )
 from gpuenv.sharing.procfs import process_start
@@ -127,9 +127,19 @@ def _pump_stdin(sock: Stream, on_interrupt_byte: Callable[[], None] | None) -> N
         return
 
 
-def _upload_identity(api: ContainerEngine, container: str, identity: Identity) -> None:
-    passwd = file_from_archive(api.get_archive(container, "/etc/passwd"))
-    group = file_from_archive(api.get_archive(container, "/etc/group"))
+def _upload_identity(
+    api: ContainerEngine,
+    container: str,
+    identity: Identity,
+    accounts: tuple[str, str] | None,
+) -> None:
+    """The invoking user's passwd/group entries and HOME, in one upload. The image's own
+    files come from the build stamp (`accounts`), else from the container."""
+    if accounts is None:
+        passwd = file_from_archive(api.get_archive(container, "/etc/passwd"))
+        group = file_from_archive(api.get_archive(container, "/etc/group"))
+    else:
+        passwd, group = accounts
     passwd, group = merge_accounts(passwd, group, identity)
     api.put_archive(container, "/", accounts_archive(passwd, group, identity))
 
@@ -139,6 +149,7 @@ def run_container(
     config: Mapping[str, Any],
     *,
     identity: Identity | None,
+    accounts: tuple[str, str] | None = None,
     tty: bool,
     stdin: bool,
     second_interrupt_kills: bool = True,
@@ -163,7 +174,7 @@ def run_container(
 
     try:
         if identity is not None:
-            _upload_identity(api, container, identity)
+            _upload_identity(api, container, identity, accounts)
         sock, ahead = api.attach(container, stdin)
         with contextlib.closing(sock):
             try:

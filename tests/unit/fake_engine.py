@@ -22,6 +22,8 @@ class FakeEngine:
     output: bytes = b""
     calls: list[tuple[str, Any]] = field(default_factory=list)
     created: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)  # containers made to read files
+    files: dict[str, bytes] = field(default_factory=dict)  # path -> tar, for get_archive
     alive: set[str] = field(default_factory=set)
     images_present: set[str] = field(default_factory=set)
     listed: list[dict[str, Any]] = field(default_factory=list)
@@ -80,6 +82,10 @@ class FakeEngine:
         return {}
 
     def create(self, config: Mapping[str, Any]) -> str:
+        if (config.get("Labels") or {}).get("io.gpuenv.probe"):
+            self.probes.append(dict(config))
+            self._record("probe", config["Image"])
+            return "probe"
         self.created.append(dict(config))
         container = f"c{len(self.created)}"
         self.alive.add(container)
@@ -113,7 +119,7 @@ class FakeEngine:
 
     def get_archive(self, container: str, path: str) -> bytes | None:
         self._record("get_archive", container, path)
-        return None
+        return self.files.get(path)
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
         self._record("put_archive", container, path)

@@ -82,8 +82,9 @@ def test_a_run_gets_its_grant_identity_and_exit_code(project: Path, state: str) 
     assert requests[0]["DeviceIDs"] == ["GPU-0", "GPU-1"]
     assert config["User"] == "1000:1000"
     # The identity goes in before start; the container is removed after.
-    names = engine.names()
-    assert names.index("put_archive") < names.index("start") < names.index("remove")
+    calls = engine.calls
+    upload = calls.index(("put_archive", ("c1", "/")))
+    assert upload < calls.index(("start", ("c1",))) < calls.index(("remove", ("c1",)))
     assert not engine.alive
     assert ClaimStore(state).claims() == []  # released
 
@@ -158,3 +159,34 @@ def test_secrets_passed_through_are_not_in_labels(project: Path, state: str) -> 
     [config] = engine.created
     assert "WANDB_API_KEY=k-7f3e9a" in config["Env"]
     assert "k-7f3e9a" not in str(config["Labels"])
+
+
+def _tar(name: str, text: str) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(text.encode())
+        archive.addfile(info, io.BytesIO(text.encode()))
+    return buffer.getvalue()
+
+
+def test_the_images_accounts_are_read_once_at_build_time(project: Path, state: str) -> None:
+    engine = FakeEngine(
+        files={
+            "/etc/passwd": _tar("passwd", "root:x:0:0:root:/root:/bin/bash\n"),
+            "/etc/group": _tar("group", "root:x:0:\n"),
+        }
+    )
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none"))
+    # The first run builds: a probe container (never started) gives the accounts.
+    assert len(engine.probes) == 1
+    assert ("start", ("probe",)) not in engine.calls
+    engine.calls.clear()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none"))
+    # The second comes from the build stamp: one upload, no reads, no probe.
+    assert "get_archive" not in engine.names()
+    assert "probe" not in engine.names()
+    assert engine.names().count("put_archive") == 1
