@@ -23,10 +23,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+from typing import Any, TypeVar
 
 CACHE_ENV = "GPUENV_CACHE_DIR"
 FORMAT = 1
@@ -35,7 +32,6 @@ MAX_BYTES = 64 << 20
 _STALE_TEMP_SECONDS = 600
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_Row = TypeVar("_Row", bound="DataclassInstance")
 _Plain = TypeVar("_Plain", str, int, list[Any])
 
 
@@ -116,7 +112,7 @@ def store(kind: str, key: str, data: Any, directory: str | None = None) -> bool:
         os.close(folder)
 
 
-def rows(cls: type[_Row], value: Any) -> tuple[_Row, ...]:
+def rows(cls: type[Any], value: Any) -> tuple[Any, ...]:
     """Dataclass instances from the lists of fields `store` wrote.
 
     The body's checksum and key already say these are the bytes this code wrote from

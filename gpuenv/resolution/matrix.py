@@ -1,8 +1,8 @@
-"""matrices/*.yaml -> a frozen, validated Matrix.
+"""matrices/*.yaml -> a frozen, validated Matrix (the rows are in `matrix_model`).
 
 The matrix is data we ship and users may replace (GPUENV_MATRIX_DIR), so it is validated
-like user input: every problem located, all reported at once. Versions are parsed once
-here so the resolver's loop only compares.
+like user input: every problem located, all reported at once. A matrix validated before
+is loaded from the user cache instead of parsed again.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,17 +23,28 @@ from gpuenv.common.versions import (
     compute_capability,
     driver_tuple,
     is_version,
-    parse_version,
 )
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
-from gpuenv.resolution import cache
+from gpuenv.resolution import cache, matrix_model
+
+# The model is imported from here too (`as` re-exports it), beside load_matrix.
+from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
+from gpuenv.resolution.matrix_model import (
+    Architecture,
+    GpuModel,
+    Toolkit,
+    matrix_from_data,
+    matrix_to_data,
+    name_tokens,
+)
+from gpuenv.resolution.matrix_model import ImageRow as ImageRow
+from gpuenv.resolution.matrix_model import Matrix as Matrix
 
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "secondary", "unverified")
 GPU_CLASSES = ("datacenter", "workstation", "consumer", "embedded")
-FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
 IMAGE_FIELDS = (
     "tag",
     "release",
@@ -51,147 +60,6 @@ IMAGE_FIELDS = (
     "unverified",
     "note",
 )
-
-
-@dataclass(frozen=True)
-class ImageRow:
-    """One container image and what it needs from a host."""
-
-    framework: str
-    family: str
-    repository: str
-    tag: str
-    release: str | None
-    framework_version: str | None
-    cuda: str | None
-    cudnn: str | None
-    python: str | None
-    ubuntu: str | None
-    min_driver: str | None
-    forward_compat: tuple[str, ...]
-    min_compute_capability: str | None
-    evidence: str
-    unverified: tuple[str, ...]
-    note: str
-    source: str
-
-    @property
-    def image(self) -> str:
-        return f"{self.repository}:{self.tag}"
-
-    @property
-    def label(self) -> str:
-        """How people name the row: ``PyTorch 24.05`` or the tag."""
-        return f"{FRAMEWORK_NAMES[self.framework]} {self.release or self.tag}"
-
-    def sort_key(self) -> tuple[Any, ...]:
-        release = tuple(int(p) for p in self.release.split(".")) if self.release else (0,)
-        cuda = parse_version(self.cuda) if self.cuda else parse_version("0")
-        ubuntu = parse_version(self.ubuntu) if self.ubuntu else parse_version("0")
-        return (release, cuda, ubuntu, self.tag)
-
-
-@dataclass(frozen=True)
-class Toolkit:
-    version: str
-    label: str
-    min_driver: str
-    evidence: str
-
-
-@dataclass(frozen=True)
-class Architecture:
-    compute_capability: str
-    architecture: str
-    added_in: str | None
-    removed_in: str | None
-    evidence: str
-
-
-@dataclass(frozen=True)
-class GpuModel:
-    name: str
-    match: tuple[tuple[str, ...], ...]
-    compute_capability: str
-    gpu_class: str
-    architecture: str
-    evidence: str
-
-
-def name_tokens(name: str) -> tuple[str, ...]:
-    """``NVIDIA A100-SXM4-80GB`` -> ``('nvidia', 'a100', 'sxm4', '80gb')``."""
-    return tuple(token for token in re.split(r"[\s_-]+", name.lower()) if token)
-
-
-def _contains(tokens: tuple[str, ...], sequence: tuple[str, ...]) -> bool:
-    size = len(sequence)
-    return any(tokens[i : i + size] == sequence for i in range(len(tokens) - size + 1))
-
-
-@dataclass(frozen=True, eq=False)
-class Matrix:
-    """All matrix data; compared and hashed by identity (caches key on it)."""
-
-    images: tuple[ImageRow, ...]
-    minor_compat: tuple[tuple[int, str], ...]
-    toolkits: tuple[Toolkit, ...]
-    architectures: tuple[Architecture, ...]
-    gpus: tuple[GpuModel, ...]
-    version: str
-    directory: str
-
-    def images_for(self, framework: str, family: str = "ngc") -> list[ImageRow]:
-        """The images of one framework, newest first."""
-        return [row for row in self.images if row.framework == framework and row.family == family]
-
-    @cached_property
-    def _toolkits_by_version(self) -> dict[tuple[int, ...], Toolkit]:
-        return {parse_version(t.version).release[:3]: t for t in self.toolkits}
-
-    def toolkit(self, cuda: str) -> Toolkit | None:
-        """The toolkit row for a CUDA version: exact x.y.z, else the nearest lower update
-        of the same x.y (12.3.2 -> 12.3 Update 1), else that minor's lowest driver."""
-        release = tuple(parse_version(cuda).release[:3])
-        exact = self._toolkits_by_version.get(release)
-        if exact is not None:
-            return exact
-        same_minor = sorted(
-            (key, t) for key, t in self._toolkits_by_version.items() if key[:2] == release[:2]
-        )
-        lower = [t for key, t in same_minor if key <= release]
-        if lower and len(release) >= 3:
-            return lower[-1]
-        return min(
-            (t for _, t in same_minor), key=lambda t: driver_tuple(t.min_driver), default=None
-        )
-
-    def minor_compat_floor(self, cuda: str) -> str | None:
-        """The lowest driver that runs any CUDA `major`.x application (minor-version compat)."""
-        return self._floors.get(parse_version(cuda).release[0])
-
-    @cached_property
-    def _floors(self) -> dict[int, str]:
-        return dict(self.minor_compat)
-
-    def architecture(self, cc: str) -> Architecture | None:
-        wanted = compute_capability(cc)
-        for arch in self.architectures:
-            if compute_capability(arch.compute_capability) == wanted:
-                return arch
-        return None
-
-    def find_gpu(self, name: str) -> GpuModel | None:
-        """The model a GPU name refers to (NVML's or a short one); longest match wins."""
-        tokens = name_tokens(name)
-        best: tuple[int, GpuModel] | None = None
-        for model in self.gpus:
-            for sequence in model.match:
-                if _contains(tokens, sequence) and (best is None or len(sequence) > best[0]):
-                    best = (len(sequence), model)
-        return best[1] if best else None
-
-    def frameworks(self) -> list[str]:
-        return sorted({row.framework for row in self.images})
 
 
 def default_matrix_dir() -> str:
@@ -478,7 +346,7 @@ def _code_sources() -> list[tuple[str, bytes]]:
     from gpuenv.common import versions, yamlfile
 
     out = [("gpuenv", __version__.encode())]
-    for module in (sys.modules[__name__], versions, yamlfile, cache):
+    for module in (sys.modules[__name__], matrix_model, versions, yamlfile, cache):
         with contextlib.suppress(OSError, TypeError):
             out.append((module.__name__, Path(str(module.__file__)).read_bytes()))
     return out
@@ -545,39 +413,5 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         architectures=tuple(architectures),
         gpus=tuple(gpus),
         version=version,
-        directory=directory,
-    )
-
-
-_DATA_KEYS = frozenset({"images", "minor_compat", "toolkits", "architectures", "gpus", "version"})
-
-
-def matrix_to_data(matrix: Matrix) -> dict[str, Any]:
-    """The matrix as data `cache.store` takes (rows go as lists of their fields)."""
-    return {
-        "images": matrix.images,
-        "minor_compat": matrix.minor_compat,
-        "toolkits": matrix.toolkits,
-        "architectures": matrix.architectures,
-        "gpus": matrix.gpus,
-        "version": matrix.version,
-    }
-
-
-def matrix_from_data(data: Any, directory: str) -> Matrix:
-    """Rebuild a Matrix from `matrix_to_data`'s output (as `cache.load` returns it);
-    ValueError or TypeError when the data does not have its shape."""
-    if not isinstance(data, dict) or data.keys() != _DATA_KEYS:
-        raise ValueError("not matrix data")
-    return Matrix(
-        images=cache.rows(ImageRow, data["images"]),
-        minor_compat=tuple(
-            (cache.checked(int, major), cache.checked(str, driver))
-            for major, driver in cache.checked(list, data["minor_compat"])
-        ),
-        toolkits=cache.rows(Toolkit, data["toolkits"]),
-        architectures=cache.rows(Architecture, data["architectures"]),
-        gpus=cache.rows(GpuModel, data["gpus"]),
-        version=cache.checked(str, data["version"]),
         directory=directory,
     )
