@@ -11,10 +11,9 @@ import contextlib
 import hashlib
 import os
 import re
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuenv.common.resources import data_dir
 from gpuenv.common.versions import (
@@ -24,10 +23,8 @@ from gpuenv.common.versions import (
     driver_tuple,
     is_version,
 )
-from gpuenv.common.yamlfile import Path as YamlPath
-from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
-from gpuenv.resolution import cache, matrix_model
+from gpuenv.resolution import cache
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
@@ -41,6 +38,10 @@ from gpuenv.resolution.matrix_model import (
 )
 from gpuenv.resolution.matrix_model import ImageRow as ImageRow
 from gpuenv.resolution.matrix_model import Matrix as Matrix
+
+if TYPE_CHECKING:
+    from gpuenv.common.yamlfile import Path as YamlPath
+    from gpuenv.common.yamlfile import YamlDocument
 
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "secondary", "unverified")
@@ -339,21 +340,33 @@ def matrix_sources(directory: str) -> list[Source]:
     return [Source(str(file), file.read_bytes()) for file in files]
 
 
-def _code_sources() -> list[tuple[str, bytes]]:
-    """The code a Matrix is made by, for the cache key: after an upgrade or an edit of
-    the validation, a matrix validated by the old code is not served."""
-    from gpuenv import __version__
-    from gpuenv.common import versions, yamlfile
+# The code a Matrix is made by, relative to the gpuenv package: part of the cache key,
+# so that after an upgrade or an edit of the validation a matrix validated by the old
+# code is not served. Read, not imported: a cache hit needs no YAML module.
+_CODE = (
+    "resolution/matrix.py",
+    "resolution/matrix_model.py",
+    "resolution/cache.py",
+    "common/versions.py",
+    "common/yamlfile.py",
+)
 
+
+def _code_sources() -> list[tuple[str, bytes]]:
+    from gpuenv import __version__
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = [("gpuenv", __version__.encode())]
-    for module in (sys.modules[__name__], matrix_model, versions, yamlfile, cache):
-        with contextlib.suppress(OSError, TypeError):
-            out.append((module.__name__, Path(str(module.__file__)).read_bytes()))
+    for name in _CODE:
+        with contextlib.suppress(OSError), open(os.path.join(package, name), "rb") as handle:
+            out.append((name, handle.read()))
     return out
 
 
 def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
     """Parse and validate the matrix files; raise MatrixError listing all problems."""
+    from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
+
     problems: list[Problem] = []
     digest = hashlib.sha256()
     images: list[ImageRow] = []

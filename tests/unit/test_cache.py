@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -311,3 +313,24 @@ def test_default_folder_is_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert cache.cache_dir({"GPUENV_CACHE_DIR": "/somewhere"}) == "/somewhere"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_dir({}) == str(tmp_path / "gpuenv")
+
+
+def test_the_key_covers_the_code_that_validates() -> None:
+    package = Path(matrix_module.__file__).parents[1]
+    assert all((package / name).is_file() for name in matrix_module._CODE)
+    assert {"resolution/matrix.py", "common/yamlfile.py"} <= set(matrix_module._CODE)
+
+
+def test_a_hit_imports_no_yaml(cache_dir: Path) -> None:
+    code = (
+        "import sys\n"
+        "from gpuenv.resolution.matrix import load_matrix\n"
+        "load_matrix()\n"
+        "print(sorted(m for m in ('yaml', 'gpuenv.common.yamlfile') if m in sys.modules))\n"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
+    assert runs[0].stdout.strip() == "['gpuenv.common.yamlfile', 'yaml']"  # parsed
+    assert runs[1].stdout.strip() == "[]"  # from the cache
