@@ -111,6 +111,23 @@ def median_seconds(
     return statistics.median(samples)
 
 
+def paired_medians(
+    action: Callable[[], object], baseline: Callable[[], object], runs: int = RUNS
+) -> tuple[float, float]:
+    """The medians of `action` and `baseline`, their samples taken in turns so that a
+    machine that slows down or speeds up during the run moves both alike."""
+    action()
+    baseline()
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(runs):
+        for measure, samples in ((action, ours), (baseline, theirs)):
+            start = time.perf_counter()
+            measure()
+            samples.append(time.perf_counter() - start)
+    return statistics.median(ours), statistics.median(theirs)
+
+
 def command(
     *argv: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> Callable[[], object]:
@@ -253,11 +270,11 @@ RESOLVE_DESCRIBED = (
 def resolve_rows() -> list[Row]:
     """resolve --json on a described host against Python importing the libraries it
     needs; with the user's matrix cache (warm after the first run), then with none."""
-    imports = median_seconds(
-        command(sys.executable, "-c", "import click, yaml, packaging.specifiers")
-    )
     baseline = 'python -c "import click, yaml, packaging.specifiers"'
-    warm = median_seconds(command(GPUENV, *RESOLVE_DESCRIBED))
+    warm, imports = paired_medians(
+        command(GPUENV, *RESOLVE_DESCRIBED),
+        command(sys.executable, "-c", "import click, yaml, packaging.specifiers"),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         cold_dir = Path(tmp) / "cache"
         cold = median_seconds(
@@ -292,16 +309,8 @@ def docker_rows() -> tuple[list[Row], str]:
             "version: '3'\nservices:\n  train:\n    build: .\n    image: gpuenv-bench/compose:1\n"
         )
         docker_build = command("docker", "build", "-q", "-t", "gpuenv-bench/docker:1", str(context))
-        rows = [
-            Row(
-                "gpuenv build (no-op)",
-                median_seconds(command(*gpuenv, "build", "-q")),
-                "docker build (cached)",
-                median_seconds(docker_build),
-                "≤ 1.0×",
-                1.0,
-            ),
-        ]
+        noop, cached = paired_medians(command(*gpuenv, "build", "-q"), docker_build)
+        rows = [Row("gpuenv build (no-op)", noop, "docker build (cached)", cached, "≤ 1.0×", 1.0)]
         note = ""
         if compose:
             compose_build = command(compose, "build", "-q", cwd=context)
@@ -429,24 +438,11 @@ def user_run_rows() -> tuple[list[Row], str]:
             env=env,
         ).stdout.split()
         assert seen[0] in {gpu_uuid(i) for i in range(4)} and seen[1] == str(user.pw_uid), seen
-        gpuenv_run = median_seconds(
-            command(*gpuenv_user, "run", "--gpus", "1", "--", "true", env=env)
-        )
         ids = f"{user.pw_uid}:{user.pw_gid}"
-        docker_run = median_seconds(
-            command(
-                *as_user,
-                "docker",
-                "run",
-                "--rm",
-                "--gpus",
-                "device=0",
-                "--user",
-                ids,
-                tag,
-                "true",
-                env=env,
-            )
+        docker = ["docker", "run", "--rm", "--gpus", "device=0", "--user", ids, tag, "true"]
+        gpuenv_run, docker_run = paired_medians(
+            command(*gpuenv_user, "run", "--gpus", "1", "--", "true", env=env),
+            command(*as_user, *docker, env=env),
         )
     finally:
         if tag:
@@ -644,7 +640,8 @@ def main() -> None:
     header = (
         f"Machine: {platform.node()}, {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
-        f"medians of {RUNS} runs (resolve: 21)."
+        f"medians of {RUNS} runs (resolve: 21); rows with a ratio target take their samples "
+        "in turns with their baseline's."
     )
     lines = [
         "| measurement | gpuenv | baseline | baseline | ratio | target | met |",

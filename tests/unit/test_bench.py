@@ -69,6 +69,15 @@ def test_setup_runs_before_every_timed_sample(bench: ModuleType) -> None:
     assert events == ["run", "setup", "run", "setup", "run", "setup", "run"]
 
 
+def test_paired_samples_alternate(bench: ModuleType) -> None:
+    events: list[str] = []
+    ours, theirs = bench.paired_medians(
+        lambda: events.append("gpuenv"), lambda: events.append("docker"), runs=2
+    )
+    assert events == ["gpuenv", "docker"] * 3  # one warm-up each, then in turns
+    assert ours >= 0 and theirs >= 0
+
+
 @pytest.mark.parametrize("section", ["docker_rows", "user_run_rows", "rebuild_rows"])
 def test_engine_sections_wait_for_the_services(
     bench: ModuleType, monkeypatch: pytest.MonkeyPatch, section: str
