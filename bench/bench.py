@@ -428,21 +428,24 @@ def user_run_rows() -> tuple[list[Row], str]:
         }
         as_user = _as_user(user)
         gpuenv_user = [*as_user, python, "-m", "gpuenv.cli", "-C", str(project)]
-        # The claims path, not a fallback: one of the described GPUs, as the user.
+        # The claims path, not a fallback: one of the described GPUs, as the user. In the
+        # project folder, as a user would be (and not the checkout, whose gpuenv would
+        # come first on sys.path).
         probe = "echo $NVIDIA_VISIBLE_DEVICES; id -u"
         seen = subprocess.run(
             [*gpuenv_user, "run", "--gpus", "1", "--", "sh", "-c", probe],
             check=True,
             capture_output=True,
             text=True,
+            cwd=project,
             env=env,
         ).stdout.split()
         assert seen[0] in {gpu_uuid(i) for i in range(4)} and seen[1] == str(user.pw_uid), seen
         ids = f"{user.pw_uid}:{user.pw_gid}"
         docker = ["docker", "run", "--rm", "--gpus", "device=0", "--user", ids, tag, "true"]
         gpuenv_run, docker_run = paired_medians(
-            command(*gpuenv_user, "run", "--gpus", "1", "--", "true", env=env),
-            command(*as_user, *docker, env=env),
+            command(*gpuenv_user, "run", "--gpus", "1", "--", "true", cwd=project, env=env),
+            command(*as_user, *docker, cwd=project, env=env),
         )
     finally:
         if tag:
@@ -486,15 +489,18 @@ def _gpuenv_for(user: pwd.struct_passwd, folder: Path) -> tuple[str, str] | str:
         (sys.executable, str(site)),
         (f"/usr/bin/{version}", f"{site}{os.pathsep}{packages}"),
     ]
+    probe = "import click, docker, rich, yaml, gpuenv.cli; print(gpuenv.cli.__file__)"
     for python, path in candidates:
         if not python or not os.path.exists(python):
             continue
-        probe = subprocess.run(
-            [*_as_user(user), python, "-c", "import gpuenv.cli, click, docker, rich, yaml"],
+        found = subprocess.run(
+            [*_as_user(user), python, "-c", probe],
             capture_output=True,
+            text=True,
+            cwd=folder,  # not the checkout: its gpuenv would shadow the copy
             env={"PATH": os.environ["PATH"], "HOME": user.pw_dir, "PYTHONPATH": path},
         )
-        if probe.returncode == 0:
+        if found.returncode == 0 and found.stdout.strip().startswith(str(site)):
             subprocess.run(
                 [python, "-m", "compileall", "-q", str(site)], check=True, capture_output=True
             )
