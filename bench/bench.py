@@ -422,6 +422,7 @@ def user_run_rows() -> tuple[list[Row], str]:
             "USER": name,
             "LOGNAME": name,
             "DOCKER_HOST": os.environ["DOCKER_HOST"],
+            "GPUENV_REGISTRY_MIRROR": os.environ["GPUENV_REGISTRY_MIRROR"],
             "GPUENV_HOST_FILE": str(host_file),
             "GPUENV_STATE_DIR": str(state),
             "PYTHONPATH": pythonpath,
