@@ -19,3 +19,5 @@ interrupted  # noqa: B018
 baked  # noqa: B018
 # A typing-only import (TYPE_CHECKING) for the cache's dataclass rebuild.
 DataclassInstance  # noqa: B018
+# PEP 562 module attribute hook (ui.err / ui.out, made on first use).
+__getattr__  # noqa: B018

@@ -48,11 +48,10 @@ def resolve(
       gpuenv resolve --json | jq -r .image
     """
     from gpuenv.cli import ui
-    from gpuenv.cli.views import explain_table, show_resolution
     from gpuenv.errors import ResolutionError
     from gpuenv.project.overrides import checked_overrides, spec_for
+    from gpuenv.resolution.host import HostPlan
     from gpuenv.resolution.matrix import load_matrix
-    from gpuenv.resolution.policy import HostPlan
     from gpuenv.resolution.resolve import resolve as do_resolve
 
     spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
@@ -62,15 +61,18 @@ def resolve(
         resolution = do_resolve(spec, matrix, host)
     except ResolutionError as exc:
         if explain:
+            from gpuenv.cli.views import explain_table
+
             explain_table(exc.candidates, None, host)
         raise exc from None
     if as_json:
+        # Warnings are in the object (`warnings`); stdout carries nothing else.
         payload = resolution.to_data()
         payload["matrix_version"] = matrix.version
         ui.data(payload)
-        for warning in resolution.warnings:
-            ui.warn(warning)
         return
+    from gpuenv.cli.views import explain_table, show_resolution
+
     if explain:
         explain_table(resolution.candidates, resolution.candidate, host)
     ui.result(resolution.row.image)
@@ -109,8 +111,9 @@ def lock(
     from gpuenv.cli import ui
     from gpuenv.cli.views import show_resolution
     from gpuenv.errors import UsageError
+    from gpuenv.resolution.host import HostPlan
     from gpuenv.resolution.lock import LOCK_FILENAME
-    from gpuenv.resolution.policy import HostPlan, update_lock, verify_lock
+    from gpuenv.resolution.policy import update_lock, verify_lock
 
     if check_only and upgrade:
         raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
@@ -161,8 +164,9 @@ def init(
     from gpuenv.cli.views import show_resolution
     from gpuenv.project.overrides import checked_overrides
     from gpuenv.project.spec import SPEC_FILENAME
+    from gpuenv.resolution.host import HostPlan
     from gpuenv.resolution.lock import LOCK_FILENAME
-    from gpuenv.resolution.policy import HostPlan, init_project
+    from gpuenv.resolution.policy import init_project
 
     resolution = init_project(
         obj.directory,

@@ -8,13 +8,36 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
+if TYPE_CHECKING:
+    from rich.console import Console
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+_consoles: dict[str, Console] = {}
+
+
+def _console(name: str) -> Console:
+    """The stderr (`err`) or stdout (`out`) console, made on first use: a command whose
+    output is JSON alone never imports rich."""
+    console = _consoles.get(name)
+    if console is None:
+        from rich.console import Console
+
+        console = Console(stderr=name == "err", highlight=False, soft_wrap=True)
+        _consoles[name] = console
+    return console
+
+
+def __getattr__(name: str) -> Console:
+    if name in ("err", "out"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def data(value: Any) -> None:
@@ -25,30 +48,30 @@ def data(value: Any) -> None:
 
 def result(text: str) -> None:
     """The command's answer (an image reference, a path) on stdout, plain."""
-    out.print(text, markup=False)
+    _console("out").print(text, markup=False)
 
 
 def info(text: str) -> None:
-    err.print(text, markup=False)
+    _console("err").print(text, markup=False)
 
 
 def step(text: str) -> None:
-    err.print(f"[bold]•[/] {escape(text)}")
+    _console("err").print(f"[bold]•[/] {escape(text)}")
 
 
 def success(text: str) -> None:
-    err.print(f"[green]✓[/] {escape(text)}")
+    _console("err").print(f"[green]✓[/] {escape(text)}")
 
 
 def warn(text: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(text)}")
+    _console("err").print(f"[yellow]warning:[/] {escape(text)}")
 
 
 def error(text: str, hint: str | None = None) -> None:
-    err.print(f"[red bold]error:[/] {escape(text)}")
+    _console("err").print(f"[red bold]error:[/] {escape(text)}")
     if hint:
-        err.print(f"[cyan]hint:[/] {escape(hint)}")
+        _console("err").print(f"[cyan]hint:[/] {escape(hint)}")
 
 
 def detail(text: str) -> None:
-    err.print(f"  {escape(text)}", style="dim")
+    _console("err").print(f"  {escape(text)}", style="dim")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import string
@@ -24,7 +25,8 @@ class _Template(string.Template):
 
 
 def _template(name: str) -> _Template:
-    return _Template((data_dir("images") / "cluster" / name).read_text(encoding="utf-8"))
+    with open(os.path.join(data_dir("images"), "cluster", name), encoding="utf-8") as handle:
+        return _Template(handle.read())
 
 
 def pushed_image(extra: Mapping[str, Any]) -> str:

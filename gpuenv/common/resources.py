@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-_PACKAGE = Path(__file__).resolve().parents[1]
+# Plain os.path, no pathlib: this runs on every command, and pathlib costs ~8 ms to import.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-def data_dir(name: str) -> Path:
+def data_dir(name: str) -> str:
     """``matrices`` or ``images``: in the installed wheel (gpuenv/_data), else the repo."""
-    packaged = _PACKAGE / "_data" / name
-    return packaged if packaged.is_dir() else _PACKAGE.parent / name
+    packaged = os.path.join(_PACKAGE, "_data", name)
+    return packaged if os.path.isdir(packaged) else os.path.join(os.path.dirname(_PACKAGE), name)

@@ -61,7 +61,7 @@ class _Template(string.Template):
 
 
 def _template(name: str) -> _Template:
-    return _Template((data_dir("images") / "ngc" / name).read_text(encoding="utf-8"))
+    return _Template((Path(data_dir("images")) / "ngc" / name).read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ def project_files(project_dir: str) -> list[ContextFile]:
 
 
 def _support_files() -> list[ContextFile]:
-    folder = data_dir("images") / "ngc" / "files"
+    folder = Path(data_dir("images")) / "ngc" / "files"
     return [
         ContextFile(f"gpuenv/{path.name}", data=path.read_bytes(), executable=True)
         for path in sorted(folder.iterdir())

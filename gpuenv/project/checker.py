@@ -3,7 +3,6 @@ values into checked ones and records each problem with its location."""
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import Problem
@@ -99,5 +98,7 @@ def did_you_mean(word: str, choices: tuple[str, ...]) -> str:
     lowered = word.lower()
     if lowered in ALIASES and ALIASES[lowered] in choices:
         return f"; did you mean '{ALIASES[lowered]}'?"
+    import difflib
+
     close = difflib.get_close_matches(lowered, choices, n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(choices)})"

@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -223,9 +222,10 @@ def display_path(path: str) -> str:
 
 
 def inside_project(project_dir: str, relative: str) -> bool:
-    root = Path(project_dir).resolve()
-    target = (root / relative).resolve()
-    return target == root or root in target.parents
+    """Whether `relative` (symlinks resolved) is the project folder or inside it."""
+    root = os.path.realpath(project_dir)
+    target = os.path.realpath(os.path.join(root, relative))
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def parse_size(text: str) -> int | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import Problem, SpecError
@@ -166,7 +165,9 @@ def _requirements(check: Checker, value: Any) -> tuple[str, ...] | None:
         elif not os.path.isfile(os.path.join(check.project_dir, text)):
             check.add(path, f"'{text}' does not exist in the project folder")
         else:
-            out.append(Path(text).as_posix())
+            from pathlib import PurePosixPath
+
+            out.append(PurePosixPath(text).as_posix())
     return tuple(out)
 
 

@@ -9,12 +9,8 @@ flags (`--driver`, `--gpu`) or by the JSON file named in GPUENV_HOST_FILE.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -181,6 +177,9 @@ def _nvml_state(pynvml: Any, handle: Any) -> dict[str, Any]:
 
 def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> Host:
     """Parse `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` output."""
+    import csv
+    import io
+
     gpus = []
     driver = None
     for row in csv.reader(io.StringIO(output), skipinitialspace=True):
@@ -204,6 +203,9 @@ def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> 
 
 def detect_nvidia_smi() -> Host | str:
     """The host through nvidia-smi; older versions lack compute_cap, so retry without it."""
+    import shutil
+    import subprocess
+
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return "nvidia-smi is not on PATH"
@@ -393,3 +395,18 @@ def host_for(override: HostOverride, matrix: Matrix) -> Host:
     if override.given:
         return describe_host(override.driver, override.gpus, matrix)
     return detect_host()
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """The host to plan for: --driver/--gpu when given, else this machine."""
+
+    driver: str | None = None
+    gpu_models: tuple[str, ...] = ()
+
+    @property
+    def given(self) -> bool:
+        return self.driver is not None or bool(self.gpu_models)
+
+    def host(self, matrix: Matrix) -> Host:
+        return host_for(HostOverride(self.driver, self.gpu_models), matrix)

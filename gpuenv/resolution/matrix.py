@@ -12,7 +12,6 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuenv.common.resources import data_dir
@@ -65,7 +64,7 @@ IMAGE_FIELDS = (
 
 def default_matrix_dir() -> str:
     """Where the matrices live: GPUENV_MATRIX_DIR, the installed wheel, or the source tree."""
-    return os.environ.get("GPUENV_MATRIX_DIR") or str(data_dir("matrices"))
+    return os.environ.get("GPUENV_MATRIX_DIR") or data_dir("matrices")
 
 
 class _Rows:
@@ -331,13 +330,22 @@ class Source(NamedTuple):
 def matrix_sources(directory: str) -> list[Source]:
     """The matrix files of `directory`, read once: their bytes are both the cache key
     and what is parsed."""
-    files = sorted(Path(directory).glob("*.yaml")) if os.path.isdir(directory) else []
+    names = (
+        sorted(n for n in os.listdir(directory) if n.endswith(".yaml"))
+        if os.path.isdir(directory)
+        else []
+    )
+    files = [os.path.join(directory, name) for name in names]
     if not files:
         raise MatrixError(
             [Problem(directory, None, None, None, "no matrix files (*.yaml) found")],
             hint="reinstall gpuenv, or point GPUENV_MATRIX_DIR at a folder of matrices",
         )
-    return [Source(str(file), file.read_bytes()) for file in files]
+    sources = []
+    for file in files:
+        with open(file, "rb") as handle:
+            sources.append(Source(file, handle.read()))
+    return sources
 
 
 # The code a Matrix is made by, relative to the gpuenv package: part of the cache key,

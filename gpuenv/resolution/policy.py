@@ -21,11 +21,10 @@ from gpuenv.errors import (
     UsageError,
 )
 from gpuenv.project.overrides import Overrides, spec_for
+from gpuenv.resolution.host import HostPlan
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Host
     from gpuenv.resolution.lock import Lock
-    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 NoteKind = Literal["info", "warn", "step"]
@@ -42,23 +41,6 @@ Notify = Callable[[Note], None]
 
 def _ignore(note: Note) -> None:
     del note
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """The host to plan for: --driver/--gpu when given, else this machine."""
-
-    driver: str | None = None
-    gpu_models: tuple[str, ...] = ()
-
-    @property
-    def given(self) -> bool:
-        return self.driver is not None or bool(self.gpu_models)
-
-    def host(self, matrix: Matrix) -> Host:
-        from gpuenv.resolution.host import HostOverride, host_for
-
-        return host_for(HostOverride(self.driver, self.gpu_models), matrix)
 
 
 LockStatus = Literal["up-to-date", "written", "updated", "updated-same-image"]

@@ -53,13 +53,4 @@ def test_commands_load_only_their_group(argv: list[str], loaded: str, not_loaded
 )
 def test_modules_stay_small(path: Path) -> None:
     """A module past ~400 lines holds two ideas (STYLE.md)."""
-    limit = OVERSIZED.get(str(path.relative_to(PACKAGE)), 450)
-    assert len(path.read_text().splitlines()) <= limit
-
-
-# Known exceptions, each with its reason; the limit only ever goes down.
-OVERSIZED = {
-    # Loading, validation and the data types of the matrix in one module: it is split
-    # when the resolution issue (#11) reworks the matrix data and adds the sync overlay.
-    "resolution/matrix.py": 600,
-}
+    assert len(path.read_text().splitlines()) <= 450

@@ -312,7 +312,23 @@ def test_digest_frames_each_source(
 def test_default_folder_is_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert cache.cache_dir({"GPUENV_CACHE_DIR": "/somewhere"}) == "/somewhere"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cache.cache_dir({}) == str(tmp_path / "gpuenv")
+    assert cache.cache_dir() == str(tmp_path / "gpuenv")
+    assert cache.cache_dir({"XDG_CACHE_HOME": "/x"}) == "/x/gpuenv"
+
+
+@pytest.mark.parametrize("xdg", [None, "", "   ", "/srv/cache", "relative/cache"])
+def test_the_folder_is_the_one_platformdirs_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, xdg: str | None
+) -> None:
+    """The Linux shortcut (no platformdirs import on every command) follows its rule."""
+    import platformdirs
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    assert cache.cache_dir() == platformdirs.user_cache_dir("gpuenv", appauthor=False)
 
 
 def test_the_key_covers_the_code_that_validates() -> None:

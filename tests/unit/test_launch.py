@@ -10,8 +10,8 @@ import pytest
 
 from gpuenv.errors import GpuRuntimeMissing, GpusBusy, UsageError
 from gpuenv.project.overrides import Overrides
-from gpuenv.resolution.host import Gpu, Host
-from gpuenv.resolution.policy import HostPlan, init_project
+from gpuenv.resolution.host import Gpu, Host, HostPlan
+from gpuenv.resolution.policy import init_project
 from gpuenv.run.container import Identity
 from gpuenv.run.launch import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
 from gpuenv.sharing.claims import ClaimStore
