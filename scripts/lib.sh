@@ -21,7 +21,11 @@ install_missing() {  # install_missing COMMAND:PACKAGE...
   fi
 }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive() {  # the pid in file $1 is a running process, not a zombie waiting to be reaped
+  local pid
+  pid=$(cat "$1" 2>/dev/null) && kill -0 "$pid" 2>/dev/null &&
+    [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
 
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   local seconds=$1 what=$2

@@ -78,8 +78,10 @@ dockerd_up() {  # dockerd_up NAME WITH_HOOK
     chmod +x "$STATE/hook/nvidia-container-runtime-hook"
     path="$STATE/hook:$PATH"
   fi
-  # A containerd that outlived its dockerd (killed) would serve the new one from the
-  # old namespaces.
+  # After a dockerd was killed, the pid files of it and of its containerd are left, and
+  # dockerd waits for (or refuses to start beside) a pid that still exists, even as a
+  # zombie.
+  rm -f "$pidfile"
   stop "$RUN/$name-exec/containerd/containerd.pid" "the containerd of dockerd '$name'"
   log "starting dockerd '$name' on $sock"
   mkdir -p "$STATE/$name" "$RUN/$name-exec"
@@ -242,11 +244,8 @@ engines_down() {
   stop "$RUN/registry-host.pid" "the registry's forwarder on the host"
   stop "$RUN/registry-engines.pid" "the registry's forwarder for the engines"
   stop "$RUN/registry.pid" registry
-  local name
-  for name in gpu nogpu; do
-    stop "$RUN/$name.pid" "dockerd '$name'"
-    stop "$RUN/$name-exec/containerd/containerd.pid" "the containerd of dockerd '$name'"
-  done
+  stop "$RUN/gpu.pid" "dockerd 'gpu'"
+  stop "$RUN/nogpu.pid" "dockerd 'nogpu'"
 }
 
 down() {
