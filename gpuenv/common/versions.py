@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+# packaging is imported where a constraint or a framework version is parsed: the driver
+# and compute-capability rules below (every `gpuenv run` on a GPU) need none of it.
 
 
 class InvalidConstraint(ValueError):
@@ -57,6 +62,8 @@ def parse_constraint(text: str) -> SpecifierSet:
     ...
     gpuenv.common.versions.InvalidConstraint: '12.x' is not a version or version specifier ...
     """
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     stripped = text.strip()
     if _BARE_VERSION.match(stripped):
         series = stripped if stripped.endswith(".*") else f"{stripped}.*"
@@ -79,10 +86,14 @@ def _constraint_hint(text: str) -> str:
 @lru_cache(maxsize=65536)
 def parse_version(text: str) -> Version:
     """Parse a version from the matrix; cached, since the resolver asks for each row often."""
+    from packaging.version import Version
+
     return Version(text)
 
 
 def is_version(text: str) -> bool:
+    from packaging.version import InvalidVersion
+
     try:
         parse_version(text)
     except InvalidVersion:
@@ -94,7 +105,7 @@ def is_version(text: str) -> bool:
 def selects_builds(spec: SpecifierSet) -> bool:
     """Whether a constraint names a pre-release, dev or local version (a specific build)."""
     for specifier in spec:
-        version = Version(specifier.version.removesuffix(".*"))
+        version = parse_version(specifier.version.removesuffix(".*"))
         if version.is_prerelease or version.is_devrelease or version.local is not None:
             return True
     return False

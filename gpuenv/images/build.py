@@ -47,7 +47,14 @@ def image_accounts(engine: Engine, tag: str) -> tuple[str, str] | None:
     from gpuenv.errors import GpuenvError
 
     try:
-        container = engine.create({"Image": tag, "Labels": {"io.gpuenv.probe": "accounts"}})
+        # An image without a command cannot be created; this one is never started.
+        probe = {
+            "Image": tag,
+            "Entrypoint": ["/gpuenv-accounts-probe-never-started"],
+            "Cmd": [],
+            "Labels": {"io.gpuenv.probe": "accounts"},
+        }
+        container = engine.create(probe)
     except GpuenvError:
         return None
     try:

@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
-
-from packaging.specifiers import SpecifierSet
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.versions import (
     compute_capability,
@@ -41,6 +39,9 @@ from gpuenv.resolution.explain import (
 )
 from gpuenv.resolution.host import Gpu, Host
 from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
 
 
 @dataclass(frozen=True)
