@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpuenv.common.versions import driver_tuple, parse_version, series
+from gpuenv.common.versions import driver_branch, driver_tuple, parse_version, series
 from gpuenv.errors import ResolutionError
 from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow
 
@@ -95,7 +95,7 @@ def unresolvable(
     for candidate in nearest:
         reasons = "; ".join(r.reason for r in candidate.rejections)
         explanation.append(f"{candidate.row.label} ({candidate.row.image}) {reasons}")
-    fixes = _fixes(spec, candidates, spec_ok)
+    fixes = _fixes(spec, candidates, spec_ok, gpus)
     hint = "; or ".join(fixes) if fixes else None
     if hint:
         hint = hint[0].upper() + hint[1:]
@@ -121,15 +121,21 @@ def _series_tuple(text: str) -> tuple[int, int]:
     return (release[0], release[1] if len(release) > 1 else 0)
 
 
-def _fixes(spec: Spec, candidates: Sequence[Candidate], spec_ok: Sequence[Candidate]) -> list[str]:
-    """The smallest changes that make an image fit: a driver upgrade, or looser constraints."""
+def _fixes(
+    spec: Spec,
+    candidates: Sequence[Candidate],
+    spec_ok: Sequence[Candidate],
+    gpus: Sequence[HostGpu] = (),
+) -> list[str]:
+    """The smallest changes that make an image fit: a driver upgrade (never to one below
+    what the GPUs need), or looser constraints."""
     fixes = []
     driver_only = [c for c in spec_ok if c.only_rejected_by("driver") and c.min_driver]
     if driver_only:
         best = min(driver_only, key=lambda c: driver_tuple(c.min_driver or "0"))
-        fixes.append(
-            f"upgrade the NVIDIA driver to ≥ {best.min_driver} ({best.row.label} then fits)"
-        )
+        floors = [g.floor.driver for g in gpus if g.floor]
+        target = max([best.min_driver or "0", *floors], key=driver_tuple)
+        fixes.append(f"upgrade the NVIDIA driver to ≥ {target} ({best.row.label} then fits)")
     host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu")]
     by_changes: dict[tuple[str, ...], list[Candidate]] = {}
     for candidate in host_ok:
@@ -170,3 +176,28 @@ def _change_text(spec: Spec, row: ImageRow, check: str) -> str:
         op = "≥ " if _series_tuple(value) > anchor else "≤ "
     what = {"version": framework_label(row), "python": "Python", "cuda": "CUDA"}[check]
     return f"{what} {op}{wanted} ({check}: '{wanted}')"
+
+
+def drive_reason(host: Host, gpu: HostGpu) -> str:
+    """Why the driver cannot drive `gpu`, with the branch it needs."""
+    assert gpu.floor is not None
+    kind = f"{gpu.architecture}, " if gpu.architecture else ""
+    return (
+        f"driver {host.driver} cannot drive the {gpu.name} ({kind}compute capability "
+        f"{gpu.compute_capability}): it needs R{driver_branch(gpu.floor.driver)} or newer "
+        f"(≥ {gpu.floor.driver}; {gpu.floor.why})"
+    )
+
+
+def cannot_drive(host: Host, gpus: Sequence[HostGpu]) -> ResolutionError:
+    """No image can help: the driver predates the GPUs' architecture."""
+    names = ", ".join(sorted({g.name for g in gpus}))
+    floors = [g.floor.driver for g in gpus if g.floor]
+    needed = max(floors, key=driver_tuple)
+    return ResolutionError(
+        f"this NVIDIA driver ({host.driver}) cannot drive the {names}: no image can run on it",
+        [drive_reason(host, g) for g in gpus],
+        hint=f"upgrade the NVIDIA driver to R{driver_branch(needed)} or newer (≥ {needed}); "
+        "CUDA forward compatibility cannot help here: it brings newer CUDA libraries, "
+        "not support for a newer GPU",
+    )

@@ -77,15 +77,19 @@ class _Rows:
     def add(self, path: YamlPath, message: str) -> None:
         self.problems.append(self.doc.problem(path, message))
 
-    def mapping(self, path: YamlPath, value: Any, fields: Iterable[str]) -> dict[str, Any] | None:
+    def mapping(
+        self, path: YamlPath, value: Any, fields: Iterable[str], optional: Iterable[str] = ()
+    ) -> dict[str, Any] | None:
+        """A mapping with exactly `fields` (null when unknown), plus the `optional` ones."""
         if not isinstance(value, dict):
             self.add(path, "expected a mapping")
             return None
-        known = tuple(fields)
+        required = tuple(fields)
+        known = (*required, *optional)
         for key in value:
             if key not in known:
                 self.add((*path, str(key)), f"unknown field '{key}' (known: {', '.join(known)})")
-        for key in known:
+        for key in required:
             if key not in value:
                 self.add(path, f"missing field '{key}' (write null when unknown)")
         return value
@@ -247,19 +251,20 @@ def _cuda(
         if version and driver and label:
             toolkits.append(Toolkit(version, label, driver, evidence))
     architectures: list[Architecture] = []
-    fields = ("compute_capability", "architecture", "added_in", "removed_in", "evidence", "note")
+    fields = "compute_capability architecture added_in removed_in evidence note"
     for index, raw in enumerate(data.get("compute_capabilities") or []):
         path = ("compute_capabilities", index)
-        entry = rows.mapping(path, raw, fields)
+        entry = rows.mapping(path, raw, fields.split(), optional=("min_driver",))
         if entry is None:
             continue
         cc = rows.cc((*path, "compute_capability"), entry.get("compute_capability"), nullable=False)
         arch = rows.text((*path, "architecture"), entry.get("architecture"), nullable=False)
         added = rows.version((*path, "added_in"), entry.get("added_in"))
         removed = rows.version((*path, "removed_in"), entry.get("removed_in"))
+        floor = rows.driver((*path, "min_driver"), entry.get("min_driver"))
         evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if cc and arch:
-            architectures.append(Architecture(cc, arch, added, removed, evidence))
+            architectures.append(Architecture(cc, arch, added, removed, evidence, floor))
     if not compat or not toolkits or not architectures:
         rows.add((), "needs minor_version_compat, toolkits and compute_capabilities")
     return compat, toolkits, architectures
@@ -268,14 +273,14 @@ def _cuda(
 def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
     out: list[GpuModel] = []
     seen: dict[tuple[str, ...], str] = {}
-    fields = ("name", "match", "compute_capability", "class", "architecture", "evidence", "note")
+    fields = "name match compute_capability class architecture evidence note"
     models = doc.data.get("models")
     if not isinstance(models, list) or not models:
         rows.add(("models",), "expected a non-empty list of GPU models")
         return out
     for index, raw in enumerate(models):
         path: YamlPath = ("models", index)
-        entry = rows.mapping(path, raw, fields)
+        entry = rows.mapping(path, raw, fields.split(), optional=("min_driver",))
         if entry is None:
             continue
         name = rows.text((*path, "name"), entry.get("name"), nullable=False)
@@ -283,6 +288,7 @@ def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
         cc = rows.cc((*path, "compute_capability"), entry.get("compute_capability"), nullable=False)
         gpu_class = rows.choice((*path, "class"), entry.get("class"), GPU_CLASSES)
         arch = rows.text((*path, "architecture"), entry.get("architecture"), nullable=False)
+        floor = rows.driver((*path, "min_driver"), entry.get("min_driver"))
         evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if not match:
             rows.add((*path, "match"), "needs at least one name to match")
@@ -291,7 +297,7 @@ def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
                 rows.add((*path, "match"), f"'{' '.join(sequence)}' also matches {seen[sequence]}")
             seen[sequence] = name or "?"
         if name and cc and arch:
-            out.append(GpuModel(name, tuple(match), cc, gpu_class, arch, evidence))
+            out.append(GpuModel(name, tuple(match), cc, gpu_class, arch, evidence, floor))
     return out
 
 

@@ -68,6 +68,7 @@ class Architecture:
     added_in: str | None
     removed_in: str | None
     evidence: str
+    min_driver: str | None = None  # where NVIDIA states the architecture's first driver
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,17 @@ class GpuModel:
     gpu_class: str
     architecture: str
     evidence: str
+    min_driver: str | None = None  # where NVIDIA states a product's own first driver
+
+
+@dataclass(frozen=True)
+class DriveFloor:
+    """The oldest driver that can drive a GPU at all (forward compatibility cannot help
+    below it: it adds newer CUDA libraries, not support for a newer GPU)."""
+
+    driver: str
+    why: str  # where the number comes from, in the user's words
+    inferred: bool  # True when derived from the first CUDA toolkit for the architecture
 
 
 def name_tokens(name: str) -> tuple[str, ...]:
@@ -141,6 +153,27 @@ class Matrix:
             if compute_capability(arch.compute_capability) == wanted:
                 return arch
         return None
+
+    def drive_floor(self, cc: str | None, model: GpuModel | None) -> DriveFloor | None:
+        """The GPU's driver floor: its product's stated minimum, else its architecture's,
+        else the driver of the first CUDA toolkit that builds for its compute capability.
+        None when not known (architectures older than the toolkits the matrix lists)."""
+        if model is not None and model.min_driver:
+            return DriveFloor(model.min_driver, f"NVIDIA's minimum for the {model.name}", False)
+        arch = self.architecture(cc) if cc else None
+        if arch is None:
+            return None
+        if arch.min_driver:
+            why = f"NVIDIA's minimum for {arch.architecture} GPUs"
+            return DriveFloor(arch.min_driver, why, False)
+        first = self.toolkit(arch.added_in) if arch.added_in else None
+        if first is None:
+            return None
+        why = (
+            f"unverified: inferred from CUDA {arch.added_in}, the first CUDA toolkit that "
+            f"builds for compute capability {arch.compute_capability}"
+        )
+        return DriveFloor(first.min_driver, why, True)
 
     def find_gpu(self, name: str) -> GpuModel | None:
         """The model a GPU name refers to (NVML's or a short one); longest match wins."""

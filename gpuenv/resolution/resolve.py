@@ -34,6 +34,8 @@ from gpuenv.common.versions import (
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.explain import (
     SPEC_FIELDS,
+    cannot_drive,
+    drive_reason,
     unresolvable,
     warnings_for,
 )
@@ -43,6 +45,8 @@ from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
+    from gpuenv.resolution.matrix_model import DriveFloor
+
 
 @dataclass(frozen=True)
 class HostGpu:
@@ -51,6 +55,8 @@ class HostGpu:
     gpu: Gpu
     compute_capability: str | None
     gpu_class: str | None  # datacenter | workstation | consumer | embedded | None (unknown)
+    floor: DriveFloor | None = None  # the oldest driver that can drive it, where known
+    architecture: str | None = None
 
     @property
     def name(self) -> str:
@@ -143,14 +149,29 @@ def classify_gpus(host: Host, matrix: Matrix) -> tuple[HostGpu, ...]:
         model = matrix.find_gpu(gpu.name)
         cc = gpu.compute_capability or (model.compute_capability if model else None)
         gpu_class = model.gpu_class if model else _class_from_brand(gpu.brand)
-        out.append(HostGpu(gpu, cc, gpu_class))
+        arch = model.architecture if model else None
+        if arch is None and cc:
+            known = matrix.architecture(cc)
+            arch = known.architecture if known else None
+        out.append(HostGpu(gpu, cc, gpu_class, matrix.drive_floor(cc, model), arch))
     return tuple(out)
+
+
+def undrivable(host: Host, gpus: Sequence[HostGpu]) -> list[HostGpu]:
+    """The GPUs this host's driver is too old to drive at all, whatever the image."""
+    if host.driver is None:
+        return []
+    driver = driver_tuple(host.driver)
+    return [g for g in gpus if g.floor and driver < driver_tuple(g.floor.driver)]
 
 
 def _class_from_brand(brand: str | None) -> str | None:
     if brand is None:
         return None
-    if brand == "tesla":
+    if brand in ("tesla", "nvidia"):
+        # NVML reports H100, A100, GH200 and T4 with the brand NVIDIA; NVIDIA's own
+        # forward-compatibility check (NVIDIA_REQUIRE_CUDA) accepts brand=tesla and
+        # brand=nvidia alike.
         return "datacenter"
     if brand.startswith(("geforce", "titan")):
         return "consumer"
@@ -335,6 +356,8 @@ def evaluate(
     so each distinct combination is checked once.
     """
     spec_checks = _SpecChecks(spec)
+    # A driver that cannot drive a GPU at all rejects every image, before anything else.
+    drive = [Rejection("driver", drive_reason(host, g)) for g in undrivable(host, gpus)]
     host_memo: dict[
         tuple[str | None, str | None, tuple[str, ...], str | None],
         tuple[list[Rejection], str | None, str | None],
@@ -346,7 +369,7 @@ def evaluate(
         host_verdict = host_memo.get(host_key)
         if host_verdict is None:
             driver_rejection, minimum, route = _driver_check(row, matrix, host, gpus)
-            host_rejections = [driver_rejection] if driver_rejection else []
+            host_rejections = [*drive] or ([driver_rejection] if driver_rejection else [])
             host_rejections.extend(_gpu_checks(row, matrix, gpus))
             host_verdict = host_memo[host_key] = (host_rejections, minimum, route)
         rejections, minimum, route = host_verdict
@@ -364,6 +387,11 @@ def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -
     all_gpus = classify_gpus(host, matrix)
     gpus = selected_gpus(spec, all_gpus)
     candidates = evaluate(spec, matrix, host, gpus, rows)
+    stuck = undrivable(host, gpus)
+    if stuck:
+        error = cannot_drive(host, stuck)
+        error.candidates = candidates
+        raise error
     chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
     chosen = chosen or next((c for c in candidates if c.ok), None)
     if chosen is None:
