@@ -88,8 +88,7 @@ class DriveFloor:
     below it: it adds newer CUDA libraries, not support for a newer GPU)."""
 
     driver: str
-    why: str  # where the number comes from, in the user's words
-    inferred: bool  # True when derived from the first CUDA toolkit for the architecture
+    why: str  # where the number comes from, in the user's words ("unverified: ...")
 
 
 def name_tokens(name: str) -> tuple[str, ...]:
@@ -159,13 +158,13 @@ class Matrix:
         else the driver of the first CUDA toolkit that builds for its compute capability.
         None when not known (architectures older than the toolkits the matrix lists)."""
         if model is not None and model.min_driver:
-            return DriveFloor(model.min_driver, f"NVIDIA's minimum for the {model.name}", False)
+            return DriveFloor(model.min_driver, f"NVIDIA's minimum for the {model.name}")
         arch = self.architecture(cc) if cc else None
         if arch is None:
             return None
         if arch.min_driver:
             why = f"NVIDIA's minimum for {arch.architecture} GPUs"
-            return DriveFloor(arch.min_driver, why, False)
+            return DriveFloor(arch.min_driver, why)
         first = self.toolkit(arch.added_in) if arch.added_in else None
         if first is None:
             return None
@@ -173,7 +172,7 @@ class Matrix:
             f"unverified: inferred from CUDA {arch.added_in}, the first CUDA toolkit that "
             f"builds for compute capability {arch.compute_capability}"
         )
-        return DriveFloor(first.min_driver, why, True)
+        return DriveFloor(first.min_driver, why)
 
     def find_gpu(self, name: str) -> GpuModel | None:
         """The model a GPU name refers to (NVML's or a short one); longest match wins."""
