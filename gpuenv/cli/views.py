@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpuenv.cli import ui
+from gpuenv.resolution.explain import evidence_text
 
 if TYPE_CHECKING:
     from gpuenv.resolution.host import Host
@@ -31,7 +32,7 @@ def show_resolution(resolution: Resolution) -> None:
     if row.min_compute_capability:
         requires += f", compute capability ≥ {row.min_compute_capability}"
     ui.detail(f"{requires}; host: {resolution.candidate.driver_route}")
-    ui.detail(f"evidence: {row.evidence} ({row.source})")
+    ui.detail(f"evidence: {evidence_text(row)}")
     for warning in resolution.warnings:
         ui.warn(warning)
 

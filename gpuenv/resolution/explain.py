@@ -39,15 +39,48 @@ def describe_request(spec: Spec) -> str:
     return head + (f" with {' and '.join(extra)}" if extra else "")
 
 
+# Evidence in the user's words: never the research tags of the matrix notes.
+EVIDENCE_WORDS = {
+    "primary": "confirmed by NVIDIA's documents",
+    "secondary": "from image metadata or other public evidence, not NVIDIA's documents",
+    "unverified": "unverified: not confirmed by NVIDIA's documents",
+    "image": "read from the image itself",
+}
+FIELD_WORDS = {
+    "framework_version": "the framework version",
+    "cuda": "the CUDA version",
+    "cudnn": "the cuDNN version",
+    "python": "the Python version",
+    "ubuntu": "the Ubuntu version",
+    "min_driver": "the minimum driver",
+    "forward_compat": "the forward-compatible driver branches",
+    "min_compute_capability": "the minimum compute capability",
+}
+
+
+def evidence_text(row: ImageRow) -> str:
+    """``primary: confirmed by NVIDIA's documents (ngc-pytorch.yaml:546)``."""
+    words = EVIDENCE_WORDS.get(row.evidence, row.evidence)
+    if not words.startswith(row.evidence):
+        words = f"{row.evidence}: {words}"
+    return f"{words} (matrix row {row.source})"
+
+
+def _listed(names: Sequence[str]) -> str:
+    words = [FIELD_WORDS.get(n, n) for n in names]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
 def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list[str]:
     row = chosen.row
     out = []
     relied = [f for f in RELEVANT_FIELDS if f in row.unverified]
     if row.evidence == "unverified" or relied:
-        fields = f" ({', '.join(relied)})" if relied else ""
+        what = _listed(relied) if relied else "its data"
+        verb = "is" if len(relied) <= 1 else "are"
         out.append(
-            f"{row.label} rests on unverified data{fields}: {row.note or 'see ' + row.source}. "
-            "Check the image's release notes before relying on it."
+            f"{row.label}: {what} {verb} unverified (not confirmed by NVIDIA's documents); "
+            "check the image's release notes before relying on it"
         )
     if host.driver is None:
         out.append(

@@ -230,7 +230,11 @@ def test_prefer_keeps_the_locked_image(matrix: Matrix) -> None:
 def test_unverified_rows_warn(matrix: Matrix) -> None:
     resolution = resolve(spec(version="2.3"), matrix, make_host("580.95.05"))
     assert resolution.row.tag == "24.04-py3"
-    assert any("rests on unverified data" in w for w in resolution.warnings)
+    [warning] = [w for w in resolution.warnings if "unverified" in w]
+    assert "the framework version" in warning and "check the image's release notes" in warning
+    # In the user's words: none of the matrix notes' research tags (issue 11, item 5).
+    for tag in ("[S]", "[P]", "(R)", "Table", " era", "Jetson table"):
+        assert tag not in warning
     verified = resolve(
         spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")
     )
