@@ -192,12 +192,41 @@ def _fixes(
         best = min(options, key=distance)  # candidates are newest first: ties go to newer
         parts = [_change_text(spec, best.row, check) for check in changed]
         fixes.append(f"allow {' and '.join(parts)} ({best.row.label}, {best.row.image})")
+    fixes.extend(_version_fixes(spec, candidates))
     if not fixes:
         fixes.append(
             "no image in the matrix runs on this host as described; "
             "`gpuenv resolve --explain` lists every image and why"
         )
     return fixes[:3]
+
+
+def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
+    """When the framework version pin is what nothing satisfies: drop it where no image
+    records a version, else name the nearest versions NVIDIA shipped."""
+    if not spec.version or spec.framework == "none" or not candidates:
+        return []
+    if any(not c.rejected_by("version") for c in candidates):
+        return []
+    label = FRAMEWORK_NAMES[spec.framework]
+    known = [c.row for c in candidates if c.row.framework_version]
+    if not known:
+        return [
+            f"drop the {label} version pin (version: '{spec.version}'): no {label} image in "
+            f"the matrix records its {label} version (`gpuenv matrix {spec.framework}`)"
+        ]
+    anchor = _anchor(spec, "version") or (0, 0)
+    by_series: dict[str, str] = {}
+    for row in known:  # newest first: each series keeps its newest image
+        by_series.setdefault(series(row.framework_version or "0"), row.tag)
+
+    def distance(item: tuple[str, str]) -> int:
+        major, minor = _series_tuple(item[0])
+        return abs((major - anchor[0]) * 1000 + minor - anchor[1])
+
+    nearest = sorted(by_series.items(), key=distance)[:3]
+    shown = ", ".join(f"{version} ({tag})" for version, tag in nearest)
+    return [f"no {label} image has {label} {spec.version}; the nearest NVIDIA shipped: {shown}"]
 
 
 def _change_text(spec: Spec, row: ImageRow, check: str) -> str:

@@ -255,3 +255,32 @@ def test_json_payload(matrix: Matrix) -> None:
     assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
     assert data["framework_version"] == "2.4.0a0+07cecf4168"
     assert (data["cuda"], data["python"], data["min_driver"]) == ("12.4.1", "3.10", "545")
+
+
+def _without_versions(matrix: Matrix, framework: str) -> Matrix:
+    import dataclasses
+
+    images = tuple(
+        dataclasses.replace(r, framework_version=None) if r.framework == framework else r
+        for r in matrix.images
+    )
+    return dataclasses.replace(matrix, images=images)
+
+
+def test_a_version_pin_no_image_records_is_to_be_dropped(matrix: Matrix) -> None:
+    """Issue 11, item 5: the hint names the change that works (not the host)."""
+    unversioned = _without_versions(matrix, "jax")
+    jax = default_spec(".", "jax").with_overrides(version="0.4.30")
+    with pytest.raises(ResolutionError) as refused:
+        resolve(jax, unversioned, make_host(None))
+    hint = refused.value.hint or ""
+    assert "Drop the JAX version pin (version: '0.4.30')" in hint
+    assert "on this host as described" not in hint
+
+
+def test_a_version_no_image_has_names_the_nearest_that_exist(matrix: Matrix) -> None:
+    pinned = default_spec(".", "pytorch").with_overrides(version="1.9")
+    with pytest.raises(ResolutionError) as refused:
+        resolve(pinned, matrix, make_host(None))
+    hint = refused.value.hint or ""
+    assert "no PyTorch image has PyTorch 1.9; the nearest NVIDIA shipped: 1.11 (22.02-py3)" in hint
