@@ -263,3 +263,18 @@ def cannot_drive(host: Host, gpus: Sequence[HostGpu]) -> ResolutionError:
         "CUDA forward compatibility cannot help here: it brings newer CUDA libraries, "
         "not support for a newer GPU",
     )
+
+
+def not_for_jetson(gpus: Sequence[HostGpu]) -> ResolutionError:
+    """Jetson modules have integrated GPUs; the matrix's NGC images are dGPU builds."""
+    names = ", ".join(sorted({g.name for g in gpus}))
+    return ResolutionError(
+        f"NGC dGPU images do not run on Jetson: the {names} is an integrated GPU",
+        [
+            "the images in gpuenv's matrix are built for discrete GPUs (x86_64 and Arm "
+            "servers); Jetson needs NVIDIA's iGPU builds"
+        ],
+        hint="use NVIDIA's Jetson containers (the -igpu tags of NGC images 23.11 to 26.02, "
+        "NVIDIA's multi-arch images after, or nvcr.io/nvidia/l4t-jetpack); gpuenv does not "
+        "resolve those yet",
+    )

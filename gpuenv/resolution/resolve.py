@@ -36,6 +36,7 @@ from gpuenv.resolution.explain import (
     SPEC_FIELDS,
     cannot_drive,
     drive_reason,
+    not_for_jetson,
     unresolvable,
     warnings_for,
 )
@@ -387,6 +388,11 @@ def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -
     all_gpus = classify_gpus(host, matrix)
     gpus = selected_gpus(spec, all_gpus)
     candidates = evaluate(spec, matrix, host, gpus, rows)
+    jetson = [g for g in gpus if g.gpu_class == "embedded"]
+    if jetson:
+        error = not_for_jetson(jetson)
+        error.candidates = candidates
+        raise error
     stuck = undrivable(host, gpus)
     if stuck:
         error = cannot_drive(host, stuck)

@@ -108,3 +108,13 @@ def test_unknown_products_fall_back_to_their_architectures_floor(matrix: Matrix)
     with pytest.raises(ResolutionError, match="cannot drive the NVIDIA Hxyz 96GB") as refused:
         resolve(default_spec(".", "none"), matrix, host)
     assert "(Hopper, compute capability 9.0): it needs R520" in refused.value.explanation[0]
+
+
+@pytest.mark.parametrize("name", ["Jetson AGX Orin", "Jetson T5000"])
+def test_jetson_gets_a_clear_no_instead_of_a_desktop_image(matrix: Matrix, name: str) -> None:
+    host = Host("540.4.0", (Gpu(0, name),), "test")
+    for framework in ("pytorch", "none"):
+        with pytest.raises(ResolutionError) as refused:
+            resolve(default_spec(".", framework), matrix, host)
+        assert refused.value.message.startswith("NGC dGPU images do not run on Jetson")
+        assert "l4t-jetpack" in (refused.value.hint or "")
