@@ -130,6 +130,12 @@ host_options = apply(
             metavar="MODEL",
             help="Plan for a host with this GPU (repeat per GPU), e.g. 'A100' or 'RTX 4090'.",
         ),
+        click.option(
+            "--platform",
+            type=click.Choice(["linux/amd64", "linux/arm64"]),
+            help="Plan for a host of this platform (default: this machine's, unknown for a "
+            "host described with --driver/--gpu).",
+        ),
     ]
 )
 

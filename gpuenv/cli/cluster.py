@@ -27,6 +27,15 @@ target_argument = click.argument(
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
+def _pushed_platform(project: object) -> str | None:
+    """The platform the pushed image was built for (recorded by `gpuenv push`)."""
+    from gpuenv.images.service import Project
+
+    assert isinstance(project, Project)
+    platform = (project.lock.extra.get("pushed") or {}).get("platform")
+    return str(platform) if platform else None
+
+
 def _warn_if_pushed_is_stale(project: object) -> None:
     from gpuenv.cli import ui
     from gpuenv.images.build import pushed_is_stale
@@ -106,6 +115,7 @@ def submit(
         partition=partition,
         nodes=nodes,
         extra=sbatch_args,
+        platform=_pushed_platform(project),
     )
     if dry_run:
         click.echo(script, nl=False)
@@ -176,6 +186,7 @@ def export_kubernetes(
         shm_size=shm_size(project.spec) or DEFAULT_SHM,
         uid=os.getuid(),
         gid=os.getgid(),
+        platform=_pushed_platform(project),
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
 
@@ -205,7 +216,13 @@ def export_compose(
     project = load_project(obj.directory)
     values = exported_environment(project.spec, env, env_files)
     pushed = (project.lock.extra.get("pushed") or {}).get("image")
-    image = pushed or image_for_run(obj.directory, engine(), view_factory(True)).tag
+    platform = _pushed_platform(project)
+    if not pushed:
+        from gpuenv.images.build import engine_platform
+
+        connected = engine()
+        image = image_for_run(obj.directory, connected, view_factory(True)).tag
+        platform = engine_platform(connected)
     request = project.spec.gpus
     devices = list(request.devices) if request.mode == "devices" and gpus is None else []
     manifest = compose_file(
@@ -218,5 +235,6 @@ def export_compose(
         shm_size=shm_size(project.spec) or DEFAULT_SHM,
         uid=os.getuid(),
         gid=os.getgid(),
+        platform=platform,
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)

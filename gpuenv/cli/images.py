@@ -188,8 +188,13 @@ def push(obj: Context, repository: str | None, quiet: bool) -> None:
         repository = parse_reference(str(previous)).repository
     if not quiet:
         ui.step(f"pushing the project image, code baked in, to {repository}")
+    from gpuenv.images.build import engine_platform
+
     view = view_factory(quiet)()
-    project, image = do_push(project, engine(), view, configured_mirror(), repository)
+    connected = engine()
+    project, image = do_push(
+        project, connected, view, configured_mirror(), repository, engine_platform(connected)
+    )
     ui.result(image)
     if not quiet:
         ui.success(

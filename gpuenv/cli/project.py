@@ -32,6 +32,7 @@ def resolve(
     cuda: str | None,
     driver: str | None,
     gpu_models: tuple[str, ...],
+    platform: str | None,
     explain: bool,
     as_json: bool,
 ) -> None:
@@ -56,7 +57,7 @@ def resolve(
 
     spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
     matrix = load_matrix()
-    host = HostPlan(driver, gpu_models).host(matrix)
+    host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
         resolution = do_resolve(spec, matrix, host)
     except ResolutionError as exc:
@@ -98,6 +99,7 @@ def lock(
     obj: Context,
     driver: str | None,
     gpu_models: tuple[str, ...],
+    platform: str | None,
     check_only: bool,
     upgrade: bool,
 ) -> None:
@@ -122,7 +124,7 @@ def lock(
         ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
         return
     update = update_lock(
-        obj.directory, HostPlan(driver, gpu_models), upgrade=upgrade, notify=_notify
+        obj.directory, HostPlan(driver, gpu_models, platform), upgrade=upgrade, notify=_notify
     )
     if update.resolution is None:
         ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
@@ -151,6 +153,7 @@ def init(
     cuda: str | None,
     driver: str | None,
     gpu_models: tuple[str, ...],
+    platform: str | None,
     force: bool,
 ) -> None:
     """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
@@ -171,7 +174,7 @@ def init(
     resolution = init_project(
         obj.directory,
         checked_overrides(framework, version, python, cuda),
-        HostPlan(driver, gpu_models),
+        HostPlan(driver, gpu_models, platform),
         force=force,
         notify=_notify,
     )

@@ -13,6 +13,7 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuenv.common.platforms import UNAME, arch_of
 from gpuenv.common.resources import data_dir
 from gpuenv.errors import UsageError
 from gpuenv.project.spec import WORKSPACE, Spec
@@ -89,8 +90,11 @@ def sbatch_script(
     partition: str | None = None,
     nodes: int | None = None,
     extra: Sequence[str] = (),
+    platform: str | None = None,
 ) -> str:
-    """The sbatch script: its step runs `image` with exactly the GPUs Slurm granted."""
+    """The sbatch script: its step runs `image` with exactly the GPUs Slurm granted, and
+    first checks that the node is of the image's platform (when known)."""
+    check = _platform_check(platform)
     project_dir = spec.project_dir
     if "," in project_dir or ":" in project_dir:
         raise UsageError(
@@ -104,6 +108,7 @@ def sbatch_script(
         return _template("pyxis.sh.in").substitute(
             project=shlex.quote(spec.name),
             directives=directives,
+            platform_check=check,
             image=shlex.quote(f"{registry}#{rest}"),
             mounts=shlex.quote(f"{project_dir}:{WORKSPACE}"),
             exports=exports,
@@ -116,11 +121,27 @@ def sbatch_script(
     return _template("sbatch.sh.in").substitute(
         project=shlex.quote(spec.name),
         directives=directives,
+        platform_check=check,
         image=shlex.quote(image),
         mount=shlex.quote(f"type=bind,source={project_dir},target={WORKSPACE}"),
         shm_size=str(shm_size),
         env=env_args,
         command=quoted,
+    )
+
+
+def _platform_check(platform: str | None) -> str:
+    """Shell lines that end the job with a clear message on a node of another platform
+    (an amd64 image on a GH200 node fails with "exec format error" otherwise)."""
+    if not platform:
+        return ""
+    machine = UNAME[platform]
+    return (
+        f'if [ "$(uname -m)" != {machine} ]; then\n'
+        f'  echo "gpuenv: the image is built for {platform}; this node is $(uname -m):'
+        ' submit to a partition of that platform, or push an image built for it" >&2\n'
+        "  exit 1\n"
+        "fi\n"
     )
 
 
@@ -139,9 +160,11 @@ def kubernetes_job(
     shm_size: int,
     uid: int,
     gid: int,
+    platform: str | None = None,
 ) -> dict[str, Any]:
     """A batch/v1 Job: the image by digest, GPUs as nvidia.com/gpu, /dev/shm sized from the
-    spec, a non-root user, Never restarted, no retries."""
+    spec, a non-root user, Never restarted, no retries; on nodes of the image's platform
+    (kubernetes.io/arch) when it is known."""
     suffix = hashlib.sha256(json.dumps([image, list(command)]).encode()).hexdigest()[:8]
     labels = {"app.kubernetes.io/managed-by": "gpuenv", "io.gpuenv/project": spec.name}
     user = uid if uid != 0 else 1000
@@ -159,31 +182,27 @@ def kubernetes_job(
     }
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    shm = f"{shm_size // 2**20}Mi"
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsUser": user,
+            "runAsGroup": group,
+            "runAsNonRoot": True,
+            "fsGroup": group,
+        },
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
+    }
+    if platform:
+        pod["nodeSelector"] = {"kubernetes.io/arch": arch_of(platform)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": _dns_name(job_name(spec), suffix), "labels": labels},
         "spec": {
             "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "securityContext": {
-                        "runAsUser": user,
-                        "runAsGroup": group,
-                        "runAsNonRoot": True,
-                        "fsGroup": group,
-                    },
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "dshm",
-                            "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size // 2**20}Mi"},
-                        }
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
         },
     }
 
@@ -199,9 +218,10 @@ def compose_file(
     shm_size: int,
     uid: int,
     gid: int,
+    platform: str | None = None,
 ) -> dict[str, Any]:
     """A Compose service; the GPU reservation names a count or device ids, never neither
-    (since Engine 27.3 that means no GPU at all)."""
+    (since Engine 27.3 that means no GPU at all); the image's platform when known."""
     service: dict[str, Any] = {
         "image": image,
         "command": list(command),
@@ -214,6 +234,8 @@ def compose_file(
     }
     if uid != 0:
         service["user"] = f"{uid}:{gid}"
+    if platform:
+        service["platform"] = platform
     if gpus or device_ids:
         device: dict[str, Any] = {"driver": "nvidia", "capabilities": ["gpu"]}
         if device_ids:

@@ -5,7 +5,7 @@ needs, from the stamp when nothing changed (no YAML parsed, nothing rendered).""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,39 @@ def configured_mirror() -> str | None:
         return registry_mirror()[0]
     except InvalidMirror as exc:
         raise UsageError(str(exc)) from None
+
+
+def engine_platform(engine: Engine) -> str | None:
+    """The platform the engine runs containers on: this machine's for a local socket,
+    else what the engine says (one request)."""
+    from gpuenv.common.platforms import platform_of_machine, this_platform
+    from gpuenv.errors import GpuenvError
+
+    if engine.endpoint.startswith("unix://"):
+        return this_platform()
+    try:
+        return platform_of_machine(str(engine.info().get("Architecture") or ""))
+    except GpuenvError:
+        return None
+
+
+def check_platform(image: str, platforms: Sequence[str], engine: Engine) -> None:
+    """Refuse an image that is not built for the engine's platform (it would fail with
+    "exec format error"); nothing when either is unknown."""
+    if not platforms:
+        return
+    here = engine_platform(engine)
+    if here is None or here in platforms:
+        return
+    from gpuenv.errors import ResolutionError
+
+    listed = ", ".join(platforms)
+    raise ResolutionError(
+        f"{image} is built for {listed}, and this engine runs {here} containers",
+        [f"an image for {listed} fails on {here} with 'exec format error'"],
+        hint="resolve for this machine with `gpuenv lock --upgrade` (it picks an image built "
+        f"for {here}), or run where the image runs",
+    )
 
 
 def up_to_date_tag(directory: str, bake: bool, engine: Engine) -> str | None:
@@ -94,6 +127,7 @@ def build_project(
     from gpuenv.project import stamp
 
     project = load_project(directory)
+    check_platform(project.lock.image, project.lock.resolved.get("platforms") or (), engine)
     mirror = configured_mirror()
     result = None
     planned = plan(project, mirror, bake=bake) if project.lock.digest else None
@@ -140,7 +174,9 @@ def image_for_run(directory: str, engine: Engine, view: ViewFactory) -> RunImage
     if known and known.get("project") and engine.has_image(known["tag"]):
         saved = known["project"]
         spec = spec_from_data(saved["spec"], directory, saved["spec_path"])
-        return RunImage(spec, Locked(**saved["locked"]), str(known["tag"]), _accounts(saved))
+        locked = Locked(**saved["locked"])
+        check_platform(locked.image, locked.resolved.get("platforms") or (), engine)
+        return RunImage(spec, locked, str(known["tag"]), _accounts(saved))
 
     from gpuenv.common.files import file_hash
 

@@ -301,10 +301,15 @@ def collect(engine: Engine, rows: Sequence[ImageRow], remove: bool) -> GcOutcome
 
 
 def push(
-    project: Project, engine: Engine, view: View, mirror: str | None, repository: str
+    project: Project,
+    engine: Engine,
+    view: View,
+    mirror: str | None,
+    repository: str,
+    platform: str | None = None,
 ) -> tuple[Project, str]:
-    """Build the project image with the code baked in, push it, record its digest in the
-    lock (`pushed`), and return the image by digest."""
+    """Build the project image with the code baked in, push it, record its digest (and
+    the platform it was built for) in the lock (`pushed`), and return the image by digest."""
     from gpuenv.images.registry import credentials as auth_for
 
     reference = parse_reference(repository)
@@ -328,6 +333,8 @@ def push(
     if digest is None:
         raise PullError(f"the registry did not report a digest for {target}")
     pushed = {"reference": target, "digest": digest, "image": f"{reference.repository}@{digest}"}
+    if platform:
+        pushed["platform"] = platform
     lock = replace(project.lock, extra={**project.lock.extra, "pushed": pushed})
     write_lock(project.lock_path, lock)
     return Project(project.spec, lock, project.lock_path), pushed["image"]

@@ -169,7 +169,7 @@ def _fixes(
         floors = [g.floor.driver for g in gpus if g.floor]
         target = max([best.min_driver or "0", *floors], key=driver_tuple)
         fixes.append(f"upgrade the NVIDIA driver to ≥ {target} ({best.row.label} then fits)")
-    host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu")]
+    host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu", "platform")]
     by_changes: dict[tuple[str, ...], list[Candidate]] = {}
     for candidate in host_ok:
         changed = tuple(r.check for r in candidate.rejections if r.check in SPEC_CHECKS)

@@ -63,12 +63,14 @@ class Host:
     source: str = "none"
     cuda_driver: str | None = None  # the newest CUDA the driver supports (NVML)
     note: str | None = None  # why detection found nothing, for `--explain` and doctor
+    platform: str | None = None  # linux/amd64 | linux/arm64; None when not known
 
     def to_data(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "driver": self.driver,
             "cuda_driver": self.cuda_driver,
+            "platform": self.platform,
             "gpus": [
                 {k: v for k, v in asdict(gpu).items() if v not in (None, [], ())}
                 for gpu in self.gpus
@@ -230,6 +232,10 @@ def detect_nvidia_smi() -> Host | str:
 
 def detect_host() -> Host:
     """This machine, or the one described by GPUENV_HOST_FILE. Never raises for "no GPU"."""
+    from dataclasses import replace
+
+    from gpuenv.common.platforms import this_platform
+
     described = os.environ.get(HOST_FILE_ENV)
     if described:
         return load_host_file(described)
@@ -237,9 +243,9 @@ def detect_host() -> Host:
     for detect in (detect_nvml, detect_nvidia_smi):
         found = detect()
         if isinstance(found, Host):
-            return found
+            return replace(found, platform=this_platform())
         reasons.append(found)
-    return Host(None, (), "none", note="; ".join(reasons))
+    return Host(None, (), "none", note="; ".join(reasons), platform=this_platform())
 
 
 def _check_driver(driver: Any, where: str) -> str | None:
@@ -268,12 +274,13 @@ def load_host_file(path: str) -> Host:
         raise HostError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise HostError(f"{where}: expected a JSON object with 'driver' and 'gpus'")
-    unknown = set(data) - {"driver", "cuda_driver", "gpus", "note"}
+    unknown = set(data) - {"driver", "cuda_driver", "gpus", "note", "platform"}
     if unknown:
         raise HostError(
             f"{where}: unknown keys {', '.join(sorted(unknown))} "
-            "(known: driver, cuda_driver, gpus, note)"
+            "(known: driver, cuda_driver, gpus, note, platform)"
         )
+    platform = check_platform(data.get("platform"), f"{where}: 'platform'")
     driver = _check_driver(data.get("driver"), where)
     raw_gpus = data.get("gpus", [])
     if not isinstance(raw_gpus, list):
@@ -286,7 +293,18 @@ def load_host_file(path: str) -> Host:
         raise HostError(f"{where}: two GPUs have the same index")
     if gpus and driver is None:
         raise HostError(f"{where}: GPUs are listed but no 'driver'")
-    return Host(driver, tuple(gpus), f"file:{path}", data.get("cuda_driver"))
+    return Host(driver, tuple(gpus), f"file:{path}", data.get("cuda_driver"), platform=platform)
+
+
+def check_platform(value: Any, where: str) -> str | None:
+    """A platform gpuenv knows (linux/amd64, linux/arm64), or None when not given."""
+    from gpuenv.common.platforms import PLATFORMS
+
+    if value is None:
+        return None
+    if value not in PLATFORMS:
+        raise HostError(f"{where} {value!r} is not one of {', '.join(PLATFORMS)}")
+    return str(value)
 
 
 _GPU_KEYS = {
@@ -403,10 +421,16 @@ class HostPlan:
 
     driver: str | None = None
     gpu_models: tuple[str, ...] = ()
+    platform: str | None = None  # --platform; a described host's is unknown without it
 
     @property
     def given(self) -> bool:
-        return self.driver is not None or bool(self.gpu_models)
+        return self.driver is not None or bool(self.gpu_models) or self.platform is not None
 
     def host(self, matrix: Matrix) -> Host:
-        return host_for(HostOverride(self.driver, self.gpu_models), matrix)
+        from dataclasses import replace
+
+        host = host_for(HostOverride(self.driver, self.gpu_models), matrix)
+        if self.platform is not None:
+            host = replace(host, platform=check_platform(self.platform, "--platform"))
+        return host

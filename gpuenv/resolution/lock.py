@@ -120,6 +120,7 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
             "ubuntu": row.ubuntu,
             "evidence": row.evidence,
             "unverified": list(row.unverified),
+            "platforms": list(row.platforms),
         },
         requires={
             "min_driver": resolution.candidate.min_driver,
@@ -130,6 +131,7 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
         resolved_for={
             "source": host.source,
             "driver": host.driver,
+            "platform": host.platform,
             "gpus": [
                 {"name": g.name, "compute_capability": g.compute_capability}
                 for g in resolution.gpus
@@ -247,4 +249,7 @@ def recorded_host(lock: Lock) -> Host | None:
             gpus.append(
                 Gpu(index, item["name"], compute_capability=cc if isinstance(cc, str) else None)
             )
-    return Host(driver, tuple(gpus), "lock")
+    platform = record.get("platform")
+    return Host(
+        driver, tuple(gpus), "lock", platform=platform if isinstance(platform, str) else None
+    )

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+# The model is imported from here too (`as` re-exports it), beside load_matrix.
+from gpuenv.common.platforms import PLATFORMS
 from gpuenv.common.resources import data_dir
 from gpuenv.common.versions import (
     InvalidComputeCapability,
@@ -24,10 +26,10 @@ from gpuenv.common.versions import (
 )
 from gpuenv.errors import MatrixError, Problem
 from gpuenv.resolution import cache
-
-# The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
 from gpuenv.resolution.matrix_model import (
+    IMAGE_FIELDS,
+    OPTIONAL_IMAGE_FIELDS,
     Architecture,
     GpuModel,
     Toolkit,
@@ -45,21 +47,6 @@ if TYPE_CHECKING:
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "secondary", "unverified")
 GPU_CLASSES = ("datacenter", "workstation", "consumer", "embedded")
-IMAGE_FIELDS = (
-    "tag",
-    "release",
-    "framework_version",
-    "cuda",
-    "cudnn",
-    "python",
-    "ubuntu",
-    "min_driver",
-    "forward_compat",
-    "min_compute_capability",
-    "evidence",
-    "unverified",
-    "note",
-)
 
 
 def default_matrix_dir() -> str:
@@ -163,7 +150,7 @@ def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
     tags: dict[str, int] = {}
     for index, raw in enumerate(images):
         path: YamlPath = ("images", index)
-        entry = rows.mapping(path, raw, IMAGE_FIELDS)
+        entry = rows.mapping(path, raw, IMAGE_FIELDS, OPTIONAL_IMAGE_FIELDS)
         if entry is None:
             continue
         tag = rows.text((*path, "tag"), entry.get("tag"), nullable=False)
@@ -178,7 +165,7 @@ def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
             release = None
         unverified = rows.text_list((*path, "unverified"), entry.get("unverified", []))
         for name in unverified:
-            if name not in IMAGE_FIELDS:
+            if name not in (*IMAGE_FIELDS, *OPTIONAL_IMAGE_FIELDS):
                 rows.add((*path, "unverified"), f"'{name}' is not a field of an image row")
         forward_compat = tuple(
             d
@@ -210,9 +197,17 @@ def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
                 unverified=unverified,
                 note=rows.text((*path, "note"), entry.get("note")) or "",
                 source=_where(doc, path),
+                platforms=_platforms(rows, path, entry.get("platforms", [])),
             )
         )
     return out
+
+
+def _platforms(rows: _Rows, path: YamlPath, value: Any) -> tuple[str, ...]:
+    listed = rows.text_list((*path, "platforms"), value)
+    for bad in (p for p in listed if p not in PLATFORMS):
+        rows.add((*path, "platforms"), f"'{bad}' is not one of {', '.join(PLATFORMS)}")
+    return tuple(p for p in listed if p in PLATFORMS)
 
 
 def _where(doc: YamlDocument, path: YamlPath) -> str:

@@ -15,6 +15,26 @@ from gpuenv.resolution import cache
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
 
 
+# The fields of an image row in a matrix file (every one present, null when unknown).
+IMAGE_FIELDS = (
+    "tag",
+    "release",
+    "framework_version",
+    "cuda",
+    "cudnn",
+    "python",
+    "ubuntu",
+    "min_driver",
+    "forward_compat",
+    "min_compute_capability",
+    "evidence",
+    "unverified",
+    "note",
+)
+# Fields a row may leave out (older files, rows whose value nobody knows).
+OPTIONAL_IMAGE_FIELDS = ("platforms",)
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One container image and what it needs from a host."""
@@ -36,6 +56,7 @@ class ImageRow:
     unverified: tuple[str, ...]
     note: str
     source: str
+    platforms: tuple[str, ...] = ()  # linux/amd64, linux/arm64; () when not known
 
     @property
     def image(self) -> str:

@@ -158,6 +158,11 @@ def classify_gpus(host: Host, matrix: Matrix) -> tuple[HostGpu, ...]:
     return tuple(out)
 
 
+def platform_fits(platforms: Sequence[str], platform: str | None) -> bool:
+    """Whether an image built for `platforms` runs on `platform` (unknown either: yes)."""
+    return not platforms or platform is None or platform in platforms
+
+
 def undrivable(host: Host, gpus: Sequence[HostGpu]) -> list[HostGpu]:
     """The GPUs this host's driver is too old to drive at all, whatever the image."""
     if host.driver is None:
@@ -360,18 +365,29 @@ def evaluate(
     # A driver that cannot drive a GPU at all rejects every image, before anything else.
     drive = [Rejection("driver", drive_reason(host, g)) for g in undrivable(host, gpus)]
     host_memo: dict[
-        tuple[str | None, str | None, tuple[str, ...], str | None],
+        tuple[str | None, str | None, tuple[str, ...], str | None, tuple[str, ...]],
         tuple[list[Rejection], str | None, str | None],
     ] = {}
     out = []
     for row in rows:
         spec_rejections = spec_checks(row)
-        host_key = (row.cuda, row.min_driver, row.forward_compat, row.min_compute_capability)
+        host_key = (
+            row.cuda,
+            row.min_driver,
+            row.forward_compat,
+            row.min_compute_capability,
+            row.platforms,
+        )
         host_verdict = host_memo.get(host_key)
         if host_verdict is None:
             driver_rejection, minimum, route = _driver_check(row, matrix, host, gpus)
             host_rejections = [*drive] or ([driver_rejection] if driver_rejection else [])
             host_rejections.extend(_gpu_checks(row, matrix, gpus))
+            if not platform_fits(row.platforms, host.platform):
+                listed = ", ".join(row.platforms)
+                host_rejections.append(
+                    Rejection("platform", f"is built for {listed}; this host is {host.platform}")
+                )
             host_verdict = host_memo[host_key] = (host_rejections, minimum, route)
         rejections, minimum, route = host_verdict
         out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route))

@@ -140,3 +140,89 @@ def test_compose_without_gpus_has_no_reservation() -> None:
         spec("none"), IMAGE, ["true"], {}, gpus=0, device_ids=[], shm_size=2**30, uid=0, gid=0
     )["services"]["demo"]
     assert "deploy" not in service and "user" not in service
+
+
+@pytest.mark.parametrize(
+    ("platform", "machine"), [("linux/arm64", "aarch64"), ("linux/amd64", "x86_64")]
+)
+@pytest.mark.parametrize("launcher", ["docker", "pyxis"])
+def test_the_job_checks_the_nodes_platform_first(
+    launcher: str, platform: str, machine: str
+) -> None:
+    """An amd64 image on a GH200 node fails with "exec format error" otherwise."""
+    script = sbatch_script(
+        spec(),
+        IMAGE,
+        ["true"],
+        {},
+        gpus=1,
+        output_dir="/x",
+        shm_size=1,
+        launcher=launcher,
+        platform=platform,
+    )
+    check = script.index('if [ "$(uname -m)" != ' + machine + " ]")
+    assert check < script.index("exec ")
+    assert f"the image is built for {platform}" in script
+    unknown = sbatch_script(
+        spec(), IMAGE, ["true"], {}, gpus=1, output_dir="/x", shm_size=1, launcher=launcher
+    )
+    assert "uname -m" not in unknown
+
+
+def test_the_node_platform_check_runs_in_a_shell(tmp_path: Path) -> None:
+    """The generated check itself, run by bash with a stand-in uname."""
+    import subprocess
+
+    from gpuenv.cluster.slurm import _platform_check
+
+    fake = tmp_path / "uname"
+    fake.write_text("#!/bin/sh\necho aarch64\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    refused = subprocess.run(
+        ["bash", "-c", _platform_check("linux/amd64") + "echo ran"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1 and "ran" not in refused.stdout
+    assert "built for linux/amd64; this node is aarch64" in refused.stderr
+    allowed = subprocess.run(
+        ["bash", "-c", _platform_check("linux/arm64") + "echo ran"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert allowed.returncode == 0 and allowed.stdout == "ran\n"
+
+
+def test_kubernetes_and_compose_name_the_images_platform() -> None:
+    manifest = kubernetes_job(
+        spec(),
+        IMAGE,
+        ["true"],
+        {},
+        gpus=1,
+        shm_size=2**30,
+        uid=1234,
+        gid=1234,
+        platform="linux/arm64",
+    )
+    kubernetes_validate.validate(manifest, "1.29", strict=True)
+    assert manifest["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
+    unknown = kubernetes_job(spec(), IMAGE, ["true"], {}, gpus=1, shm_size=2**30, uid=1, gid=1)
+    assert "nodeSelector" not in unknown["spec"]["template"]["spec"]
+    service = compose_file(
+        spec(),
+        IMAGE,
+        ["true"],
+        {},
+        gpus=1,
+        device_ids=[],
+        shm_size=1,
+        uid=1,
+        gid=1,
+        platform="linux/amd64",
+    )["services"]["demo"]
+    assert service["platform"] == "linux/amd64"
