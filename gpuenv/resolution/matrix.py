@@ -306,7 +306,8 @@ def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> M
     directory = directory or default_matrix_dir()
     sources = matrix_sources(directory)
     extra = overlay.read_source() if with_overlay else None
-    key = cache.digest([*_code_sources(), *((s.name, s.data) for s in [*sources, *_as(extra)])])
+    named = [*((s.name, s.data) for s in sources), *overlay.key_parts(extra)]
+    key = cache.digest([*_code_sources(), *named])
     stored = cache.load("matrix", key)
     if stored is not None:
         try:
@@ -316,10 +317,6 @@ def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> M
     matrix = overlay.apply(validate_matrix(directory, sources), extra)
     cache.store("matrix", key, matrix_to_data(matrix))
     return matrix
-
-
-def _as(extra: tuple[str, bytes] | None) -> list[Source]:
-    return [Source(*extra)] if extra else []
 
 
 class Source(NamedTuple):

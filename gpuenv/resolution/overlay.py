@@ -137,6 +137,11 @@ def read_source(path: str | None = None) -> tuple[str, bytes] | None:
         raise _broken([problem], path) from None
 
 
+def key_parts(source: tuple[str, bytes] | None) -> list[tuple[str, bytes]]:
+    """What the overlay adds to the matrix cache's key: its bytes, when there is one."""
+    return [(f"overlay:{FILENAME}", source[1])] if source else []
+
+
 def _broken(problems: list[Problem], path: str) -> MatrixError:
     return MatrixError(
         problems,
@@ -353,7 +358,7 @@ def disagreements(matrix: Matrix, rows: Sequence[OverlayRow]) -> list[Disagreeme
     out = []
     for found in rows:
         row = by_image.get((found.repository, found.tag))
-        if row is None or row.evidence == "image":
+        if row is None or origin(row) == "image":
             continue
         pairs = [(name, getattr(row, name), getattr(found, name)) for name in MERGED_FIELDS]
         if found.forward_compat is not None:

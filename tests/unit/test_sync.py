@@ -150,6 +150,21 @@ def test_merge_adds_a_new_tag_with_evidence_image(matrix: Matrix) -> None:
     assert "linux/arm64" in row.note
     assert merged.images_for("pytorch")[0] is row  # the newest release sorts first
     assert merged.version != matrix.version
+    assert all(r.source for r in merged.images)  # every row names where it came from
+
+
+def test_the_overlay_lives_where_platformdirs_puts_user_data(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import platformdirs
+
+    monkeypatch.delenv("GPUENV_DATA_DIR")
+    for base in (str(tmp_path), "relative/is/ignored", ""):
+        monkeypatch.setenv("XDG_DATA_HOME", base)
+        expected = os.path.join(
+            platformdirs.user_data_dir("gpuenv", appauthor=False), "matrix-overlay.yaml"
+        )
+        assert overlay.overlay_path() == expected
 
 
 def test_merge_fills_unknown_fields_and_never_overwrites(matrix: Matrix) -> None:
