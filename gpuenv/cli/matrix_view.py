@@ -26,8 +26,11 @@ def _evidence(level: str, unverified: tuple[str, ...] = ()) -> str:
     return text
 
 
-def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table]:
+def _images(
+    matrix: Matrix, framework: str, overlay: Sequence[OverlayRow]
+) -> tuple[list[dict[str, Any]], Table]:
     rows = matrix.images_for(framework)
+    platforms = {(found.repository, found.tag): list(found.platforms) for found in overlay}
     table = Table(
         title=f"NGC {FRAMEWORK_NAMES[framework]} images ({len(rows)})", title_justify="left"
     )
@@ -59,7 +62,16 @@ def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table
             _evidence(row.evidence, row.unverified),
             origin(row),
         )
-    return [dict(asdict(row), image=row.image, origin=origin(row)) for row in rows], table
+    data = [
+        dict(
+            asdict(row),
+            image=row.image,
+            origin=origin(row),
+            platforms=platforms.get((row.repository, row.tag)),
+        )
+        for row in rows
+    ]
+    return data, table
 
 
 def _cuda(matrix: Matrix) -> tuple[dict[str, Any], list[Table]]:
@@ -165,7 +177,7 @@ def show_matrix(
             for item in tables:
                 ui.out.print(item)
         return
-    payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table)
+    payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay)
     if as_json:
         ui.data(payload)
     else:

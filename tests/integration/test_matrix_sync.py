@@ -174,6 +174,7 @@ def test_sync_adds_the_newer_tag_and_resolve_picks_it(
     by_tag = {row["tag"]: row for row in rows}
     assert by_tag["26.11-py3"]["origin"] == "image"
     assert by_tag["25.10-py3"]["origin"] == "shipped + image"
+    assert by_tag["25.10-py3"]["platforms"] == ["linux/amd64", "linux/arm64"]
     assert by_tag["25.10-py3"]["source"].endswith(f"image nvcr.io/nvidia/pytorch@{multi_platform}")
     assert "image rows:" in _gpuenv(user_env, "matrix").stdout
     assert _gpuenv(user_env, "check").returncode != 6  # shipped + overlay validate
