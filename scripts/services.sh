@@ -31,6 +31,9 @@ ENV_FILE=.cache/services.env
 # Tags of the matrix that get a stand-in image in the registry.
 STANDIN_TAGS=(24.05-py3 24.04-py3)
 STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
+# Stand-ins for `gpuenv matrix sync`: configs carrying NGC's own metadata (never run).
+SYNC_STANDIN_TAGS=(25.10-py3 26.11-py3)
+SYNC_STANDIN_VERSION=1  # bump when sync_standin_env changes
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -155,6 +158,60 @@ DOCKERFILE
   done
 }
 
+# The environment and labels of an NGC image's config, as `docker inspect` shows them.
+sync_standin_env() {  # sync_standin_env TAG: Dockerfile lines
+  case "$1" in
+    25.10-py3)
+      # nvcr.io/nvidia/pytorch:25.10-py3 as published: its image history (the arm64
+      # variant, reconstructed into a Dockerfile in a public repository) sets CUDA_VERSION
+      # 13.0.2.006, CUDA_DRIVER_VERSION 580.95.05, NVIDIA_REQUIRE_CUDA cuda>=9.0,
+      # NCCL_VERSION 2.27.7, CUDNN_VERSION 9.14.0.64, PYTORCH_BUILD_VERSION 2.9.0a0+145a3a7,
+      # NVIDIA_PYTORCH_VERSION 25.10 and keeps Ubuntu's labels (24.04). CUDA_ARCH_LIST
+      # is the amd64 one of a CUDA 13.0.2.006 NGC environment dump (the arm64 build lists
+      # 8.0 8.6 9.0 10.0 11.0 12.0); Triton 25.10 notes: compute capability 7.5 and later.
+      cat <<'ENVS'
+ENV CUDA_VERSION=13.0.2.006 CUDA_DRIVER_VERSION=580.95.05 NVIDIA_REQUIRE_CUDA="cuda>=9.0"
+ENV NCCL_VERSION=2.27.7 CUDNN_VERSION=9.14.0.64 CUDA_ARCH_LIST="7.5 8.0 8.6 9.0 10.0 12.0"
+ENV NVIDIA_PRODUCT_NAME=PyTorch PYTORCH_BUILD_VERSION=2.9.0a0+145a3a7 PYTORCH_VERSION=2.9.0a0+145a3a7 PYTORCH_BUILD_NUMBER=0 NVIDIA_PYTORCH_VERSION=25.10
+LABEL org.opencontainers.image.ref.name=ubuntu org.opencontainers.image.version=24.04 com.nvidia.pytorch.version=2.9.0a0+145a3a7
+ENVS
+      ;;
+    26.11-py3)
+      # A release newer than the shipped matrix. No public metadata of a 26.11 image
+      # exists yet: the variables are NGC's (as above); CUDA 13.4.3.001 and compute
+      # capability 7.5+ are those of 26.10 (Triton rel-26-10 notes); the PyTorch
+      # version is marked as a stand-in's. No cuDNN/NCCL/driver values are invented.
+      cat <<'ENVS'
+ENV CUDA_VERSION=13.4.3.001 NVIDIA_REQUIRE_CUDA="cuda>=9.0" CUDA_ARCH_LIST="7.5 8.0 8.6 9.0 10.0 11.0 12.0"
+ENV NVIDIA_PRODUCT_NAME=PyTorch PYTORCH_BUILD_VERSION=2.15.0a0+standin PYTORCH_VERSION=2.15.0a0+standin PYTORCH_BUILD_NUMBER=0 NVIDIA_PYTORCH_VERSION=26.11
+LABEL org.opencontainers.image.ref.name=ubuntu org.opencontainers.image.version=24.04
+ENVS
+      ;;
+  esac
+}
+
+sync_standin_images() {
+  local docker=(docker -H "unix://$RUN/gpu.sock") tag
+  for tag in "${SYNC_STANDIN_TAGS[@]}"; do
+    local ref="$REGISTRY/nvidia/pytorch:$tag" version context
+    version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.sync-stand-in-version"}}' \
+      "$ref" 2>/dev/null || true)
+    if [ "$version" != "$SYNC_STANDIN_VERSION" ]; then
+      log "building the metadata stand-in for nvcr.io/nvidia/pytorch:$tag"
+      context=$(mktemp -d)
+      {
+        echo "FROM gpuenv-test/busybox:1"
+        sync_standin_env "$tag"
+        echo "LABEL io.gpuenv.stand-in=\"nvcr.io/nvidia/pytorch:$tag\" io.gpuenv.sync-stand-in-version=\"$SYNC_STANDIN_VERSION\""
+      } >"$context/Dockerfile"
+      "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
+        die "building the stand-in $ref failed"
+      rm -rf "$context"
+    fi
+    "${docker[@]}" push -q "$ref" >/dev/null
+  done
+}
+
 forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
   # namespace LAUNCHER runs in (this one when none), to the registry's socket
   local name=$1 pidfile="$RUN/$1.pid"
@@ -223,6 +280,7 @@ up() {
   dockerd_up nogpu no
   registry_reachable
   standin_images
+  sync_standin_images
   slurm_up
   # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
   scancel --user=gpuenv-tester 2>/dev/null || true
@@ -234,6 +292,7 @@ GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
 GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
+GPUENV_TEST_SYNC_STANDIN_TAGS="${SYNC_STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
 GPUENV_TEST_USER_PYTHON=$STATE/tester-venv/bin/python
 ENV

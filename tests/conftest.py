@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +15,13 @@ MATRICES = os.path.join(REPO, "matrices")
 
 @pytest.fixture(scope="session")
 def matrix() -> Matrix:
-    return load_matrix(MATRICES)
+    return load_matrix(MATRICES, with_overlay=False)
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never see the developer's host file or matrix override."""
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests never see the developer's host file, matrix override or matrix overlay."""
+    monkeypatch.setenv("GPUENV_DATA_DIR", str(tmp_path / "gpuenv-data"))
     monkeypatch.delenv("GPUENV_HOST_FILE", raising=False)
     monkeypatch.delenv("GPUENV_MATRIX_DIR", raising=False)
     monkeypatch.delenv("GPUENV_DEBUG", raising=False)

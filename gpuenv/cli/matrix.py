@@ -1,27 +1,123 @@
-"""gpuenv matrix: the compatibility data gpuenv resolves against."""
+"""gpuenv matrix: the compatibility data gpuenv resolves against, and `matrix sync`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
+TABLES = ("pytorch", "tensorflow", "jax", "none", "cuda", "gpus")
 
-@click.command()
-@click.argument(
-    "table",
-    required=False,
-    type=click.Choice(["pytorch", "tensorflow", "jax", "none", "cuda", "gpus"]),
+
+class _TableOrCommand(click.Group):
+    """`gpuenv matrix [TABLE]` shows a table, `gpuenv matrix sync` is a subcommand: the
+    first word that is not an option is taken as the TABLE when it names one."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        words = [arg for arg in args if not arg.startswith("-")]
+        if words and words[0] in TABLES:
+            args = list(args)
+            args.remove(words[0])
+            ctx.meta["gpuenv.matrix.table"] = words[0]
+        return super().parse_args(ctx, args)
+
+
+@click.group(
+    cls=_TableOrCommand,
+    invoke_without_command=True,
+    subcommand_metavar=f"[{'|'.join(TABLES)}] | sync [REPOSITORY]...",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
-def matrix(table: str | None, as_json: bool) -> None:
+@click.pass_context
+def matrix(ctx: click.Context, as_json: bool) -> None:
     """Show the compatibility matrix gpuenv resolves against.
 
     \b
-    gpuenv matrix             what the matrix holds
+    gpuenv matrix             what the matrix holds, and where its rows came from
     gpuenv matrix pytorch     NGC PyTorch images (also tensorflow, jax, none)
     gpuenv matrix cuda        CUDA toolkits, driver floors, compute capabilities
     gpuenv matrix gpus        GPU models, compute capability and class
+    gpuenv matrix sync        add what NGC images say about themselves (registry)
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from gpuenv.cli.matrix_view import show_matrix
+    from gpuenv.resolution import overlay
     from gpuenv.resolution.matrix import load_matrix
 
-    show_matrix(load_matrix(), table, as_json)
+    loaded = load_matrix()
+    source = overlay.read_source()
+    rows = overlay.parse_rows(source[1], source[0]) if source else ()
+    show_matrix(loaded, ctx.meta.get("gpuenv.matrix.table"), as_json, rows)
+
+
+@matrix.command()
+@click.argument("repositories", nargs=-1, metavar="[REPOSITORY]...")
+@click.option(
+    "--registry",
+    metavar="HOST[:PORT]",
+    help="Read this registry (a mirror of nvcr.io) instead of GPUENV_REGISTRY_MIRROR or nvcr.io.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was found as one JSON object.")
+def sync(repositories: tuple[str, ...], registry: str | None, as_json: bool) -> None:
+    """Derive matrix rows from NGC images' own metadata, into your overlay.
+
+    Reads each tag's manifest (or index) and config from the registry, never a layer.
+    New tags are added (evidence "image"), unknown fields of shipped rows are filled, and
+    where an image contradicts the shipped matrix the matrix value is kept and the
+    disagreement reported. REPOSITORY: e.g. pytorch or nvidia/pytorch (default: all).
+
+    \b
+    Examples:
+      gpuenv matrix sync
+      gpuenv matrix sync pytorch --registry mirror.example:5000 --json
+    """
+    import datetime
+
+    from gpuenv.cli import ui
+    from gpuenv.cli.matrix_view import show_sync
+    from gpuenv.engine.distribution import DistributionClient
+    from gpuenv.errors import MatrixError
+    from gpuenv.images import registry as images_registry
+    from gpuenv.resolution import overlay
+    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.sync import repositories_of
+    from gpuenv.resolution.sync import sync as do_sync
+
+    try:
+        host = (
+            images_registry.check_mirror(registry)
+            if registry
+            else images_registry.registry_mirror()[0] or images_registry.NGC_REGISTRY
+        )
+    except images_registry.InvalidMirror as exc:
+        raise click.BadParameter(str(exc), param_hint="--registry") from None
+    scheme = "http" if registry and registry.startswith("http://") else None
+    client = DistributionClient(
+        host, images_registry.credentials(f"{host}/nvidia/pytorch"), scheme=scheme
+    )
+    shipped = load_matrix(with_overlay=False)
+    path = overlay.overlay_path()
+    previous: tuple[overlay.OverlayRow, ...] = ()
+    source = overlay.read_source(path)
+    if source:
+        try:
+            previous = overlay.parse_rows(source[1], path)
+        except MatrixError as exc:  # a damaged overlay is rewritten, not fatal here
+            ui.warn(f"the overlay {path} is damaged and is rewritten ({exc})")
+    repos = repositories_of(shipped, repositories)
+    ui.step(f"reading {', '.join(repos)} from {host}")
+    report = do_sync(client, shipped, repos, previous, _progress(ui))
+    synced = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    overlay.write(path, overlay.overlay_text(host, synced, report.rows))
+    show_sync(report, path, as_json)
+
+
+def _progress(ui: Any) -> Any:
+    """Progress on stderr: a line for a repository's first tag, every 50th and its last."""
+
+    def progress(done: int, total: int, image: str) -> None:
+        if done == 1 or done == total or done % 50 == 0:
+            ui.info(f"  [{done}/{total}] {image}")
+
+    return progress

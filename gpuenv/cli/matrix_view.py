@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from gpuenv.cli import ui
 from gpuenv.resolution.matrix import FRAMEWORK_NAMES, Matrix
+from gpuenv.resolution.overlay import OverlayRow, disagreements, origin, overlay_path
 
-EVIDENCE_STYLE = {"primary": "green", "secondary": "yellow", "unverified": "red"}
+if TYPE_CHECKING:
+    from gpuenv.resolution.sync import SyncReport
+
+EVIDENCE_STYLE = {"primary": "green", "image": "cyan", "secondary": "yellow", "unverified": "red"}
 
 
 def _evidence(level: str, unverified: tuple[str, ...] = ()) -> str:
@@ -20,8 +26,11 @@ def _evidence(level: str, unverified: tuple[str, ...] = ()) -> str:
     return text
 
 
-def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table]:
+def _images(
+    matrix: Matrix, framework: str, overlay: Sequence[OverlayRow]
+) -> tuple[list[dict[str, Any]], Table]:
     rows = matrix.images_for(framework)
+    platforms = {(found.repository, found.tag): list(found.platforms) for found in overlay}
     table = Table(
         title=f"NGC {FRAMEWORK_NAMES[framework]} images ({len(rows)})", title_justify="left"
     )
@@ -36,6 +45,7 @@ def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table
         "DC compat",
         "CC ≥",
         "evidence",
+        "from",
     ):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -50,8 +60,18 @@ def _images(matrix: Matrix, framework: str) -> tuple[list[dict[str, Any]], Table
             ", ".join(row.forward_compat) or "-",
             row.min_compute_capability or "?",
             _evidence(row.evidence, row.unverified),
+            origin(row),
         )
-    return [dict(asdict(row), image=row.image) for row in rows], table
+    data = [
+        dict(
+            asdict(row),
+            image=row.image,
+            origin=origin(row),
+            platforms=platforms.get((row.repository, row.tag)),
+        )
+        for row in rows
+    ]
+    return data, table
 
 
 def _cuda(matrix: Matrix) -> tuple[dict[str, Any], list[Table]]:
@@ -114,15 +134,22 @@ def _gpus(matrix: Matrix) -> tuple[list[dict[str, Any]], Table]:
     return data, table
 
 
-def show_matrix(matrix: Matrix, table: str | None, as_json: bool) -> None:
+def show_matrix(
+    matrix: Matrix, table: str | None, as_json: bool, overlay: Sequence[OverlayRow] = ()
+) -> None:
     if table is None:
         counts = {fw: len(matrix.images_for(fw)) for fw in FRAMEWORK_NAMES}
+        origins = Counter(origin(row) for row in matrix.images)
+        conflicts = disagreements(matrix, overlay)
         if as_json:
             ui.data(
                 {
                     "version": matrix.version,
                     "directory": matrix.directory,
                     "images": counts,
+                    "origins": dict(origins),
+                    "disagreements": [str(d) for d in conflicts],
+                    "overlay": overlay_path() if overlay else None,
                     "toolkits": len(matrix.toolkits),
                     "gpus": len(matrix.gpus),
                 }
@@ -139,6 +166,8 @@ def show_matrix(matrix: Matrix, table: str | None, as_json: bool) -> None:
         ui.out.print(
             f"  {'gpus':<11} {len(matrix.gpus):>3} models   gpuenv matrix gpus", markup=False
         )
+        if overlay:
+            _origins(origins, conflicts)
         return
     if table == "cuda":
         data, tables = _cuda(matrix)
@@ -148,8 +177,33 @@ def show_matrix(matrix: Matrix, table: str | None, as_json: bool) -> None:
             for item in tables:
                 ui.out.print(item)
         return
-    payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table)
+    payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay)
     if as_json:
         ui.data(payload)
     else:
         ui.out.print(rendered)
+
+
+def _origins(origins: Counter[str], conflicts: Sequence[object]) -> None:
+    shown = ", ".join(f"{count} {name}" for name, count in sorted(origins.items()))
+    ui.out.print(f"image rows: {shown} (overlay {overlay_path()})", markup=False)
+    for conflict in conflicts:
+        ui.out.print(f"  disagrees: {conflict}", markup=False)
+
+
+def show_sync(report: SyncReport, path: str, as_json: bool) -> None:
+    """What `gpuenv matrix sync` found: one JSON object, or lines for people."""
+    if as_json:
+        ui.data({**report.to_data(), "overlay": path})
+        return
+    ui.success(
+        f"{len(report.rows)} images in {path} ({report.read} read, {report.reused} unchanged)"
+    )
+    for image in report.added:
+        ui.info(f"  new: {image}")
+    for image, names in report.filled.items():
+        ui.info(f"  filled: {image}: {', '.join(names)}")
+    for conflict in report.disagreements:
+        ui.warn(f"disagrees: {conflict}")
+    for skipped in report.skipped:
+        ui.info(f"  skipped: {skipped}")

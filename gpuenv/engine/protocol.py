@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuenv.errors import PullError
+
 Event = dict[str, Any]
 
 
@@ -128,3 +130,34 @@ class ContainerEngine(Protocol):
 
 class Engine(ImageEngine, ContainerEngine, Protocol):
     """A whole engine: images and containers."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest or index as a registry serves it: its media type, its digest
+    (Docker-Content-Digest) and the JSON document."""
+
+    media_type: str
+    digest: str
+    document: dict[str, Any]
+
+
+class UnknownRepository(PullError):
+    """The registry does not have the repository (a 404 on its tags)."""
+
+
+class RegistryReader(Protocol):
+    """What `gpuenv matrix sync` reads of a registry (the Distribution API): tags,
+    manifests and config blobs, never a layer. Failures are PullError."""
+
+    def tags(self, repository: str) -> list[str]:
+        """Every tag of `repository` (``nvidia/pytorch``), all pages."""
+        ...
+
+    def manifest(self, repository: str, reference: str) -> Manifest:
+        """The manifest or index of a tag or digest (OCI and Docker media types)."""
+        ...
+
+    def blob(self, repository: str, digest: str) -> dict[str, Any]:
+        """A JSON blob (an image config), checked against its digest."""
+        ...

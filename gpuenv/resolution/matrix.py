@@ -25,7 +25,9 @@ from gpuenv.common.versions import (
     is_version,
 )
 from gpuenv.errors import MatrixError, Problem
-from gpuenv.resolution import cache
+from gpuenv.resolution import cache, overlay
+
+# The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
 from gpuenv.resolution.matrix_model import (
     IMAGE_FIELDS,
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from gpuenv.common.yamlfile import YamlDocument
 
 SCHEMA = 1
-EVIDENCE_LEVELS = ("primary", "secondary", "unverified")
+EVIDENCE_LEVELS = ("primary", "image", "secondary", "unverified")
 GPU_CLASSES = ("datacenter", "workstation", "consumer", "embedded")
 
 
@@ -296,8 +298,9 @@ def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
     return out
 
 
-def load_matrix(directory: str | None = None) -> Matrix:
-    """Load and validate every matrices/*.yaml; raise MatrixError listing all problems.
+def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> Matrix:
+    """Load and validate every matrices/*.yaml, and the user's overlay over them (see
+    `overlay`); raise MatrixError listing all problems.
 
     A matrix validated before comes from the user cache (see `cache`), keyed by the
     files' names and bytes and the code that validates them; only valid matrices are
@@ -305,14 +308,16 @@ def load_matrix(directory: str | None = None) -> Matrix:
     """
     directory = directory or default_matrix_dir()
     sources = matrix_sources(directory)
-    key = cache.digest([*_code_sources(), *((s.name, s.data) for s in sources)])
+    extra = overlay.read_source() if with_overlay else None
+    named = [*((s.name, s.data) for s in sources), *overlay.key_parts(extra)]
+    key = cache.digest([*_code_sources(), *named])
     stored = cache.load("matrix", key)
     if stored is not None:
         try:
             return matrix_from_data(stored, directory)
         except (TypeError, ValueError):
             pass
-    matrix = validate_matrix(directory, sources)
+    matrix = overlay.apply(validate_matrix(directory, sources), extra)
     cache.store("matrix", key, matrix_to_data(matrix))
     return matrix
 
@@ -356,6 +361,7 @@ _CODE = (
     "resolution/matrix.py",
     "resolution/matrix_model.py",
     "resolution/cache.py",
+    "resolution/overlay.py",
     "common/versions.py",
     "common/yamlfile.py",
 )
