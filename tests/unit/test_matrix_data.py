@@ -1,0 +1,204 @@
+"""The matrix data against NVIDIA's documents: one case per corrected or added value.
+
+Each case names the source of its expected value (matrix-audit.md in shared/reference
+lists them; [P] an NVIDIA document, [S] image metadata). Every assertion goes through
+`load_matrix()`, the loader gpuenv itself uses.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuenv.common.versions import parse_version
+from gpuenv.resolution.matrix import ImageRow, Matrix, load_matrix
+
+REPOSITORIES = {
+    "pytorch": "nvcr.io/nvidia/pytorch",
+    "tensorflow": "nvcr.io/nvidia/tensorflow",
+    "jax": "nvcr.io/nvidia/jax",
+    "cuda": "nvcr.io/nvidia/cuda",
+}
+TAG_SUFFIX = {"pytorch": "-py3", "tensorflow": "-tf2-py3", "jax": "-py3", "cuda": ""}
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Matrix:
+    return load_matrix()
+
+
+def image(matrix: Matrix, framework: str, release: str) -> ImageRow:
+    wanted = f"{REPOSITORIES[framework]}:{release}{TAG_SUFFIX[framework]}"
+    rows = [row for row in matrix.images if row.image == wanted]
+    assert rows, f"no row for {wanted}"
+    return rows[0]
+
+
+def value(row: ImageRow, field: str) -> object:
+    got = getattr(row, field)
+    return list(got) if isinstance(got, tuple) else got
+
+
+NO545 = ["470.57", "525.85", "535.86"]
+R130 = ["535", "550", "565", "570", "575"]  # nvidia/cuda 13.0.2 NVIDIA_REQUIRE_CUDA [S]
+R131 = ["535", "550", "570", "575", "580"]  # nvidia/cuda 13.1.1 NVIDIA_REQUIRE_CUDA [S]
+R132 = ["535", "570", "580", "590"]  # nvidia/cuda 13.2.0/13.2.1 NVIDIA_REQUIRE_CUDA [S]
+
+# (framework, release, field, expected, source)
+IMAGE_CASES = [
+    # 1. forward compatibility
+    (
+        "pytorch",
+        "24.01",
+        "forward_compat",
+        ["470.57", "525.85", "535.86", "545.23"],
+        "Triton rel-24-01 [P]",
+    ),
+    (
+        "pytorch",
+        "24.02",
+        "forward_compat",
+        ["470.57", "525.85", "535.86", "545.23"],
+        "Triton rel-24-02 [P]",
+    ),
+    (
+        "pytorch",
+        "24.03",
+        "forward_compat",
+        NO545,
+        "R545 not fwd-compat: Triton rel-24-10/25-06 [P]",
+    ),
+    (
+        "pytorch",
+        "24.05",
+        "forward_compat",
+        NO545,
+        "R545 not fwd-compat: Triton rel-24-10/25-06 [P]",
+    ),
+    (
+        "pytorch",
+        "24.06",
+        "forward_compat",
+        NO545,
+        "R545 not fwd-compat: Triton rel-24-10/25-06 [P]",
+    ),
+    ("pytorch", "24.07", "forward_compat", NO545, "Triton rel-24-07 [P] minus R545"),
+    ("pytorch", "24.10", "forward_compat", NO545, "Triton rel-24-10 [P]: R545 not fwd-compat"),
+    (
+        "pytorch",
+        "24.12",
+        "forward_compat",
+        NO545,
+        "R545 not fwd-compat: Triton rel-24-10/25-06 [P]",
+    ),
+    ("pytorch", "25.01", "forward_compat", NO545, "Triton rel-25-01 [P] minus R545"),
+    ("pytorch", "25.02", "forward_compat", NO545, "Triton rel-25-02 [P] minus R545"),
+    (
+        "pytorch",
+        "25.03",
+        "forward_compat",
+        ["470", "535", "550", "560", "565"],
+        "nvidia/cuda 12.8.1 REQUIRE [S]",
+    ),
+    ("pytorch", "25.04", "forward_compat", NO545, "Triton rel-25-04 [P] minus R545"),
+    (
+        "pytorch",
+        "25.05",
+        "forward_compat",
+        NO545,
+        "Triton rel-25-04/25-06 [P] (25.05 page missing)",
+    ),
+    ("pytorch", "25.06", "forward_compat", NO545, "Triton rel-25-06 [P]: R545 not fwd-compat"),
+    ("pytorch", "25.08", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
+    ("pytorch", "25.09", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
+    ("pytorch", "25.10", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
+    ("pytorch", "25.11", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
+    ("pytorch", "25.12", "forward_compat", R131, "nvidia/cuda 13.1.1 REQUIRE [S]"),
+    ("pytorch", "26.01", "forward_compat", R131, "nvidia/cuda 13.1.1 REQUIRE [S]"),
+    ("pytorch", "26.02", "forward_compat", R131, "nvidia/cuda 13.1.1 REQUIRE [S]"),
+    ("pytorch", "26.03", "forward_compat", R132, "nvidia/cuda 13.2.0 REQUIRE [S]"),
+    ("pytorch", "26.04", "forward_compat", R132, "nvidia/cuda 13.2.1 REQUIRE [S]"),
+    ("pytorch", "26.05", "forward_compat", R132, "nvidia/cuda 13.2.1 REQUIRE [S]"),
+    ("pytorch", "26.06", "forward_compat", [], "no CUDA 13.3 REQUIRE string found: unknown"),
+    # 2. minimum drivers
+    ("pytorch", "24.06", "min_driver", "545", "Triton rel-24-06 [P]"),
+    ("pytorch", "24.07", "min_driver", "555", "Triton rel-24-07 [P]"),
+    ("pytorch", "25.01", "min_driver", "560", "Triton rel-25-01 [P], >= CUDA 12 floor 525"),
+    ("pytorch", "25.02", "min_driver", "560", "Triton rel-25-02 [P], >= CUDA 12 floor 525"),
+    ("pytorch", "25.03", "min_driver", "560", "Triton rel-25-03 [P], >= CUDA 12 floor 525"),
+    ("pytorch", "25.08", "min_driver", "580", "CUDA 13 floor (Table C.1); notes' 575 is stale"),
+    # CUDA patch versions
+    ("pytorch", "24.01", "cuda", "12.3.2", "Triton rel-24-01 [P]"),
+    ("pytorch", "24.08", "cuda", "12.6.0", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "24.09", "cuda", "12.6.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "24.11", "cuda", "12.6.3", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "25.05", "cuda", "12.9.0", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "25.09", "cuda", "13.0.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "25.11", "cuda", "13.0.2", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.01", "cuda", "13.1.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.02", "cuda", "13.1.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.03", "cuda", "13.2.0", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.04", "cuda", "13.2.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.05", "cuda", "13.2.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.07", "cuda", "13.3.1", "Triton notes / compatibility.md [P]"),
+    ("pytorch", "26.09", "cuda", "13.4.1", "Triton notes / compatibility.md [P]"),
+    # 3. missing values
+    ("pytorch", "24.08", "cudnn", "9.3.0.75", "matrix-audit 3"),
+    ("pytorch", "24.12", "cudnn", "9.6.0.74", "matrix-audit 3"),
+    ("pytorch", "25.10", "cudnn", "9.14.0.64", "matrix-audit 3"),
+    ("pytorch", "26.07", "cudnn", "9.24.0.43", "matrix-audit 3"),
+    ("pytorch", "26.08", "cudnn", "9.25.0.28", "matrix-audit 3"),
+    ("pytorch", "23.04", "framework_version", "2.1.0a0+fe05266", "image metadata [S]"),
+    ("pytorch", "23.04", "python", "3.8", "image metadata [S]"),
+    ("pytorch", "26.10", "cuda", "13.4.3", "Triton rel-26-10 [P]: CUDA 13.4.3.001"),
+    ("pytorch", "26.10", "min_compute_capability", "7.5", "Triton rel-26-10 [P]"),
+    ("pytorch", "26.10", "framework_version", None, "not found: unknown stays null"),
+    ("pytorch", "26.07", "min_compute_capability", "7.5", "Triton rel-26-07 [P]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("framework", "release", "field", "expected", "source"),
+    IMAGE_CASES,
+    ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[4]}" for c in IMAGE_CASES],
+)
+def test_image_value(
+    shipped: Matrix, framework: str, release: str, field: str, expected: object, source: str
+) -> None:
+    assert value(image(shipped, framework, release), field) == expected, source
+
+
+# (framework, release, field that must be listed unverified, why)
+UNVERIFIED_CASES = [
+    ("pytorch", "25.08", "forward_compat", "REQUIRE string proven for 13.0.2 only"),
+    ("pytorch", "25.09", "forward_compat", "REQUIRE string proven for 13.0.2 only"),
+    ("pytorch", "25.12", "forward_compat", "REQUIRE string proven for 13.1.1 only"),
+    ("pytorch", "25.05", "forward_compat", "25.05 notes not found"),
+    ("pytorch", "26.10", "min_driver", "inferred from the CUDA 13 floor"),
+]
+
+
+@pytest.mark.parametrize(
+    ("framework", "release", "field", "why"),
+    UNVERIFIED_CASES,
+    ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in UNVERIFIED_CASES],
+)
+def test_extrapolated_values_are_marked(
+    shipped: Matrix, framework: str, release: str, field: str, why: str
+) -> None:
+    assert field in image(shipped, framework, release).unverified, why
+
+
+def test_no_r545_forward_compat_from_cuda_12_4(shipped: Matrix) -> None:
+    # "users should upgrade from all ... R545 and R555 drivers, which are not
+    # forward-compatible with CUDA 12.6" (Triton rel-24-10, rel-25-06 [P]).
+    for row in shipped.images:
+        if row.cuda and parse_version(row.cuda) >= parse_version("12.4"):
+            assert not any(d.split(".")[0] == "545" for d in row.forward_compat), row.image
+
+
+def test_every_row_names_its_source(shipped: Matrix) -> None:
+    # ImageRow.note holds the row's sources; ImageRow.source is only where it sits (file:line).
+    for row in shipped.images:
+        assert row.note.strip(), f"{row.source}: {row.image} has no source in `note`"
+        assert row.evidence in ("primary", "secondary", "unverified"), row.source
+        assert row.source.split(":")[0].endswith(".yaml"), row.source
