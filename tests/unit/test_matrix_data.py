@@ -153,6 +153,34 @@ IMAGE_CASES = [
     ("pytorch", "26.10", "min_compute_capability", "7.5", "Triton rel-26-10 [P]"),
     ("pytorch", "26.10", "framework_version", None, "not found: unknown stays null"),
     ("pytorch", "26.07", "min_compute_capability", "7.5", "Triton rel-26-07 [P]"),
+    # TensorFlow
+    (
+        "tensorflow",
+        "24.02",
+        "forward_compat",
+        ["470.57", "525.85", "535.86", "545.23"],
+        "Triton rel-24-02 [P]",
+    ),
+    ("tensorflow", "25.02", "forward_compat", NO545, "Triton rel-25-02 [P] minus R545"),
+    ("tensorflow", "25.02", "min_driver", "560", "Triton rel-25-02 [P]"),
+    ("tensorflow", "25.02", "framework_version", "2.17.0", "banner 'NVIDIA Release 25.02-tf2' [S]"),
+    ("tensorflow", "25.01", "framework_version", "2.17.0", "matrix-audit 3"),
+    ("tensorflow", "25.01", "cudnn", "9.7.0.66", "matrix-audit 3"),
+    ("tensorflow", "23.08", "framework_version", None, "TF version not found: null"),
+    ("tensorflow", "24.08", "cuda", "12.6.0", "same-month PyTorch base (unverified)"),
+    # JAX
+    (
+        "jax",
+        "24.02",
+        "forward_compat",
+        ["470.57", "525.85", "535.86", "545.23"],
+        "Triton rel-24-02 [P]",
+    ),
+    ("jax", "24.04", "framework_version", "0.4.26", "image metadata [S]"),
+    ("jax", "24.10", "framework_version", "0.4.33", "matrix-audit 3 [S]"),
+    ("jax", "25.04", "framework_version", "0.5.3", "image metadata [S]"),
+    ("jax", "25.08", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
+    ("jax", "26.07", "cuda", "13.3.1", "same-month PyTorch base (unverified)"),
 ]
 
 
@@ -174,7 +202,24 @@ UNVERIFIED_CASES = [
     ("pytorch", "25.12", "forward_compat", "REQUIRE string proven for 13.1.1 only"),
     ("pytorch", "25.05", "forward_compat", "25.05 notes not found"),
     ("pytorch", "26.10", "min_driver", "inferred from the CUDA 13 floor"),
+    ("tensorflow", "23.08", "cuda", "copied from the same-month PyTorch row"),
+    ("tensorflow", "25.01", "forward_compat", "copied from the same-month PyTorch row"),
+    ("jax", "24.10", "min_driver", "copied from the same-month PyTorch row"),
+    ("jax", "26.07", "cuda", "copied from the same-month PyTorch row"),
 ]
+
+
+# Every monthly TF2 tag from 22.01 to 25.02 (matrix-audit 3); none after 25.02 was found.
+def test_tensorflow_months(shipped: Matrix) -> None:
+    releases = {row.release for row in shipped.images_for("tensorflow")}
+    expected = {f"{y}.{m:02d}" for y in (22, 23, 24) for m in range(1, 13)} | {"25.01", "25.02"}
+    assert releases == expected
+
+
+# JAX tags: NVIDIA's JAX release-notes index [P] and tags in use (matrix-audit 3) [S].
+def test_jax_tags(shipped: Matrix) -> None:
+    releases = {row.release for row in shipped.images_for("jax")}
+    assert {"24.10", "25.10", "26.01", "26.03", "26.04", "26.05", "26.06", "26.07"} <= releases
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,7 @@ def test_resolves(matrix: Matrix, fields: dict[str, str], host: Host, tag: str, 
     ("framework", "fields", "image"),
     [
         ("tensorflow", {}, "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"),
-        ("jax", {}, "nvcr.io/nvidia/jax:25.08-py3"),
+        ("jax", {}, "nvcr.io/nvidia/jax:26.07-py3"),  # newest JAX tag in use (matrix-audit 3)
         ("none", {"cuda": "12.4"}, "nvcr.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"),
     ],
 )
