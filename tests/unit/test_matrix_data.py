@@ -247,3 +247,59 @@ def test_every_row_names_its_source(shipped: Matrix) -> None:
         assert row.note.strip(), f"{row.source}: {row.image} has no source in `note`"
         assert row.evidence in ("primary", "secondary", "unverified"), row.source
         assert row.source.split(":")[0].endswith(".yaml"), row.source
+
+
+# (CUDA version, label, min_driver, source)
+TOOLKIT_CASES = [
+    ("13.4.0", "13.4.0 Developer Preview", "616.00", "CUDA 13.4 notes [P]: 13.4.0 is the preview"),
+    ("13.4.1", "13.4 GA", "615", "CUDA 13.4 notes [P]: GA is 13.4.1; R615 (matrix-audit 2)"),
+    ("12.3.2", "12.3 Update 2", "545.23.08", "matrix-audit 3"),
+    ("12.9.2", "12.9 Update 2", "575.57.08", "matrix-audit 3"),
+    ("13.0.3", "13.0 Update 3", "580.126.20", "matrix-audit 3"),
+    ("13.1.2", "13.1 Update 2", "590.48.01", "matrix-audit 3"),
+    ("13.2.2", "13.2 Update 2", "595.71.05", "matrix-audit 3; NVIDIA repo cuda-compat 595.71.05"),
+]
+
+
+@pytest.mark.parametrize(
+    ("cuda", "label", "min_driver", "source"), TOOLKIT_CASES, ids=[c[0] for c in TOOLKIT_CASES]
+)
+def test_toolkit(shipped: Matrix, cuda: str, label: str, min_driver: str, source: str) -> None:
+    toolkit = next((t for t in shipped.toolkits if t.version == cuda), None)
+    assert toolkit is not None, source
+    assert (toolkit.label, toolkit.min_driver) == (label, min_driver), source
+
+
+# Plain CUDA images require `cuda>=X.Y` (NVIDIA_REQUIRE_CUDA of nvidia/cuda [S]): a driver of
+# the image's CUDA minor runs every patch of it.
+PLAIN_CUDA_CASES = [
+    ("12.4.1-cudnn-devel-ubuntu22.04", "550.54.14", "12.4 GA driver, not 12.4 U1's 550.54.15"),
+    ("12.8.1-cudnn-devel-ubuntu24.04", "570.26", "12.8 GA driver, not 12.8 U1's 570.124.06"),
+    ("12.6.3-cudnn-devel-ubuntu22.04", "560.28.03", "12.6 GA driver, not 12.6 U3's 560.35.05"),
+    ("13.0.2-cudnn-devel-ubuntu24.04", "580.65.06", "13.0 GA driver, not 13.0 U2's 580.95.05"),
+    ("13.2.1-cudnn-devel-ubuntu24.04", "595.45.04", "13.2 GA driver, not 13.2 U1's 595.58.03"),
+    ("11.8.0-cudnn8-devel-ubuntu22.04", "520.61.05", "11.8 GA driver"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tag", "driver", "why"), PLAIN_CUDA_CASES, ids=[c[0] for c in PLAIN_CUDA_CASES]
+)
+def test_plain_cuda_minor_rule(shipped: Matrix, tag: str, driver: str, why: str) -> None:
+    assert image(shipped, "cuda", tag).min_driver == driver, why
+
+
+# brand=tesla/nvidia branches of NVIDIA_REQUIRE_CUDA in nvidia/cuda image configs [S]
+PLAIN_FC_CASES = [
+    ("12.8.1-cudnn-devel-ubuntu22.04", ["470", "535", "550", "560", "565"]),
+    ("13.0.2-cudnn-devel-ubuntu24.04", R130),
+    ("13.1.1-cudnn-devel-ubuntu24.04", R131),
+    ("13.2.0-cudnn-devel-ubuntu24.04", R132),
+    ("13.2.1-cudnn-devel-ubuntu24.04", R132),
+    ("12.6.3-cudnn-devel-ubuntu24.04", []),  # string not found: unknown
+]
+
+
+@pytest.mark.parametrize(("tag", "expected"), PLAIN_FC_CASES, ids=[c[0] for c in PLAIN_FC_CASES])
+def test_plain_cuda_forward_compat(shipped: Matrix, tag: str, expected: list[str]) -> None:
+    assert list(image(shipped, "cuda", tag).forward_compat) == expected
