@@ -303,3 +303,40 @@ PLAIN_FC_CASES = [
 @pytest.mark.parametrize(("tag", "expected"), PLAIN_FC_CASES, ids=[c[0] for c in PLAIN_FC_CASES])
 def test_plain_cuda_forward_compat(shipped: Matrix, tag: str, expected: list[str]) -> None:
     assert list(image(shipped, "cuda", tag).forward_compat) == expected
+
+
+# (NVML name, model, compute capability, class): matrix-audit 4; Jetson names from NVIDIA
+# container-toolkit code and nvidia-smi output [S].
+GPU_CASES = [
+    ("NVIDIA H800", "H800", "9.0", "datacenter"),
+    ("NVIDIA H800 PCIe", "H800", "9.0", "datacenter"),
+    ("NVIDIA A800-SXM4-80GB", "A800", "8.0", "datacenter"),
+    ("NVIDIA A800-SXM4-40GB", "A800", "8.0", "datacenter"),
+    ("NVIDIA A800 80GB PCIe", "A800", "8.0", "datacenter"),
+    ("NVIDIA A800 40GB Active", "A800 40GB Active", "8.0", "workstation"),
+    ("NVIDIA L20", "L20", "8.9", "datacenter"),
+    ("NVIDIA L2", "L2", "8.9", "datacenter"),
+    ("NVIDIA B100", "B100", "10.0", "datacenter"),
+    ("NVIDIA TITAN RTX", "TITAN RTX", "7.5", "consumer"),
+    ("NVIDIA GeForce RTX 3050", "RTX 3050", "8.6", "consumer"),
+    ("NVIDIA RTX 5880 Ada Generation", "RTX 5880 Ada", "8.9", "workstation"),
+    ("Tesla M10", "M10", "5.0", "datacenter"),
+    ("Tesla P6", "P6", "6.1", "datacenter"),
+    ("Orin (nvgpu)", "Jetson Orin", "8.7", "embedded"),
+    ("NVIDIA Tegra Orin (nvgpu)", "Jetson Orin", "8.7", "embedded"),
+    ("NVIDIA Thor", "Jetson Thor", "11.0", "embedded"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "cc", "gpu_class"), GPU_CASES, ids=[c[0] for c in GPU_CASES]
+)
+def test_gpu(shipped: Matrix, name: str, model: str, cc: str, gpu_class: str) -> None:
+    found = shipped.find_gpu(name)
+    assert found is not None, name
+    assert (found.name, found.compute_capability, found.gpu_class) == (model, cc, gpu_class)
+
+
+def test_low_confidence_gpu_is_marked(shipped: Matrix) -> None:
+    found = shipped.find_gpu("NVIDIA L2")
+    assert found is not None and found.evidence == "unverified"  # matrix-audit 4: low confidence
