@@ -167,6 +167,10 @@ IMAGE_CASES = [
     ("tensorflow", "25.01", "framework_version", "2.17.0", "matrix-audit 3"),
     ("tensorflow", "25.01", "cudnn", "9.7.0.66", "matrix-audit 3"),
     ("tensorflow", "23.08", "framework_version", None, "TF version not found: null"),
+    ("tensorflow", "24.01", "framework_version", "2.14.0", "Jetson wheel 2.14.0+nv24.01 [S]"),
+    ("tensorflow", "24.05", "framework_version", "2.15.0", "Jetson wheel 2.15.0+nv24.05 [S]"),
+    ("tensorflow", "24.08", "framework_version", "2.16.1", "Jetson wheel 2.16.1+nv24.08 [S]"),
+    ("tensorflow", "24.12", "framework_version", "2.17.0", "Jetson wheel 2.17.0+nv24.12 [S]"),
     ("tensorflow", "24.08", "cuda", "12.6.0", "same-month PyTorch base (unverified)"),
     # JAX
     (
@@ -204,6 +208,7 @@ UNVERIFIED_CASES = [
     ("pytorch", "26.10", "min_driver", "inferred from the CUDA 13 floor"),
     ("tensorflow", "23.08", "cuda", "copied from the same-month PyTorch row"),
     ("tensorflow", "25.01", "forward_compat", "copied from the same-month PyTorch row"),
+    ("tensorflow", "24.05", "framework_version", "Jetson wheel only; dGPU container unconfirmed"),
     ("jax", "24.10", "min_driver", "copied from the same-month PyTorch row"),
     ("jax", "26.07", "cuda", "copied from the same-month PyTorch row"),
 ]
