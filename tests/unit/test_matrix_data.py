@@ -39,6 +39,8 @@ def value(row: ImageRow, field: str) -> object:
 
 
 NO545 = ["470.57", "525.85", "535.86"]
+R1263 = ["470", "535", "550"]  # nvidia/cuda 12.6.3 NVIDIA_REQUIRE_CUDA [S]
+R1291 = ["535", "550", "560", "565", "570"]  # nvidia/cuda 12.9.1 NVIDIA_REQUIRE_CUDA [S]
 R130 = ["535", "550", "565", "570", "575"]  # nvidia/cuda 13.0.2 NVIDIA_REQUIRE_CUDA [S]
 R131 = ["535", "550", "570", "575", "580"]  # nvidia/cuda 13.1.1 NVIDIA_REQUIRE_CUDA [S]
 R132 = ["535", "570", "580", "590"]  # nvidia/cuda 13.2.0/13.2.1 NVIDIA_REQUIRE_CUDA [S]
@@ -83,13 +85,8 @@ IMAGE_CASES = [
     ),
     ("pytorch", "24.07", "forward_compat", NO545, "Triton rel-24-07 [P] minus R545"),
     ("pytorch", "24.10", "forward_compat", NO545, "Triton rel-24-10 [P]: R545 not fwd-compat"),
-    (
-        "pytorch",
-        "24.12",
-        "forward_compat",
-        NO545,
-        "R545 not fwd-compat: Triton rel-24-10/25-06 [P]",
-    ),
+    ("pytorch", "24.11", "forward_compat", R1263, "nvidia/cuda 12.6.3 REQUIRE [S]"),
+    ("pytorch", "24.12", "forward_compat", R1263, "nvidia/cuda 12.6.3 REQUIRE [S]"),
     ("pytorch", "25.01", "forward_compat", NO545, "Triton rel-25-01 [P] minus R545"),
     ("pytorch", "25.02", "forward_compat", NO545, "Triton rel-25-02 [P] minus R545"),
     (
@@ -107,7 +104,7 @@ IMAGE_CASES = [
         NO545,
         "Triton rel-25-04/25-06 [P] (25.05 page missing)",
     ),
-    ("pytorch", "25.06", "forward_compat", NO545, "Triton rel-25-06 [P]: R545 not fwd-compat"),
+    ("pytorch", "25.06", "forward_compat", R1291, "nvidia/cuda 12.9.1 REQUIRE [S]"),
     ("pytorch", "25.08", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
     ("pytorch", "25.09", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
     ("pytorch", "25.10", "forward_compat", R130, "nvidia/cuda 13.0.2 REQUIRE [S]"),
@@ -301,7 +298,9 @@ PLAIN_FC_CASES = [
     ("13.1.1-cudnn-devel-ubuntu24.04", R131),
     ("13.2.0-cudnn-devel-ubuntu24.04", R132),
     ("13.2.1-cudnn-devel-ubuntu24.04", R132),
-    ("12.6.3-cudnn-devel-ubuntu24.04", []),  # string not found: unknown
+    ("12.6.3-cudnn-devel-ubuntu24.04", R1263),
+    ("12.9.1-cudnn-devel-ubuntu24.04", R1291),
+    ("12.6.0-cudnn-devel-ubuntu24.04", []),  # string not found: unknown
 ]
 
 

@@ -37,7 +37,8 @@ CASES = [
     pytest.param(
         {},
         make_host("525.85.12", "NVIDIA H100 80GB HBM3"),
-        "25.06-py3",
+        # 25.06 (CUDA 12.9.1): its base lists no R525 (NVIDIA_REQUIRE_CUDA of nvidia/cuda 12.9.1)
+        "25.05-py3",
         "R525 ≥ 525.85",
         id="h100-on-r525",
     ),
