@@ -344,3 +344,26 @@ def test_gpu(shipped: Matrix, name: str, model: str, cc: str, gpu_class: str) ->
 def test_low_confidence_gpu_is_marked(shipped: Matrix) -> None:
     found = shipped.find_gpu("NVIDIA L2")
     assert found is not None and found.evidence == "unverified"  # matrix-audit 4: low confidence
+
+
+def test_every_row_of_every_matrix_file_names_its_source() -> None:
+    # The loader keeps `note` for image rows only, so the other kinds are read from the
+    # same files load_matrix() reads.
+    import glob
+    import os
+
+    from gpuenv.common.yamlfile import parse_yaml
+    from gpuenv.resolution.matrix import default_matrix_dir
+
+    kinds = ("images", "minor_version_compat", "toolkits", "compute_capabilities", "models")
+    missing = []
+    for path in sorted(glob.glob(os.path.join(default_matrix_dir(), "*.yaml"))):
+        with open(path, encoding="utf-8") as handle:
+            data = parse_yaml(handle.read(), path).data
+        for kind in kinds:
+            for index, row in enumerate(data.get(kind) or []):
+                if not str(row.get("note") or "").strip():
+                    missing.append(f"{os.path.basename(path)} {kind}[{index}]")
+                if row.get("evidence") not in ("primary", "secondary", "unverified"):
+                    missing.append(f"{os.path.basename(path)} {kind}[{index}] evidence")
+    assert not missing, missing
