@@ -35,10 +35,10 @@ def test_help_lists_commands_and_exit_codes() -> None:
 def test_init_writes_spec_and_lock(project: Path) -> None:
     result = run(project, "init", *RTX4090_OK)
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.06-py3"
     assert "found requirements.txt: torch==2.4.0" in result.stderr
     assert 'version: "2.4"' in (project / "gpuenv.yaml").read_text()
-    assert "reference: nvcr.io/nvidia/pytorch:24.05-py3" in (project / "gpuenv.lock").read_text()
+    assert "reference: nvcr.io/nvidia/pytorch:24.06-py3" in (project / "gpuenv.lock").read_text()
     assert run(project, "lock", "--check").exit_code == 0
 
 
@@ -68,10 +68,11 @@ def test_resolve_json(project: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+    # 24.06 "requires NVIDIA Driver release 545 or later" (Triton rel-24-06), so 550 runs it.
+    assert data["image"] == "nvcr.io/nvidia/pytorch:24.06-py3"
     assert data["framework"] == "pytorch"
-    assert data["framework_version"] == "2.4.0a0+07cecf4168"
-    assert (data["cuda"], data["python"], data["min_driver"]) == ("12.4.1", "3.10", "545")
+    assert data["framework_version"] == "2.4.0a0+f70bd71a48"
+    assert (data["cuda"], data["python"], data["min_driver"]) == ("12.5.0", "3.10", "545")
     assert data["host"]["driver"] == "550.54.15"
 
 
@@ -90,7 +91,7 @@ def test_resolve_explain_lists_candidates(project: Path) -> None:
         project, "resolve", "--framework", "pytorch", "--version", "2.4", "--explain", *RTX4090_OK
     )
     assert result.exit_code == 0
-    assert "chosen" in result.stdout and "24.05-py3" in result.stdout
+    assert "chosen" in result.stdout and "24.06-py3" in result.stdout
     assert "24.07-py3" in result.stdout  # rejected candidates are listed too
 
 
@@ -172,7 +173,7 @@ def test_lock_check_and_update_cycle(project: Path) -> None:
     spec.write_text(spec.read_text().replace('version: "2.4"', 'version: ">=2.4"'))
     result = run(project, "lock", "--upgrade", "--driver", "580.95.05", "--gpu", "RTX 4090")
     assert result.exit_code == 0
-    assert "nvcr.io/nvidia/pytorch:24.05-py3 → nvcr.io/nvidia/pytorch:26.09-py3" in result.stderr
+    assert "nvcr.io/nvidia/pytorch:24.06-py3 → nvcr.io/nvidia/pytorch:26.09-py3" in result.stderr
     assert "digest: ''" in lock.read_text()
 
 
@@ -240,7 +241,8 @@ def test_host_file_is_used(project: Path, tmp_path_factory: pytest.TempPathFacto
         env={"GPUENV_HOST_FILE": str(host_file)},
     )
     assert result.exit_code == 0
-    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.06-py3"
+    # 24.07 lists R535 >= 535.86 for data-center GPUs (Triton rel-24-07).
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.07-py3"
     assert "forward compatibility" in result.stderr
 
 
@@ -262,7 +264,7 @@ def test_matrix_tables(project: Path, args: list[str], expected: str) -> None:
 def test_matrix_json() -> None:
     result = CliRunner().invoke(main, ["matrix", "pytorch", "--json"])
     rows = json.loads(result.stdout)
-    assert rows[0]["tag"] == "26.09-py3"
+    assert rows[0]["tag"] == "26.10-py3"
     assert {"framework_version", "cuda", "min_driver", "evidence", "unverified"} <= set(rows[0])
     gpus = json.loads(CliRunner().invoke(main, ["matrix", "gpus", "--json"]).stdout)
     assert any(g["name"] == "A100" and g["class"] == "datacenter" for g in gpus)
@@ -284,8 +286,9 @@ def test_lock_without_gpu_plans_for_the_recorded_host(project: Path) -> None:
     result = run(project, "lock", "--upgrade")
     assert result.exit_code == 0, result.output
     assert "planning for the host in the lock" in result.stderr
-    # Not 26.09: the recorded driver 550 caps it at the newest image that driver runs.
-    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.05-py3"
+    # Not 26.09: the recorded driver 550 caps it at the newest image that driver runs
+    # (24.06: "requires NVIDIA Driver release 545 or later", Triton rel-24-06).
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.06-py3"
     lock = (project / "gpuenv.lock").read_text()
     assert "driver: 550.54.15" in lock and "compute_capability: '8.9'" in lock
 

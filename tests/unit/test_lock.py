@@ -48,9 +48,9 @@ def test_round_trip(project: Path, matrix: Matrix) -> None:
         "# gpuenv.lock: written by gpuenv; do not edit by hand.\n# Commit this file"
     )
     lock = read_lock(str(path))
-    assert lock.image == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert lock.image == "nvcr.io/nvidia/pytorch:24.06-py3"  # 545+ (Triton rel-24-06)
     assert lock.digest == "" and lock.pinned_image == lock.image
-    assert lock.resolved["framework_version"] == "2.4.0a0+07cecf4168"  # the full string
+    assert lock.resolved["framework_version"] == "2.4.0a0+f70bd71a48"  # the full string
     assert lock.requires["min_driver"] == "545"
     assert lock.requires["compute_capabilities"] == ["8.9"]
     assert lock.resolved_for["driver"] == "550.54.15"

@@ -17,10 +17,10 @@ def test_shipped_matrices_load(matrix: Matrix) -> None:
     assert {"pytorch", "tensorflow", "jax", "none"} <= set(matrix.frameworks())
 
 
-def test_pytorch_covers_22_01_to_26_09(matrix: Matrix) -> None:
+def test_pytorch_covers_22_01_to_26_10(matrix: Matrix) -> None:
     releases = {row.release for row in matrix.images_for("pytorch")}
     expected = {f"{y}.{m:02d}" for y in range(22, 27) for m in range(1, 13)}
-    expected = {r for r in expected if "22.01" <= r <= "26.09"} - {"25.07"}
+    expected = {r for r in expected if "22.01" <= r <= "26.10"} - {"25.07"}
     assert releases == expected  # 25.07 has no PyTorch container
 
 
@@ -34,7 +34,8 @@ def test_images_are_newest_first(matrix: Matrix) -> None:
     [
         ("24.05-py3", "2.4.0a0+07cecf4168", "12.4.1", "545"),
         ("23.10-py3", "2.1.0a0+32f93b1", "12.2.2", "535"),
-        ("25.01-py3", "2.6.0a0+ecf3bae40a", "12.8.0", "570.26"),  # NGC text "560" is stale
+        # NVIDIA says 560 (Triton rel-25-01), inside CUDA 12 minor-version compatibility (>= 525)
+        ("25.01-py3", "2.6.0a0+ecf3bae40a", "12.8.0", "560"),
         ("25.08-py3", "2.8.0a0+34c6371d24", "13.0.0", "580"),  # CUDA 13 floor, not "575"
     ],
 )
@@ -103,7 +104,8 @@ def test_unknown_gpu_names(matrix: Matrix, name: str) -> None:
     [
         ("12.4.1", "12.4 Update 1"),
         ("12.8.0", "12.8 GA"),
-        ("12.3.2", "12.3 Update 1"),
+        ("12.3.2", "12.3 Update 2"),  # listed since the audit (matrix-audit 3)
+        ("13.4.3", "13.4 GA"),  # NGC 26.10's CUDA, not listed: nearest lower update
         ("11.8", "11.8 GA"),
     ],
 )

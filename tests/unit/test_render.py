@@ -91,7 +91,7 @@ def test_exec_form_keeps_values_away_from_a_shell(project: Path, matrix: Matrix)
 
 
 def test_without_digest_uses_the_tag(project: Path, matrix: Matrix) -> None:
-    assert f"FROM {MIRROR_REPO}:24.05-py3\n" in planned(project, matrix, digest="").dockerfile
+    assert f"FROM {MIRROR_REPO}:24.06-py3\n" in planned(project, matrix, digest="").dockerfile
 
 
 def test_tag_is_content_addressed(project: Path, matrix: Matrix) -> None:
@@ -191,7 +191,7 @@ def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> 
     )
     plan = planned(project, matrix)
     assert (
-        "# requirements.txt: Torch==2.4.0 ; python_version > '3' left to the image (2.4.0a0+07cecf4168)"
+        "# requirements.txt: Torch==2.4.0 ; python_version > '3' left to the image (2.4.0a0+f70bd71a48)"
         in plan.dockerfile
     )
     (copied,) = [f for f in plan.files if f.name == "requirements/requirements.txt"]

@@ -19,32 +19,33 @@ def spec(framework: str = "pytorch", **fields: Any) -> Spec:
 
 # (spec fields, host, expected image tag, expected driver route fragment)
 CASES = [
-    pytest.param({}, make_host(None), "26.09-py3", "not checked", id="no-gpu-host-newest"),
+    pytest.param({}, make_host(None), "26.10-py3", "not checked", id="no-gpu-host-newest"),
     pytest.param(
         {"version": "2.4"},
         make_host("550.54.15", "NVIDIA GeForce RTX 4090"),
-        "24.05-py3",
+        "24.06-py3",  # 545 or later (Triton rel-24-06)
         "≥ 545",
         id="consumer-meets-minimum",
     ),
     pytest.param(
         {"version": "2.4"},
         make_host("535.104.05", "NVIDIA A100-SXM4-80GB"),
-        "24.06-py3",
+        "24.07-py3",  # DC R535 >= 535.86 (Triton rel-24-07)
         "forward compatibility",
         id="datacenter-forward-compat",
     ),
     pytest.param(
         {},
         make_host("525.85.12", "NVIDIA H100 80GB HBM3"),
-        "25.06-py3",
+        # 25.06 (CUDA 12.9.1): its base lists no R525 (NVIDIA_REQUIRE_CUDA of nvidia/cuda 12.9.1)
+        "25.05-py3",
         "R525 ≥ 525.85",
         id="h100-on-r525",
     ),
     pytest.param(
         {},
         make_host("580.95.05", "NVIDIA GeForce RTX 5090"),
-        "26.09-py3",
+        "26.10-py3",
         "≥ 580",
         id="blackwell-new-driver",
     ),
@@ -69,7 +70,7 @@ CASES = [
     pytest.param(
         {"version": "2.4"},
         make_host("535.104.05", "Some Server GPU", brand="tesla"),
-        "24.06-py3",
+        "24.07-py3",
         "forward compatibility",
         id="nvml-brand-tesla-is-datacenter",
     ),
@@ -87,7 +88,7 @@ def test_resolves(matrix: Matrix, fields: dict[str, str], host: Host, tag: str, 
     ("framework", "fields", "image"),
     [
         ("tensorflow", {}, "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"),
-        ("jax", {}, "nvcr.io/nvidia/jax:25.08-py3"),
+        ("jax", {}, "nvcr.io/nvidia/jax:26.07-py3"),  # newest JAX tag in use (matrix-audit 3)
         ("none", {"cuda": "12.4"}, "nvcr.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"),
     ],
 )
@@ -196,9 +197,9 @@ def test_selected_gpus_only(matrix: Matrix) -> None:
     host = make_host("580.95.05", "Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB")
     assert resolve(spec(), matrix, host).row.tag == "24.12-py3"
     pinned = spec().with_overrides(gpus=GpuRequest("devices", devices=("1",)))
-    assert resolve(pinned, matrix, host).row.tag == "26.09-py3"
+    assert resolve(pinned, matrix, host).row.tag == "26.10-py3"
     no_gpu = spec().with_overrides(gpus=GpuRequest("none"))
-    assert resolve(no_gpu, matrix, host).row.tag == "26.09-py3"
+    assert resolve(no_gpu, matrix, host).row.tag == "26.10-py3"
 
 
 def test_nvml_compute_capability_wins(matrix: Matrix) -> None:
@@ -236,7 +237,7 @@ def test_unverified_rows_warn(matrix: Matrix) -> None:
     for tag in ("[S]", "[P]", "(R)", "Table", " era", "Jetson table"):
         assert tag not in warning
     verified = resolve(
-        spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")
+        spec(version="2.4", cuda="12.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")
     )
     assert not any("unverified" in w for w in verified.warnings)
 
@@ -252,9 +253,9 @@ def test_json_payload(matrix: Matrix) -> None:
     data = resolve(
         spec(version="2.4"), matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")
     ).to_data()
-    assert data["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
-    assert data["framework_version"] == "2.4.0a0+07cecf4168"
-    assert (data["cuda"], data["python"], data["min_driver"]) == ("12.4.1", "3.10", "545")
+    assert data["image"] == "nvcr.io/nvidia/pytorch:24.06-py3"  # 545+ (Triton rel-24-06)
+    assert data["framework_version"] == "2.4.0a0+f70bd71a48"
+    assert (data["cuda"], data["python"], data["min_driver"]) == ("12.5.0", "3.10", "545")
 
 
 def _without_versions(matrix: Matrix, framework: str) -> Matrix:
