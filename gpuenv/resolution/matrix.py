@@ -11,19 +11,12 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.common.platforms import PLATFORMS
 from gpuenv.common.resources import data_dir
-from gpuenv.common.versions import (
-    InvalidComputeCapability,
-    InvalidDriverVersion,
-    compute_capability,
-    driver_tuple,
-    is_version,
-)
 from gpuenv.errors import MatrixError, Problem
 from gpuenv.resolution import cache, overlay
 
@@ -41,6 +34,7 @@ from gpuenv.resolution.matrix_model import (
 )
 from gpuenv.resolution.matrix_model import ImageRow as ImageRow
 from gpuenv.resolution.matrix_model import Matrix as Matrix
+from gpuenv.resolution.matrix_rows import MatrixRows
 
 if TYPE_CHECKING:
     from gpuenv.common.yamlfile import Path as YamlPath
@@ -56,90 +50,7 @@ def default_matrix_dir() -> str:
     return os.environ.get("GPUENV_MATRIX_DIR") or data_dir("matrices")
 
 
-class _Rows:
-    """Validation helpers bound to one document; problems go to a shared list."""
-
-    def __init__(self, doc: YamlDocument, problems: list[Problem]) -> None:
-        self.doc = doc
-        self.problems = problems
-
-    def add(self, path: YamlPath, message: str) -> None:
-        self.problems.append(self.doc.problem(path, message))
-
-    def mapping(
-        self, path: YamlPath, value: Any, fields: Iterable[str], optional: Iterable[str] = ()
-    ) -> dict[str, Any] | None:
-        """A mapping with exactly `fields` (null when unknown), plus the `optional` ones."""
-        if not isinstance(value, dict):
-            self.add(path, "expected a mapping")
-            return None
-        required = tuple(fields)
-        known = (*required, *optional)
-        for key in value:
-            if key not in known:
-                self.add((*path, str(key)), f"unknown field '{key}' (known: {', '.join(known)})")
-        for key in required:
-            if key not in value:
-                self.add(path, f"missing field '{key}' (write null when unknown)")
-        return value
-
-    def text(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str):
-            hint = " (quote version numbers)" if isinstance(value, int | float) else ""
-            self.add(path, f"expected text, got {value!r}{hint}")
-            return None
-        return value
-
-    def version(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
-        text = self.text(path, value, nullable=nullable)
-        if text is not None and not is_version(text):
-            self.add(path, f"'{text}' is not a version")
-            return None
-        return text
-
-    def driver(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
-        text = self.text(path, value, nullable=nullable)
-        if text is None:
-            return None
-        try:
-            driver_tuple(text)
-        except InvalidDriverVersion as exc:
-            self.add(path, str(exc))
-            return None
-        return text
-
-    def cc(self, path: YamlPath, value: Any, *, nullable: bool = True) -> str | None:
-        text = self.text(path, value, nullable=nullable)
-        if text is None:
-            return None
-        try:
-            compute_capability(text)
-        except InvalidComputeCapability as exc:
-            self.add(path, str(exc))
-            return None
-        return text
-
-    def choice(self, path: YamlPath, value: Any, choices: tuple[str, ...]) -> str:
-        if value not in choices:
-            self.add(path, f"{value!r} is not one of {', '.join(choices)}")
-            return choices[-1]
-        return str(value)
-
-    def text_list(self, path: YamlPath, value: Any) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            self.add(path, "expected a list")
-            return ()
-        out = []
-        for index, item in enumerate(value):
-            text = self.text((*path, index), item, nullable=False)
-            if text is not None:
-                out.append(text)
-        return tuple(out)
-
-
-def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
+def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
     data = doc.data
     framework = rows.choice(("framework",), data.get("framework"), tuple(FRAMEWORK_NAMES))
     family = rows.text(("family",), data.get("family"), nullable=False) or "ngc"
@@ -205,7 +116,7 @@ def _framework_images(doc: YamlDocument, rows: _Rows) -> list[ImageRow]:
     return out
 
 
-def _platforms(rows: _Rows, path: YamlPath, value: Any) -> tuple[str, ...]:
+def _platforms(rows: MatrixRows, path: YamlPath, value: Any) -> tuple[str, ...]:
     listed = rows.text_list((*path, "platforms"), value)
     for bad in (p for p in listed if p not in PLATFORMS):
         rows.add((*path, "platforms"), f"'{bad}' is not one of {', '.join(PLATFORMS)}")
@@ -219,7 +130,7 @@ def _where(doc: YamlDocument, path: YamlPath) -> str:
 
 
 def _cuda(
-    doc: YamlDocument, rows: _Rows
+    doc: YamlDocument, rows: MatrixRows
 ) -> tuple[list[tuple[int, str]], list[Toolkit], list[Architecture]]:
     data = doc.data
     compat: list[tuple[int, str]] = []
@@ -267,7 +178,7 @@ def _cuda(
     return compat, toolkits, architectures
 
 
-def _gpus(doc: YamlDocument, rows: _Rows) -> list[GpuModel]:
+def _gpus(doc: YamlDocument, rows: MatrixRows) -> list[GpuModel]:
     out: list[GpuModel] = []
     seen: dict[tuple[str, ...], str] = {}
     fields = "name match compute_capability class architecture evidence note"
@@ -360,6 +271,7 @@ def matrix_sources(directory: str) -> list[Source]:
 _CODE = (
     "resolution/matrix.py",
     "resolution/matrix_model.py",
+    "resolution/matrix_rows.py",
     "resolution/cache.py",
     "resolution/overlay.py",
     "common/versions.py",
@@ -397,7 +309,7 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         except YamlSyntaxError as exc:
             problems.append(exc.problem)
             continue
-        rows = _Rows(doc, problems)
+        rows = MatrixRows(doc, problems)
         problems.extend(doc.duplicates)
         if not isinstance(doc.data, dict):
             rows.add((), "expected a mapping with schema, kind and data")
