@@ -182,6 +182,9 @@ def show_matrix(
         ui.data(payload)
     else:
         ui.out.print(rendered)
+    notice = matrix.notice(table)
+    if notice:
+        ui.warn(notice)  # on stderr: the JSON on stdout keeps its shape
 
 
 def _origins(origins: Counter[str], conflicts: Sequence[object]) -> None:

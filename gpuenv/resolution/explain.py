@@ -105,7 +105,11 @@ def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list
 
 
 def unresolvable(
-    spec: Spec, host: Host, candidates: Sequence[Candidate], gpus: Sequence[HostGpu]
+    spec: Spec,
+    host: Host,
+    candidates: Sequence[Candidate],
+    gpus: Sequence[HostGpu],
+    notice: str | None = None,
 ) -> ResolutionError:
     request = describe_request(spec)
     if not candidates:
@@ -128,6 +132,8 @@ def unresolvable(
     for candidate in nearest:
         reasons = "; ".join(r.reason for r in candidate.rejections)
         explanation.append(f"{candidate.row.label} ({candidate.row.image}) {reasons}")
+    if notice and spec.version and all(c.rejected_by("version") for c in candidates):
+        explanation.append(notice)
     fixes = _fixes(spec, candidates, spec_ok, gpus)
     hint = "; or ".join(fixes) if fixes else None
     if hint:
@@ -201,6 +207,16 @@ def _fixes(
     return fixes[:3]
 
 
+def _release_number(text: str) -> int:
+    """``2.15`` -> 2_015_000, ``0.4.30`` -> 4_030: versions as one number, to rank by
+    closeness (the first digits of a constraint such as '>=2.1' are used)."""
+    import re
+
+    parts = [int(p) for p in re.findall(r"\d+", text)[:3]]
+    parts += [0] * (3 - len(parts))
+    return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
+
+
 def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
     """When the framework version pin is what nothing satisfies: drop it where no image
     records a version, else name the nearest versions NVIDIA shipped."""
@@ -215,16 +231,15 @@ def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
             f"drop the {label} version pin (version: '{spec.version}'): no {label} image in "
             f"the matrix records its {label} version (`gpuenv matrix {spec.framework}`)"
         ]
-    anchor = _anchor(spec, "version") or (0, 0)
-    by_series: dict[str, str] = {}
-    for row in known:  # newest first: each series keeps its newest image
-        by_series.setdefault(series(row.framework_version or "0"), row.tag)
+    wanted = _release_number(spec.version)
+    by_release: dict[str, str] = {}
+    for row in known:  # newest first: each release keeps its newest image
+        by_release.setdefault(parse_version(row.framework_version or "0").base_version, row.tag)
 
     def distance(item: tuple[str, str]) -> int:
-        major, minor = _series_tuple(item[0])
-        return abs((major - anchor[0]) * 1000 + minor - anchor[1])
+        return abs(_release_number(item[0]) - wanted)
 
-    nearest = sorted(by_series.items(), key=distance)[:3]
+    nearest = sorted(by_release.items(), key=distance)[:3]
     shown = ", ".join(f"{version} ({tag})" for version, tag in nearest)
     return [f"no {label} image has {label} {spec.version}; the nearest NVIDIA shipped: {shown}"]
 

@@ -302,6 +302,7 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
     architectures: list[Architecture] = []
     gpus: list[GpuModel] = []
     updated: list[str] = []
+    notices: list[tuple[str, str]] = []
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.data)
         try:
@@ -327,6 +328,9 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         kind = doc.data.get("kind")
         if kind == "framework-images":
             images.extend(_framework_images(doc, rows))
+            notice = rows.text(("notice",), doc.data.get("notice"))
+            if notice and isinstance(doc.data.get("framework"), str):
+                notices.append((doc.data["framework"], " ".join(notice.split())))
         elif kind == "cuda":
             c, t, a = _cuda(doc, rows)
             compat.extend(c)
@@ -354,4 +358,5 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         gpus=tuple(gpus),
         version=version,
         directory=directory,
+        notices=tuple(notices),
     )

@@ -133,6 +133,12 @@ class Matrix:
     gpus: tuple[GpuModel, ...]
     version: str
     directory: str
+    # What a user must know of a framework's images as a whole (NVIDIA's last TensorFlow
+    # container, say): (framework, text), from the files' `notice`.
+    notices: tuple[tuple[str, str], ...] = ()
+
+    def notice(self, framework: str) -> str | None:
+        return next((text for name, text in self.notices if name == framework), None)
 
     def images_for(self, framework: str, family: str = "ngc") -> list[ImageRow]:
         """The images of one framework, newest first."""
@@ -209,7 +215,9 @@ class Matrix:
         return sorted({row.framework for row in self.images})
 
 
-_DATA_KEYS = frozenset({"images", "minor_compat", "toolkits", "architectures", "gpus", "version"})
+_DATA_KEYS = frozenset(
+    {"images", "minor_compat", "toolkits", "architectures", "gpus", "version", "notices"}
+)
 
 
 def matrix_to_data(matrix: Matrix) -> dict[str, Any]:
@@ -221,6 +229,7 @@ def matrix_to_data(matrix: Matrix) -> dict[str, Any]:
         "architectures": matrix.architectures,
         "gpus": matrix.gpus,
         "version": matrix.version,
+        "notices": [list(pair) for pair in matrix.notices],
     }
 
 
@@ -240,4 +249,8 @@ def matrix_from_data(data: Any, directory: str) -> Matrix:
         gpus=cache.rows(GpuModel, data["gpus"]),
         version=cache.checked(str, data["version"]),
         directory=directory,
+        notices=tuple(
+            (cache.checked(str, name), cache.checked(str, text))
+            for name, text in cache.checked(list, data["notices"])
+        ),
     )

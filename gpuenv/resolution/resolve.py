@@ -417,7 +417,7 @@ def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -
     chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
     chosen = chosen or next((c for c in candidates if c.ok), None)
     if chosen is None:
-        error = unresolvable(spec, host, candidates, gpus)
+        error = unresolvable(spec, host, candidates, gpus, matrix.notice(spec.framework))
         error.candidates = candidates
         raise error
     return Resolution(spec, host, chosen, candidates, gpus, tuple(warnings_for(chosen, host, gpus)))
