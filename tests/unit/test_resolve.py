@@ -284,7 +284,9 @@ def test_a_version_no_image_has_names_the_nearest_that_exist(matrix: Matrix) -> 
     with pytest.raises(ResolutionError) as refused:
         resolve(pinned, matrix, make_host(None))
     hint = refused.value.hint or ""
-    assert "no PyTorch image has PyTorch 1.9; the nearest NVIDIA shipped: 1.11.0 (22.02-py3)" in hint
+    assert (
+        "no PyTorch image has PyTorch 1.9; the nearest NVIDIA shipped: 1.11.0 (22.02-py3)" in hint
+    )
 
 
 def test_a_tensorflow_newer_than_nvidia_shipped_says_where_the_container_ended(
@@ -295,6 +297,8 @@ def test_a_tensorflow_newer_than_nvidia_shipped_says_where_the_container_ended(
     newer = default_spec(".", "tensorflow").with_overrides(version="2.18")
     with pytest.raises(ResolutionError) as refused:
         resolve(newer, matrix, make_host(None))
-    assert any("last known TensorFlow container is 25.02" in line for line in refused.value.explanation)
+    assert any(
+        "last known TensorFlow container is 25.02" in line for line in refused.value.explanation
+    )
     assert "2.17.0 (25.02-tf2-py3)" in (refused.value.hint or "")
     assert matrix.notice("tensorflow") and matrix.notice("pytorch") is None
