@@ -523,7 +523,7 @@ def _image_size(reference: str) -> int:
 def _bench_project(
     tmp: str, name: str, requirements: str, extra: str = ""
 ) -> tuple[Path, list[str]]:
-    """A project locked for the stand-in 24.05 image and built once; its gpuenv command."""
+    """A project locked for the stand-in 24.06 image and built once; its gpuenv command."""
     project = Path(tmp) / name
     project.mkdir()
     (project / "requirements.txt").write_text(requirements)
@@ -602,7 +602,7 @@ def rebuild_rows() -> tuple[list[Row], str]:
                 1.0,
             ),
         ]
-        base = f"{os.environ['GPUENV_REGISTRY_MIRROR']}/nvidia/pytorch:24.05-py3"
+        base = f"{os.environ['GPUENV_REGISTRY_MIRROR']}/nvidia/pytorch:24.06-py3"
         added = _image_size(tags[-1]) - _image_size(base)
         installed = subprocess.run(
             [

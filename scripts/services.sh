@@ -29,7 +29,7 @@ REGISTRY_SOCKET=$RUN/registry.sock
 NETNS_PID=$RUN/netns.pid
 ENV_FILE=.cache/services.env
 # Tags of the matrix that get a stand-in image in the registry.
-STANDIN_TAGS=(24.05-py3 24.04-py3)
+STANDIN_TAGS=(24.06-py3 24.05-py3 24.04-py3)
 STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
 # Stand-ins for `gpuenv matrix sync`: configs carrying NGC's own metadata (never run).
 SYNC_STANDIN_TAGS=(25.10-py3 26.11-py3)

@@ -37,9 +37,9 @@ DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 def test_pull_shows_progress_and_pins_the_digest(make_project, registry: str) -> None:
     nogpu = os.environ["GPUENV_TEST_DOCKER_NOGPU"]  # an engine that has never seen the image
     project = make_project()
-    expected = registry_digest(registry, "nvidia/pytorch", "24.05-py3")
+    expected = registry_digest(registry, "nvidia/pytorch", "24.06-py3")
     assert "digest: ''" in project.lock_text()
-    references = [f"{registry}/nvidia/pytorch@{expected}", f"{registry}/nvidia/pytorch:24.05-py3"]
+    references = [f"{registry}/nvidia/pytorch@{expected}", f"{registry}/nvidia/pytorch:24.06-py3"]
     # That engine is private to the tests: clear what earlier runs left there, so that
     # this pull really downloads.
     keep = set(docker("images", "-q", "gpuenv-test/busybox:1", host=nogpu).stdout.split())
@@ -52,9 +52,9 @@ def test_pull_shows_progress_and_pins_the_digest(make_project, registry: str) ->
         result = project.ok("pull", DOCKER_HOST=nogpu)
         assert f"digest: {expected}" in project.lock_text()
         assert (
-            "reference: nvcr.io/nvidia/pytorch:24.05-py3" in project.lock_text()
+            "reference: nvcr.io/nvidia/pytorch:24.06-py3" in project.lock_text()
         )  # canonical name
-        assert f"pulling {registry}/nvidia/pytorch:24.05-py3" in result.stderr
+        assert f"pulling {registry}/nvidia/pytorch:24.06-py3" in result.stderr
         assert "Pull complete" in result.stderr and "downloaded" in result.stderr
         assert result.stdout.strip() == f"{registry}/nvidia/pytorch@{expected}"
         # A second pull uses the digest and finds the image.
@@ -276,7 +276,7 @@ def test_socket_without_permission(
 def test_unknown_image(make_project) -> None:
     project = make_project()
     lock = project.path / "gpuenv.lock"
-    lock.write_text(lock.read_text().replace("pytorch:24.05-py3", "pytorch:99.99-py3"))
+    lock.write_text(lock.read_text().replace("pytorch:24.06-py3", "pytorch:99.99-py3"))
     result = project.gpuenv("pull")
     assert result.returncode == 11
     assert "nvidia/pytorch:99.99-py3" in result.stderr

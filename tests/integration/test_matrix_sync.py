@@ -169,7 +169,10 @@ def test_sync_adds_the_newer_tag_and_resolve_picks_it(
     shown = _gpuenv(
         user_env, "resolve", "--framework", "pytorch", "--driver", "616.00", "--gpu", "H100"
     )
-    assert "evidence: image (image nvcr.io/nvidia/pytorch@sha256:" in shown.stderr
+    assert (
+        "evidence: image: read from the image itself (matrix row image nvcr.io/nvidia/pytorch@sha256:"
+        in shown.stderr
+    )
     rows = json.loads(_gpuenv(user_env, "matrix", "pytorch", "--json").stdout)
     by_tag = {row["tag"]: row for row in rows}
     assert by_tag["26.11-py3"]["origin"] == "image"

@@ -148,7 +148,7 @@ def test_old_driver_is_refused_before_starting(project: Project, tmp_path: Path)
     before = containers()
     result = project.gpuenv("run", "--", "true", GPUENV_HOST_FILE=old)
     assert result.returncode == 4
-    assert "this host cannot run the locked image nvcr.io/nvidia/pytorch:24.05-py3" in result.stderr
+    assert "this host cannot run the locked image nvcr.io/nvidia/pytorch:24.06-py3" in result.stderr
     assert "needs driver ≥ 545 (this host has 535.104.05)" in result.stderr
     assert "--force" in result.stderr
     assert containers() == before

@@ -65,7 +65,9 @@ def test_resolve_and_init_from_the_wheel(installed: Path, tmp_path: Path) -> Non
         "--json",
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["image"] == "nvcr.io/nvidia/pytorch:24.05-py3"
+    assert (
+        json.loads(result.stdout)["image"] == "nvcr.io/nvidia/pytorch:24.06-py3"
+    )  # 545+ (Triton rel-24-06)
     (tmp_path / "requirements.txt").write_text("torch==2.4.0\n")
     init = gpuenv(installed, tmp_path, "init", "--driver", "550.54.15", "--gpu", "RTX 4090")
     assert init.returncode == 0, init.stderr
