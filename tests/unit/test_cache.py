@@ -269,17 +269,15 @@ def test_no_usable_folder_means_no_cache(
     assert len(parses) == 2
 
 
-@pytest.mark.skipif(os.getuid() == 0, reason="root writes to read-only folders")
 def test_an_unwritable_folder_means_no_cache(
-    cache_dir: Path, matrices: Path, parses: list[str]
+    monkeypatch: pytest.MonkeyPatch, matrices: Path, parses: list[str]
 ) -> None:
-    cache_dir.mkdir(mode=0o500)
-    try:
-        load_matrix(str(matrices))
-        load_matrix(str(matrices))
-    finally:
-        cache_dir.chmod(0o700)
-    assert len(parses) == 2 and entries(cache_dir) == []
+    """/proc takes no files, for root either (CI runs as root): no cache, no error."""
+    monkeypatch.setenv(cache.CACHE_ENV, "/proc")
+    load_matrix(str(matrices))
+    load_matrix(str(matrices))
+    assert len(parses) == 2
+    assert not [name for name in os.listdir("/proc") if name.startswith("matrix-")]
 
 
 def test_old_entries_are_pruned(cache_dir: Path) -> None:
