@@ -36,3 +36,16 @@ def make_host(driver: str | None, *names: str, brand: str | None = None) -> Host
 @pytest.fixture
 def host() -> Callable[..., Host]:
     return make_host
+
+
+def reseal(lock_path: Path) -> None:
+    """Recompute a lock's integrity digest after a test edited it, as if gpuenv had
+    written the edit (tests that simulate what `pull` or `push` write)."""
+    import yaml
+
+    from gpuenv.resolution.lock import HEADER, INTEGRITY_KEY, integrity
+
+    data = yaml.safe_load(lock_path.read_text())
+    data.pop(INTEGRITY_KEY, None)
+    data[INTEGRITY_KEY] = integrity(data)
+    lock_path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=100))

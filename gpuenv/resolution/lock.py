@@ -140,8 +140,24 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
     )
 
 
+INTEGRITY_KEY = "integrity"
+
+
+def integrity(data: dict[str, Any]) -> str:
+    """A digest of everything the lock says (but itself): gpuenv writes it with the lock,
+    so a lock edited by hand no longer matches."""
+    import hashlib
+    import json
+
+    body = {k: v for k, v in data.items() if k != INTEGRITY_KEY}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def render_lock(lock: Lock) -> str:
-    body = yaml.safe_dump(lock.to_data(), sort_keys=False, default_flow_style=False, width=100)
+    data = {k: v for k, v in lock.to_data().items() if k != INTEGRITY_KEY}
+    data[INTEGRITY_KEY] = integrity(data)
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
     return HEADER + body
 
 
@@ -177,6 +193,13 @@ def read_lock(path: str) -> Lock:
         ) from None
     if not isinstance(data, dict):
         raise LockError(f"{where} is damaged", hint="run `gpuenv lock` to write it again")
+    recorded = data.get(INTEGRITY_KEY)
+    if recorded is not None and recorded != integrity(data):
+        raise LockError(
+            f"{where} was edited by hand: its content no longer matches its integrity digest",
+            hint="never edit the lock: change gpuenv.yaml and run `gpuenv lock` "
+            "(`gpuenv lock --upgrade` to move to the newest image that fits)",
+        )
     version = _need(data, "lock_version", int, where)
     if version > LOCK_VERSION:
         raise LockError(
@@ -200,6 +223,7 @@ def read_lock(path: str) -> Lock:
         "resolved",
         "requires",
         "resolved_for",
+        INTEGRITY_KEY,
     }
     return Lock(
         spec_hash=_need(data, "spec_hash", str, where),

@@ -19,6 +19,7 @@ from gpuenv.cli.live import QuietView
 from gpuenv.engine.dockerpy import DockerEngine
 from gpuenv.images.service import build, load_project, plan
 
+from ..conftest import reseal
 from .conftest import (
     Installed,
     containers,
@@ -277,6 +278,9 @@ def test_unknown_image(make_project) -> None:
     project = make_project()
     lock = project.path / "gpuenv.lock"
     lock.write_text(lock.read_text().replace("pytorch:24.06-py3", "pytorch:99.99-py3"))
+    edited = project.gpuenv("pull")  # a hand edit is refused before anything is pulled
+    assert edited.returncode == 5 and "edited by hand" in edited.stderr
+    reseal(lock)  # as if gpuenv had written it: the registry has no such image
     result = project.gpuenv("pull")
     assert result.returncode == 11
     assert "nvidia/pytorch:99.99-py3" in result.stderr

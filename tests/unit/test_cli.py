@@ -11,6 +11,8 @@ from click.testing import CliRunner, Result
 
 from gpuenv.cli import main
 
+from ..conftest import reseal
+
 RTX4090_OLD = ["--driver", "535.104.05", "--gpu", "RTX 4090"]
 RTX4090_OK = ["--driver", "550.54.15", "--gpu", "RTX 4090"]
 
@@ -151,6 +153,7 @@ def test_lock_check_and_update_cycle(project: Path) -> None:
     lock = project / "gpuenv.lock"
     digest = "sha256:" + "ab" * 32
     lock.write_text(lock.read_text().replace("digest: ''", f"digest: {digest}"))
+    reseal(lock)  # as `gpuenv pull` writes it
 
     # An unrelated edit: --check fails and says why; `lock` keeps image and digest.
     spec.write_text(spec.read_text().replace("apt: []", "apt: [git]"))
@@ -317,6 +320,7 @@ def test_lock_keeps_the_push_record_only_while_the_spec_holds(project: Path) -> 
         + "\n"
     )
     lock.write_text(lock.read_text() + pushed)
+    reseal(lock)  # as `gpuenv push` writes it
     assert run(project, "lock", "--driver", "555.42.02", "--gpu", "RTX 4090").exit_code == 0
     assert "reference: r/x:1" in lock.read_text()  # re-resolved for a host: same image, push holds
     spec = project / "gpuenv.yaml"

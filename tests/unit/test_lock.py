@@ -19,7 +19,7 @@ from gpuenv.resolution.lock import (
 from gpuenv.resolution.matrix import Matrix
 from gpuenv.resolution.resolve import resolve
 
-from ..conftest import make_host
+from ..conftest import make_host, reseal
 
 SPEC = 'framework: pytorch\nversion: "2.4"\nrequirements: requirements.txt\n'
 
@@ -69,6 +69,7 @@ def test_round_trip(project: Path, matrix: Matrix) -> None:
         "resolved",
         "requires",
         "resolved_for",
+        "integrity",
     ]
 
 
@@ -145,6 +146,7 @@ def test_damaged_locks(tmp_path: Path, text: str, message: str) -> None:
 def test_bad_digest_is_damage(project: Path, matrix: Matrix) -> None:
     path = locked(project, matrix)
     path.write_text(path.read_text().replace("digest: ''", "digest: latest"))
+    reseal(path)  # a damaged lock that still carries a matching digest
     with pytest.raises(LockError, match="is not sha256"):
         read_lock(str(path))
 
@@ -170,3 +172,33 @@ def test_atomic_write_keeps_old_lock_on_failure(
         write_lock(str(path), lock)
     assert path.read_text() == before
     assert sorted(p.name for p in project.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "by"),
+    [
+        (("pytorch:24.06-py3", "pytorch:24.10-py3"), "another image"),
+        (("min_driver: '545'", "min_driver: '450'"), "a lower driver floor"),
+        (("digest: ''", "digest: sha256:" + "ab" * 32), "a digest"),
+    ],
+)
+def test_a_lock_edited_by_hand_is_refused(
+    project: Path, matrix: Matrix, edit: tuple[str, str], by: str
+) -> None:
+    """Issue 12, item 4: the lock's integrity digest covers what it pins."""
+    path = locked(project, matrix)
+    text = path.read_text()
+    assert edit[0] in text, by
+    path.write_text(text.replace(*edit))
+    with pytest.raises(LockError, match="edited by hand") as refused:
+        read_lock(str(path))
+    assert refused.value.exit_code == 5
+    assert "gpuenv lock" in (refused.value.hint or "")
+
+
+def test_a_lock_without_a_digest_still_reads(project: Path, matrix: Matrix) -> None:
+    """Locks written before the digest existed are read as they are."""
+    path = locked(project, matrix)
+    kept = [line for line in path.read_text().splitlines() if not line.startswith("integrity:")]
+    path.write_text("\n".join(kept) + "\n")
+    assert read_lock(str(path)).image == "nvcr.io/nvidia/pytorch:24.06-py3"
