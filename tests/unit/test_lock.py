@@ -202,3 +202,44 @@ def test_a_lock_without_a_digest_still_reads(project: Path, matrix: Matrix) -> N
     kept = [line for line in path.read_text().splitlines() if not line.startswith("integrity:")]
     path.write_text("\n".join(kept) + "\n")
     assert read_lock(str(path)).image == "nvcr.io/nvidia/pytorch:24.06-py3"
+
+
+@pytest.mark.parametrize(
+    ("image", "problem"),
+    [
+        # PyTorch 2.5 (24.10) for a spec that asks for 2.4 (issue 12's replayed case).
+        ("nvcr.io/nvidia/pytorch:24.10-py3", "has PyTorch 2.5.0a0+e000cf0ad9, not 2.4"),
+        # A tag that does not exist anywhere.
+        ("nvcr.io/nvidia/pytorch:99.99-py3", "is in no matrix"),
+        # 24.06 fits the spec, but not the R535 host the lock says it was resolved for.
+        ("DRIVER", "needs driver ≥ 545 (this host has 535.104.05)"),
+    ],
+)
+def test_a_lock_that_pins_what_gpuenv_would_not_is_refused(
+    project: Path, matrix: Matrix, image: str, problem: str
+) -> None:
+    """Issue 12, item 4: even with a matching digest (re-sealed), check, lock --check and
+    everything that loads the project refuse a lock whose image does not fit."""
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+    from gpuenv.images.service import load_project
+    from gpuenv.resolution.lock import check_locked_row
+
+    path = locked(project, matrix)
+    text = path.read_text()
+    if image == "DRIVER":
+        text = text.replace("driver: 550.54.15", "driver: 535.104.05")
+    else:
+        text = text.replace("nvcr.io/nvidia/pytorch:24.06-py3", image)
+    path.write_text(text)
+    reseal(path)
+    lock = read_lock(str(path))
+    with pytest.raises(LockError, match="pins an image that does not fit") as refused:
+        check_locked_row(lock, load_spec(str(project)), matrix)
+    assert problem in refused.value.message
+    with pytest.raises(LockError):
+        load_project(str(project))  # build, run, render, push, submit, export
+    for command in (["check"], ["lock", "--check"], ["render"]):
+        result = CliRunner().invoke(main, ["-C", str(project), *command])
+        assert result.exit_code == 5, (command, result.output)
