@@ -63,10 +63,6 @@ def load_project(directory: str) -> Project:
             f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
             hint="run `gpuenv lock` (gpuenv never re-resolves on its own), then try again",
         )
-    from gpuenv.resolution.lock import check_locked_row
-    from gpuenv.resolution.matrix import load_matrix
-
-    check_locked_row(lock, spec, load_matrix())
     return Project(spec, lock, path)
 
 

@@ -23,7 +23,6 @@ from gpuenv.project.spec import Spec, inside_project
 
 if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
     from gpuenv.resolution.host import Host
-    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 LOCK_FILENAME = "gpuenv.lock"
@@ -278,29 +277,3 @@ def recorded_host(lock: Lock) -> Host | None:
     return Host(
         driver, tuple(gpus), "lock", platform=platform if isinstance(platform, str) else None
     )
-
-
-def locked_row_problems(lock: Lock, spec: Spec, matrix: Matrix) -> list[str]:
-    """Why the locked image is not one gpuenv would pin for this spec: it is in no
-    matrix (shipped or synced), or it fails the spec or the host the lock was resolved
-    for. Empty when the lock is honest."""
-    from gpuenv.resolution.host import Host
-    from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
-
-    row = next((r for r in matrix.images if r.image == lock.image), None)
-    if row is None:
-        return [f"{lock.image} is in no matrix (shipped, or synced with `gpuenv matrix sync`)"]
-    host = recorded_host(lock) or Host(None, (), "none")
-    gpus = selected_gpus(spec, classify_gpus(host, matrix))
-    (candidate,) = evaluate(spec, matrix, host, gpus, [row])
-    return [f"{row.label} {rejection.reason}" for rejection in candidate.rejections]
-
-
-def check_locked_row(lock: Lock, spec: Spec, matrix: Matrix) -> None:
-    """LockError (exit 5) when `locked_row_problems` finds any."""
-    problems = locked_row_problems(lock, spec, matrix)
-    if problems:
-        raise LockError(
-            f"{LOCK_FILENAME} pins an image that does not fit: " + "; ".join(problems),
-            hint="run `gpuenv lock` to resolve again (gpuenv never re-resolves on its own)",
-        )

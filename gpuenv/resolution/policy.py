@@ -25,7 +25,6 @@ from gpuenv.resolution.host import HostPlan
 
 if TYPE_CHECKING:
     from gpuenv.resolution.lock import Lock
-    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 NoteKind = Literal["info", "warn", "step"]
@@ -67,10 +66,6 @@ def verify_lock(directory: str) -> Lock:
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
             hint="run `gpuenv lock` and commit gpuenv.lock",
         )
-    from gpuenv.resolution.lock import check_locked_row
-    from gpuenv.resolution.matrix import load_matrix
-
-    check_locked_row(current, spec, load_matrix())
     return current
 
 
@@ -246,16 +241,10 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
     from gpuenv.project.spec import SPEC_FILENAME
     from gpuenv.project.validate import load_spec
     from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
-    from gpuenv.resolution.lock import (
-        LOCK_FILENAME,
-        check_locked_row,
-        lock_differences,
-        read_lock,
-    )
+    from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
     from gpuenv.resolution.matrix import load_matrix
 
     items: list[CheckItem] = []
-    matrix: Matrix | None = None
     try:
         matrix = load_matrix()
         items.append(
@@ -287,8 +276,6 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
             )
             items.append(CheckItem(LOCK_FILENAME, error=error))
         else:
-            if spec is not None and matrix is not None:
-                check_locked_row(existing, spec, matrix)
             items.append(
                 CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: matches ({existing.pinned_image})")
             )
