@@ -237,16 +237,7 @@ class UnixSocketEngine:
     def images(self, label: str | None = None) -> list[ImageInfo]:
         query = {"filters": json.dumps({"label": [label]})} if label else None
         rows: list[dict[str, Any]] = self.call("GET", "/images/json", query=query) or []
-        return [
-            ImageInfo(
-                id=row["Id"],
-                tags=tuple(t for t in row.get("RepoTags") or () if t != "<none>:<none>"),
-                labels=dict(row.get("Labels") or {}),
-                size=int(row.get("Size") or 0),
-                created=int(row.get("Created") or 0),
-            )
-            for row in rows
-        ]
+        return [ImageInfo.from_summary(row) for row in rows]
 
     def image_users(self, image: str) -> list[str]:
         filters = json.dumps({"ancestor": [image]})

@@ -143,16 +143,7 @@ class DockerEngine:
     def images(self, label: str | None = None) -> list[ImageInfo]:
         with self._calls():
             rows = self.api.images(filters={"label": label} if label else None)
-        return [
-            ImageInfo(
-                id=row["Id"],
-                tags=tuple(t for t in row.get("RepoTags") or () if t != "<none>:<none>"),
-                labels=dict(row.get("Labels") or {}),
-                size=int(row.get("Size") or 0),
-                created=int(row.get("Created") or 0),
-            )
-            for row in rows
-        ]
+        return [ImageInfo.from_summary(row) for row in rows]
 
     def remove_image(self, reference: str) -> None:
         from docker.errors import APIError

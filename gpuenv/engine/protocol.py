@@ -25,6 +25,17 @@ class ImageInfo:
     size: int = 0
     created: int = 0  # seconds since the epoch
 
+    @classmethod
+    def from_summary(cls, row: Mapping[str, Any]) -> ImageInfo:
+        """From an Engine API image summary (``GET /images/json``), as both adapters get it."""
+        return cls(
+            id=str(row["Id"]),
+            tags=tuple(t for t in row.get("RepoTags") or () if t != "<none>:<none>"),
+            labels=dict(row.get("Labels") or {}),
+            size=int(row.get("Size") or 0),
+            created=int(row.get("Created") or 0),
+        )
+
 
 class Stream(Protocol):
     """A container's attached streams: a connected socket (or socket-like channel)."""
