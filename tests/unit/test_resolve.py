@@ -302,3 +302,19 @@ def test_a_tensorflow_newer_than_nvidia_shipped_says_where_the_container_ended(
     )
     assert "2.17.0 (25.02-tf2-py3)" in (refused.value.hint or "")
     assert matrix.notice("tensorflow") and matrix.notice("pytorch") is None
+
+
+@pytest.mark.parametrize(
+    ("framework", "pin", "tag", "source"),
+    [
+        ("tensorflow", "2.15", "24.05-tf2-py3", "Jetson wheel 2.15.0+nv24.05 (unverified)"),
+        ("jax", "0.4.26", "24.04-py3", "image metadata of jax:24.04"),
+    ],
+)
+def test_framework_pins_resolve_where_nvidia_shipped_them(
+    matrix: Matrix, framework: str, pin: str, tag: str, source: str
+) -> None:
+    """Issue 11: a TensorFlow or JAX pin resolves to the image that ships it."""
+    pinned = default_spec(".", framework).with_overrides(version=pin)
+    chosen = resolve(pinned, matrix, make_host("550.54.15", "NVIDIA H100 80GB HBM3"))
+    assert chosen.row.tag == tag, source
