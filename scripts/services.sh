@@ -243,7 +243,7 @@ tester_up() {  # a user who is not root, and a Python with gpuenv's dependencies
     useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester
   # The distribution's interpreter: another user may not be able to read the one .venv
   # was made from (pyenv's under /root), let alone a checkout in a private folder.
-  local venv="$STATE/tester-venv" python=/usr/bin/python3 want
+  local python=/usr/bin/python3 want
   if ! "$python" -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     log "installing python3 and python3-venv (apt) for the test user"
     apt-get update -qq
@@ -252,6 +252,10 @@ tester_up() {  # a user who is not root, and a Python with gpuenv's dependencies
       die "$python is older than Python 3.11, which gpuenv needs"
   fi
   want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  # One venv per set of dependencies: checkouts with different pyproject.toml files (two
+  # branches tested at once) never rebuild each other's.
+  TESTER_VENV="$STATE/tester-venv-${want:0:12}"
+  local venv=$TESTER_VENV
   if [ "$(cat "$venv/.gpuenv-deps" 2>/dev/null)" != "$want" ]; then
     log "making $venv: gpuenv's dependencies for the test user (pip)"
     rm -rf "$venv"
@@ -294,7 +298,7 @@ GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_SYNC_STANDIN_TAGS="${SYNC_STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
-GPUENV_TEST_USER_PYTHON=$STATE/tester-venv/bin/python
+GPUENV_TEST_USER_PYTHON=$TESTER_VENV/bin/python
 ENV
   log "services ready ($ENV_FILE)"
 }
