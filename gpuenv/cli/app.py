@@ -160,7 +160,25 @@ quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress out
 bake_option = click.option(
     "--bake",
     is_flag=True,
-    help="Copy the project into the image (/workspace), for images that travel to a cluster.",
+    help="Copy the project into the image (/workspace), for images that travel to a "
+    "cluster; .dockerignore applies, as in docker build.",
+)
+bake_checks = apply(
+    [
+        click.option(
+            "--allow-secret",
+            "allow_secrets",
+            multiple=True,
+            metavar="PATTERN",
+            help="Bake files matching PATTERN (.dockerignore syntax) although they look "
+            "like credentials (.aws/, .ssh/, *.pem, *.key, .env, ...); repeatable.",
+        ),
+        click.option(
+            "--allow-large",
+            is_flag=True,
+            help="Bake the project even if it is over 2 GiB.",
+        ),
+    ]
 )
 
 

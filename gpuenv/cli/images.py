@@ -6,6 +6,7 @@ import click
 
 from gpuenv.cli.app import (
     Context,
+    bake_checks,
     bake_option,
     engine,
     quiet_option,
@@ -57,15 +58,22 @@ def pull(obj: Context, quiet: bool) -> None:
 
 @click.command()
 @bake_option
+@bake_checks
 @quiet_option
 @click.pass_obj
-def build(obj: Context, bake: bool, quiet: bool) -> None:
+def build(
+    obj: Context, bake: bool, allow_secrets: tuple[str, ...], allow_large: bool, quiet: bool
+) -> None:
     """Build the project image: the locked base (pulled and pinned first if needed), apt
     packages, requirements, extra packages.
 
     The tag is a hash of the base digest, the Dockerfile and the files copied in
     (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
     built. Project code is mounted at run time, not copied, unless --bake.
+
+    With --bake, the project's .dockerignore applies with Docker's rules; files that look
+    like credentials stop the build (exit 12) unless .dockerignore leaves them out or
+    --allow-secret names them, and so does a project over 2 GiB unless --allow-large.
     """
     from gpuenv.images.build import build_project, up_to_date_tag
 
@@ -82,8 +90,16 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
         return
 
     from gpuenv.cli import ui
+    from gpuenv.images.bake import BakePolicy
 
-    _, tag, result = build_project(obj.directory, connected, view_factory(quiet), bake=bake)
+    _, tag, result = build_project(
+        obj.directory,
+        connected,
+        view_factory(quiet),
+        bake=bake,
+        bake_policy=BakePolicy(allow_secrets, allow_large),
+        notice=(lambda _: None) if quiet else ui.info,
+    )
     if result is None:
         up_to_date(tag)
         return
@@ -164,13 +180,21 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
 
 @click.command("push")
 @click.argument("repository", required=False, metavar="[REGISTRY/REPO[:TAG]]")
+@bake_checks
 @quiet_option
 @click.pass_obj
-def push(obj: Context, repository: str | None, quiet: bool) -> None:
+def push(
+    obj: Context,
+    repository: str | None,
+    allow_secrets: tuple[str, ...],
+    allow_large: bool,
+    quiet: bool,
+) -> None:
     """Push the project image, with the code baked in, to a team registry, and record
     the pushed reference and digest in gpuenv.lock: teammates and cluster nodes (gpuenv
     submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
-    argument, pushes to the repository of the last push."""
+    argument, pushes to the repository of the last push. The baked project is checked
+    as for `gpuenv build --bake` (credentials, size) before anything is built."""
     from gpuenv.cli import ui
     from gpuenv.errors import UsageError
     from gpuenv.images.build import configured_mirror
@@ -192,8 +216,17 @@ def push(obj: Context, repository: str | None, quiet: bool) -> None:
 
     view = view_factory(quiet)()
     connected = engine()
+    from gpuenv.images.bake import BakePolicy
+
     project, image = do_push(
-        project, connected, view, configured_mirror(), repository, engine_platform(connected)
+        project,
+        connected,
+        view,
+        configured_mirror(),
+        repository,
+        engine_platform(connected),
+        bake_policy=BakePolicy(allow_secrets, allow_large),
+        notice=(lambda _: None) if quiet else ui.info,
     )
     ui.result(image)
     if not quiet:

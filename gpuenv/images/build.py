@@ -13,6 +13,7 @@ from gpuenv.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
+    from gpuenv.images.bake import BakePolicy
     from gpuenv.images.service import BuildResult, Project, View
     from gpuenv.project.spec import Spec
     from gpuenv.resolution.locked import Locked
@@ -118,11 +119,19 @@ def _stamp_project(project: Project, accounts: tuple[str, str] | None) -> dict[s
 
 
 def build_project(
-    directory: str, engine: Engine, view: ViewFactory, *, bake: bool = False
+    directory: str,
+    engine: Engine,
+    view: ViewFactory,
+    *,
+    bake: bool = False,
+    bake_policy: BakePolicy | None = None,
+    notice: Callable[[str], None] = lambda _: None,
 ) -> tuple[Project, str, BuildResult | None]:
     """Read the project, render its image and build it if the engine lacks it (pulling
     and pinning the base first); record the build stamp. Returns the project, the tag
-    and the BuildResult (None when the image was already there)."""
+    and the BuildResult (None when the image was already there). A baked image is first
+    checked for credentials and size (gpuenv.images.bake); `notice` gets the size."""
+    from gpuenv.images.bake import BakePolicy, check_bake
     from gpuenv.images.service import build, build_inputs, ensure_base, load_project, plan
     from gpuenv.project import stamp
 
@@ -131,6 +140,9 @@ def build_project(
     mirror = configured_mirror()
     result = None
     planned = plan(project, mirror, bake=bake) if project.lock.digest else None
+    if bake:
+        files = (planned or plan(project, mirror, bake=True)).files
+        notice(check_bake(files, bake_policy or BakePolicy()).describe())
     if planned is None or not engine.has_image(planned.tag):
         shown = view()
         project, _ = ensure_base(project, engine, shown, mirror)

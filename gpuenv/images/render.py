@@ -12,7 +12,6 @@ GPUs it asks for) does not change the tag, and a second build finds the image.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import hashlib
 import io
 import json
@@ -27,33 +26,13 @@ from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
 from gpuenv.errors import BuildError
+from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.lock import Lock, requirements_hashes
 
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
-# Never baked into an image: version control, environments, caches, secrets' usual homes.
-BAKE_EXCLUDES = (
-    ".git",
-    ".hg",
-    ".svn",
-    ".venv",
-    "venv",
-    "__pycache__",
-    "*.pyc",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".ipynb_checkpoints",
-    ".env",
-    ".netrc",
-    ".docker",
-    # gpuenv's own: the lock records pushes of the baked image (so it would change that
-    # image's tag), and .gpuenv/ holds Slurm scripts and logs.
-    "gpuenv.lock",
-    ".gpuenv",
-)
 
 
 class _Template(string.Template):
@@ -62,26 +41,6 @@ class _Template(string.Template):
 
 def _template(name: str) -> _Template:
     return _Template((Path(data_dir("images")) / "ngc" / name).read_text(encoding="utf-8"))
-
-
-@dataclass(frozen=True)
-class ContextFile:
-    """A file of the build context: its name in the archive and where its bytes are."""
-
-    name: str
-    path: str | None = None
-    data: bytes | None = None
-    executable: bool = False
-    link: str | None = None
-    origin: str | None = None  # the project file `data` was made from (it decides rebuilds)
-
-    def content(self) -> bytes:
-        if self.data is not None:
-            return self.data
-        if self.link is not None:
-            return self.link.encode()
-        assert self.path is not None
-        return Path(self.path).read_bytes()
 
 
 @dataclass(frozen=True)
@@ -177,56 +136,6 @@ def without_framework(text: str, framework: str) -> tuple[str, list[str]]:
         else:
             kept.append(line)
     return "\n".join(kept) + ("\n" if text.endswith("\n") else ""), dropped
-
-
-def _ignored(relative: str, patterns: Iterable[str]) -> bool:
-    parts = relative.split("/")
-    for pattern in patterns:
-        pattern = pattern.strip().strip("/")
-        if not pattern or pattern.startswith("#"):
-            continue
-        if fnmatch.fnmatch(relative, pattern) or any(fnmatch.fnmatch(p, pattern) for p in parts):
-            return True
-        if relative.startswith(pattern + "/"):
-            return True
-    return False
-
-
-def project_files(project_dir: str) -> list[ContextFile]:
-    """The project's files for `--bake`, without version control, caches and .dockerignore."""
-    root = Path(project_dir)
-    patterns = list(BAKE_EXCLUDES)
-    ignore_file = root / ".dockerignore"
-    if ignore_file.is_file():
-        patterns += [
-            line
-            for line in ignore_file.read_text(errors="replace").splitlines()
-            if line.strip() and not line.startswith("!")
-        ]
-    out = []
-    for directory, dirnames, filenames in os.walk(root):
-        relative_dir = os.path.relpath(directory, root)
-        keep = []
-        for name in sorted(dirnames):
-            relative = name if relative_dir == "." else f"{relative_dir}/{name}"
-            if (Path(directory) / name).is_symlink():
-                filenames.append(name)
-            elif not _ignored(relative, patterns):
-                keep.append(name)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            relative = name if relative_dir == "." else f"{relative_dir}/{name}"
-            if _ignored(relative, patterns):
-                continue
-            path = Path(directory) / name
-            if path.is_symlink():
-                out.append(ContextFile(f"project/{relative}", link=os.readlink(path)))
-            elif path.is_file():
-                executable = os.access(path, os.X_OK)
-                out.append(
-                    ContextFile(f"project/{relative}", path=str(path), executable=executable)
-                )
-    return sorted(out, key=lambda f: f.name)
 
 
 def _support_files() -> list[ContextFile]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
@@ -24,6 +24,9 @@ from gpuenv.images.render import BuildPlan, plan_build
 from gpuenv.project.spec import Spec
 from gpuenv.project.validate import load_spec
 from gpuenv.resolution.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
+
+if TYPE_CHECKING:
+    from gpuenv.images.bake import BakePolicy
 
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
 
@@ -307,14 +310,20 @@ def push(
     mirror: str | None,
     repository: str,
     platform: str | None = None,
+    bake_policy: BakePolicy | None = None,
+    notice: Callable[[str], None] = lambda _: None,
 ) -> tuple[Project, str]:
-    """Build the project image with the code baked in, push it, record its digest (and
-    the platform it was built for) in the lock (`pushed`), and return the image by digest."""
+    """Build the project image with the code baked in (checked first: no credentials,
+    not too big; `notice` gets its size), push it, record its digest (and the platform
+    it was built for) in the lock (`pushed`), and return the image by digest."""
+    from gpuenv.images.bake import BakePolicy, check_bake
     from gpuenv.images.registry import credentials as auth_for
 
     reference = parse_reference(repository)
     if reference.digest:
         raise PullError(f"{repository}: name a repository (and a tag), not a digest")
+    baked = plan(project, mirror, bake=True).files
+    notice(check_bake(baked, bake_policy or BakePolicy()).describe())
     project, _ = ensure_base(project, engine, view, mirror)
     planned = plan(project, mirror, bake=True)
     result = build(planned, engine, view)
