@@ -38,6 +38,22 @@ run_options = apply(
             type=click.Path(dir_okay=False),
             help="Read variables from a file of KEY=VALUE lines.",
         ),
+        click.option(
+            "--mount",
+            "mounts",
+            multiple=True,
+            metavar="SRC:DST[:ro|rw]",
+            help="Bind a host path at DST: read-only outside the project unless :rw. "
+            "Unlike the spec's mounts, it may be outside the project.",
+        ),
+        click.option(
+            "--allow-mount",
+            "allow_mounts",
+            multiple=True,
+            metavar="PATH",
+            help="Let a mount of exactly PATH through although gpuenv refuses it by "
+            "default (engine sockets, /etc, /proc, /dev, credentials like ~/.ssh).",
+        ),
         click.option("--root", is_flag=True, help="Run as root instead of as you."),
         click.option(
             "--wait",

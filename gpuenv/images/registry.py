@@ -13,11 +13,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuenv.common.userconfig import config_path
 from gpuenv.engine.failures import NGC_KEY_ENV
 
 NGC_REGISTRY = "nvcr.io"
 MIRROR_ENV = "GPUENV_REGISTRY_MIRROR"
-CONFIG_ENV = "GPUENV_CONFIG"
 
 _HOST_PORT = re.compile(
     r"^(?:[A-Za-z0-9-]+\.)*[A-Za-z0-9-]+(?::\d{1,5})?$|^\[[0-9a-fA-F:]+\](?::\d{1,5})?$"
@@ -73,15 +73,6 @@ def check_mirror(value: str) -> str:
     if not _HOST_PORT.match(value):
         raise InvalidMirror(f"'{value}' is not a registry mirror (expected host or host:port)")
     return value
-
-
-def config_path(env: Mapping[str, str] | None = None) -> str:
-    """The user config file: GPUENV_CONFIG, else $XDG_CONFIG_HOME/gpuenv/config.yaml."""
-    env = os.environ if env is None else env
-    if env.get(CONFIG_ENV):
-        return env[CONFIG_ENV]
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "gpuenv", "config.yaml")
 
 
 def registry_mirror(env: Mapping[str, str] | None = None) -> tuple[str | None, str]:

@@ -266,6 +266,13 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
         )
     except SpecError as exc:
         items.append(CheckItem(SPEC_FILENAME, error=exc))
+    if spec is not None and spec.mounts:
+        from gpuenv.project.mounts import check_mounts
+
+        try:
+            items.append(CheckItem("mounts", ok=check_mounts(spec, env)))
+        except GpuenvError as exc:
+            items.append(CheckItem("mounts", error=exc))
     try:
         existing = read_lock(os.path.join(directory, LOCK_FILENAME))
         changes = lock_differences(existing, spec) if spec else []

@@ -24,6 +24,7 @@ from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.procfs import process_start
 
 if TYPE_CHECKING:
+    from gpuenv.project.mounts import Bind
     from gpuenv.resolution.host import Host
     from gpuenv.resolution.locked import Locked
 
@@ -211,24 +212,14 @@ def container_config(
     *,
     tty: bool,
     stdin: bool,
+    binds: Sequence[Bind] = (),
 ) -> dict[str, Any]:
-    """The Engine API body for POST /containers/create."""
+    """The Engine API body for POST /containers/create. `binds`: the extra mounts, as
+    gpuenv.project.mounts decided them (the spec's, under the user's rules, and --mount)."""
     mounts: list[dict[str, Any]] = [
         {"Type": "bind", "Source": os.path.abspath(spec.project_dir), "Target": WORKSPACE}
     ]
-    for mount in spec.mounts:
-        source = os.path.expanduser(mount.source)
-        source = source if os.path.isabs(source) else os.path.join(spec.project_dir, source)
-        if not os.path.exists(source):
-            raise UsageError(f"mount source {mount.source} does not exist (gpuenv.yaml, mounts)")
-        mounts.append(
-            {
-                "Type": "bind",
-                "Source": os.path.abspath(source),
-                "Target": mount.target,
-                "ReadOnly": mount.read_only,
-            }
-        )
+    mounts += [bind.to_engine() for bind in binds]
     full_env = {
         **env,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",

@@ -39,6 +39,8 @@ class RunRequest:
     wait: float | None = None  # seconds to queue for GPUs; 0: no limit; None: no queue
     force: bool = False
     shell: bool = False
+    mounts: tuple[str, ...] = ()  # --mount SRC:DST[:ro|rw]
+    allow_mounts: tuple[str, ...] = ()  # --allow-mount PATH
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,9 @@ def launch(
     reaper.start()
     image = image_for_run(directory, engine, view)
     spec, locked, tag = image.spec, image.locked, image.tag
+    from gpuenv.project.mounts import run_binds
+
+    binds = run_binds(spec, request.mounts, request.allow_mounts, env=environ, notice=notice)
     gpus = parse_gpus_option(request.gpus) if request.gpus else spec.gpus
     # No GPUs, no need to ask NVML about them.
     host = services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
@@ -157,6 +162,7 @@ def launch(
             run_labels,
             tty=terminal.tty,
             stdin=terminal.stdin,
+            binds=binds,
         )
         if limit is not None:
             config["HostConfig"]["Memory"] = limit
