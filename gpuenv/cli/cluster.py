@@ -98,15 +98,23 @@ def submit(
 
     project = load_project(obj.directory)
     spec = project.spec
-    values, passthrough = job_environment(spec, env, env_files)
+    variables = job_environment(spec, env, env_files)
+    if variables.values and any(a.startswith("--export") for a in sbatch_args):
+        from gpuenv.errors import UsageError
+
+        raise UsageError(
+            "-e KEY=VALUE and --env-file values travel in sbatch's environment, which "
+            "--sbatch-arg --export=... would not pass on",
+            hint="drop the --export option, or pass the values another way",
+        )
     _warn_if_pushed_is_stale(project)
     output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
     script = sbatch_script(
         spec,
         pushed_image(project.lock.extra),
         command_for(arguments),
-        values,
-        passthrough=passthrough,
+        variables.written,
+        passthrough=variables.names,
         gpus=job_gpus(spec, gpus),
         output_dir=output_dir,
         shm_size=shm_size(spec) or DEFAULT_SHM,
@@ -120,7 +128,7 @@ def submit(
     if dry_run:
         click.echo(script, nl=False)
         return
-    submitted = submit_script(obj.directory, output_dir, spec.name, script)
+    submitted = submit_script(obj.directory, output_dir, spec.name, script, variables.values)
     ui.result(submitted.job)
     ui.success(f"submitted job {submitted.job} ({submitted.script}); `gpuenv jobs` follows it")
 
@@ -193,6 +201,20 @@ def export_kubernetes(
 
 @export.command("compose", context_settings=PASS_THROUGH)
 @cluster_options
+@click.option(
+    "--mount",
+    "mounts",
+    multiple=True,
+    metavar="SRC:DST[:ro|rw]",
+    help="Another volume, as for `gpuenv run --mount`.",
+)
+@click.option(
+    "--allow-mount",
+    "allow_mounts",
+    multiple=True,
+    metavar="PATH",
+    help="Let a mount of exactly PATH through, as for `gpuenv run --allow-mount`.",
+)
 @target_argument
 @click.pass_obj
 def export_compose(
@@ -200,21 +222,28 @@ def export_compose(
     gpus: int | None,
     env: tuple[str, ...],
     env_files: tuple[str, ...],
+    mounts: tuple[str, ...],
+    allow_mounts: tuple[str, ...],
     arguments: tuple[str, ...],
 ) -> None:
     """A docker-compose.yaml service running TARGET in the project image: the pushed
-    digest, or else the locally built tag; GPUs reserved by count or device ids."""
+    digest, or else the locally built tag; GPUs reserved by count or device ids. The
+    spec's mounts go in as `gpuenv run` would bind them (only paths inside the project,
+    unless the user config or --mount allows more; read-only outside the project)."""
     import yaml
 
+    from gpuenv.cli import ui
     from gpuenv.cli.app import engine, view_factory
     from gpuenv.cluster.slurm import compose_file
     from gpuenv.cluster.submit import exported_environment, job_gpus
     from gpuenv.images.build import image_for_run
     from gpuenv.images.service import load_project
+    from gpuenv.project.mounts import run_binds
     from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
     project = load_project(obj.directory)
     values = exported_environment(project.spec, env, env_files)
+    binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
     pushed = (project.lock.extra.get("pushed") or {}).get("image")
     platform = _pushed_platform(project)
     if not pushed:
@@ -236,5 +265,6 @@ def export_compose(
         uid=os.getuid(),
         gid=os.getgid(),
         platform=platform,
+        binds=binds,
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)

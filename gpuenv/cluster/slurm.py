@@ -11,12 +11,15 @@ import re
 import shlex
 import string
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.platforms import UNAME, arch_of
 from gpuenv.common.resources import data_dir
 from gpuenv.errors import UsageError
 from gpuenv.project.spec import WORKSPACE, Spec
+
+if TYPE_CHECKING:
+    from gpuenv.project.mounts import Bind
 
 _DNS = re.compile(r"[^a-z0-9-]+")
 
@@ -114,8 +117,9 @@ def sbatch_script(
             exports=exports,
             command=quoted,
         )
-    # Values from the spec and -e KEY=VALUE are written; a bare -e KEY travels in the
-    # job's environment (sbatch exports it) and is never written into the script.
+    # The spec's values are written (gpuenv.yaml has them already); every -e and
+    # --env-file variable is only named: its value travels in the job's environment
+    # (sbatch exports the environment it was started with), never in the script.
     env_args = "".join(f" -e {shlex.quote(f'{k}={v}')}" for k, v in env.items())
     env_args += "".join(f" -e {shlex.quote(k)}" for k in passthrough)
     return _template("sbatch.sh.in").substitute(
@@ -219,15 +223,17 @@ def compose_file(
     uid: int,
     gid: int,
     platform: str | None = None,
+    binds: Sequence[Bind] = (),
 ) -> dict[str, Any]:
     """A Compose service; the GPU reservation names a count or device ids, never neither
-    (since Engine 27.3 that means no GPU at all); the image's platform when known."""
+    (since Engine 27.3 that means no GPU at all); the image's platform when known.
+    `binds`: the spec's mounts as gpuenv.project.mounts decided them (as for a run)."""
     service: dict[str, Any] = {
         "image": image,
         "command": list(command),
         "working_dir": WORKSPACE,
         "volumes": [f"{spec.project_dir}:{WORKSPACE}"]
-        + [f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts],
+        + [f"{b.source}:{b.target}{':ro' if b.read_only else ''}" for b in binds],
         "environment": {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
         "shm_size": str(shm_size),
         "init": True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,23 +18,38 @@ if TYPE_CHECKING:
 JOB_FIELDS = ("job", "state", "time", "nodes", "where")
 
 
-def job_environment(
-    spec: Spec, env: Sequence[str], env_files: Sequence[str]
-) -> tuple[dict[str, str], list[str]]:
-    """Values to write (spec env, env files, -e KEY=VALUE) and bare -e KEY names, which
-    travel in the job's environment and are never written."""
+@dataclass(frozen=True)
+class JobEnvironment:
+    """A job's variables. `written`: the spec's env, which the script carries (it is in
+    gpuenv.yaml already). `names`: every variable of -e and --env-file, which the script
+    names but never gives a value. `values`: the values of -e KEY=VALUE and env files,
+    which travel only in sbatch's own environment (sbatch exports it to the job)."""
+
+    written: dict[str, str]
+    names: list[str]
+    values: dict[str, str]
+
+
+def job_environment(spec: Spec, env: Sequence[str], env_files: Sequence[str]) -> JobEnvironment:
+    """Split the job's variables into what may be written and what may not."""
+    from dataclasses import replace
+
     from gpuenv.run.container import environment
 
-    passthrough = [e for e in env if "=" not in e]
-    values = environment(spec, [e for e in env if "=" in e], env_files, {})
-    return values, passthrough
+    values = environment(replace(spec, env=()), env, env_files, {})
+    names = list(dict.fromkeys([*values, *(e for e in env if "=" not in e)]))
+    written = {key: value for key, value in spec.env if key not in names}
+    return JobEnvironment(written, names, values)
 
 
 def exported_environment(
     spec: Spec, env: Sequence[str], env_files: Sequence[str]
 ) -> dict[str, str]:
     """The variables of an exported file: values only (a bare -e KEY is refused)."""
-    values, passthrough = job_environment(spec, env, env_files)
+    from gpuenv.run.container import environment
+
+    passthrough = [e for e in env if "=" not in e]
+    values = environment(spec, [e for e in env if "=" in e], env_files, {})
     if passthrough:
         raise UsageError(
             f"-e {passthrough[0]} has no value: exported files carry values (-e KEY=VALUE), "
@@ -61,13 +76,29 @@ class Submitted:
     script: str
 
 
-def submit_script(directory: str, output_dir: str, name: str, script: str) -> Submitted:
-    """Write the sbatch script into `output_dir` and submit it from the project folder."""
+def private_folder(path: str) -> str:
+    """`path` created (with its parents) and made 0700: job scripts and job output are
+    the submitting user's alone."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.stat(path).st_uid == os.getuid():
+        os.chmod(path, 0o700)
+    return path
+
+
+def submit_script(
+    directory: str,
+    output_dir: str,
+    name: str,
+    script: str,
+    values: Mapping[str, str] | None = None,
+) -> Submitted:
+    """Write the sbatch script (0600, into a 0700 folder) and submit it from the project
+    folder; `values` go to sbatch in its environment, never into a file."""
     from gpuenv.common.files import atomic_write
 
-    os.makedirs(output_dir, exist_ok=True)
+    private_folder(output_dir)
     path = os.path.join(output_dir, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
-    atomic_write(path, script, mode=0o755)
+    atomic_write(path, script, mode=0o600)
     try:
         result = subprocess.run(
             ["sbatch", "--parsable", path],
@@ -75,6 +106,7 @@ def submit_script(directory: str, output_dir: str, name: str, script: str) -> Su
             capture_output=True,
             text=True,
             check=False,
+            env={**os.environ, **(values or {})},
         )
     except FileNotFoundError:
         raise UsageError(

@@ -226,3 +226,66 @@ def test_kubernetes_and_compose_name_the_images_platform() -> None:
         platform="linux/amd64",
     )["services"]["demo"]
     assert service["platform"] == "linux/amd64"
+
+
+def test_job_values_are_named_never_written(tmp_path: Path) -> None:
+    from gpuenv.cluster.submit import job_environment
+
+    env_file = tmp_path / "vars.env"
+    env_file.write_text("FROM_FILE=file-secret\n")
+    variables = job_environment(
+        spec(), ["TOKEN=hunter2", "MODE=override", "WANDB_API_KEY"], [str(env_file)]
+    )
+    assert variables.values == {
+        "FROM_FILE": "file-secret",
+        "TOKEN": "hunter2",
+        "MODE": "override",
+    }
+    assert variables.names == ["FROM_FILE", "TOKEN", "MODE", "WANDB_API_KEY"]
+    assert variables.written == {}  # the spec's MODE is overridden: not written either
+    for launcher in ("docker", "pyxis"):
+        script = sbatch_script(
+            spec(),
+            IMAGE,
+            ["true"],
+            variables.written,
+            passthrough=variables.names,
+            gpus=1,
+            output_dir="/x",
+            shm_size=1,
+            launcher=launcher,
+        )
+        assert "hunter2" not in script and "file-secret" not in script
+        assert "override" not in script and "it's fast" not in script
+        if launcher == "docker":
+            assert "-e TOKEN -e MODE -e WANDB_API_KEY" in script
+
+
+def test_submit_writes_a_private_script_and_passes_values_in_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sbatch here is a stand-in that records what it got (the real one: test_cluster.py
+    in tests/integration)."""
+    import stat
+
+    from gpuenv.cluster.submit import submit_script
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "seen"
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        f'#!/bin/sh\nstat -c %a "$2" > {seen}\necho "TOKEN=$TOKEN" >> {seen}\necho 42\n'
+    )
+    sbatch.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    output = tmp_path / "project" / ".gpuenv" / "slurm"
+    output.mkdir(parents=True, mode=0o755)
+    submitted = submit_script(
+        str(tmp_path / "project"), str(output), "demo", "#!/bin/bash\ntrue\n", {"TOKEN": "s3"}
+    )
+    assert submitted.job == "42"
+    assert seen.read_text() == "600\nTOKEN=s3\n"
+    assert stat.S_IMODE(os.stat(submitted.script).st_mode) == 0o600
+    assert stat.S_IMODE(output.stat().st_mode) == 0o700
+    assert "s3" not in Path(submitted.script).read_text()
