@@ -101,6 +101,7 @@ class Decision:
     bind: Bind | None = None
     refused: str = ""
     fix: str = ""
+    missing: bool = False  # refused only because the source does not exist
     notes: list[str] = field(default_factory=list)
 
 
@@ -185,8 +186,6 @@ def decide(
     """Decide one mount. `from_user`: named on the command line (--mount), not by the
     spec. `read_only`: what was asked (None: the default for where it is)."""
     absolute = _absolute(source, project_dir)
-    if not os.path.exists(absolute):
-        return Decision(refused=f"{source} does not exist", fix="create it, or fix the path")
     resolved = _resolve(absolute)
     root = _resolve(project_dir)
     inside = _within(resolved, root)
@@ -195,8 +194,13 @@ def decide(
     why = denied(resolved, home)
     if why and not exact:
         return Decision(
-            refused=f"{shown} is {why}: gpuenv never mounts it unless told exactly",
+            refused=f"{shown} is on gpuenv's deny list ({why}): it is never mounted "
+            "unless the command line names it",
             fix=f"if you are sure, add `--allow-mount {resolved}` to the command",
+        )
+    if not os.path.exists(absolute):
+        return Decision(
+            refused=f"{source} does not exist", fix="create it, or fix the path", missing=True
         )
     allowed = any(_within(resolved, a) for a in rules.allow + rules.writable)
     if not inside and not from_user and not exact and not allowed:
@@ -264,9 +268,6 @@ def spec_binds(
     `missing`, a source that does not exist (yet) is listed there instead of refused."""
     problems, fixes, binds = [], [], []
     for index, mount in enumerate(spec.mounts):
-        if missing is not None and not os.path.lexists(_absolute(mount.source, spec.project_dir)):
-            missing.append(mount.source)
-            continue
         decision = decide(
             mount.source,
             mount.target,
@@ -276,7 +277,9 @@ def spec_binds(
             read_only=mount.read_only,
             home=home,
         )
-        if decision.bind is None:
+        if decision.missing and missing is not None:
+            missing.append(mount.source)
+        elif decision.bind is None:
             problems.append(_spec_problem(spec, index, decision.refused))
             fixes.append(decision.fix)
         else:

@@ -120,6 +120,8 @@ CASES = [
     ("{home}/datasets", {"allow": ["{home}"]}, False, False, True),
     ("{ssh}", {"exact": ["{ssh}"]}, True, None, True),
     ("missing", {}, False, False, "does not exist"),
+    ("/var/run/docker.sock", {}, False, False, "socket"),  # refused whether it exists or not
+    ("/run/gpuenv-test-nothing.sock", {}, True, None, "runtime folder"),
 ]
 
 
@@ -173,7 +175,7 @@ def test_spec_refusal_names_the_line_and_the_fix(tree: dict[str, str]) -> None:
 
 
 def test_flag_refusal_is_a_usage_error(tree: dict[str, str]) -> None:
-    with pytest.raises(UsageError, match="/etc is the host's configuration") as raised:
+    with pytest.raises(UsageError, match="/etc is on gpuenv's deny list") as raised:
         flag_binds(["/etc:/host-etc"], tree["project"], MountRules())
     assert raised.value.exit_code == 2 and "--allow-mount /etc" in (raised.value.hint or "")
     for bad in ("/data", "a:b:c", "/x:relative", "/x:/y:rx", "/x:/a/../b"):
