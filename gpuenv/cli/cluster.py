@@ -88,7 +88,10 @@ def submit(
 
     The job asks for --gres=gpu:N; its step runs the image with exactly the GPUs Slurm
     granted (SLURM_JOB_GPUS), the project mounted at /workspace, as you, and passes the
-    exit code back to Slurm. Output goes to .gpuenv/slurm/ in the project.
+    exit code back to Slurm. The script and the job's output go to .gpuenv/slurm/ in the
+    project (0600 files in a 0700 folder). -e and --env-file values are never written:
+    the script names each variable, and its value reaches the job through sbatch's
+    environment.
     """
     from gpuenv.cli import ui
     from gpuenv.cluster.slurm import pushed_image, sbatch_script

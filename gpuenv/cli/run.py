@@ -124,7 +124,10 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
     `-- CMD ARGS` any command.
 
     The locked image is used (built first if missing; a stale lock stops here, pointing
-    to `gpuenv lock`). The project is mounted at /workspace; the command runs as you, with
+    to `gpuenv lock`). The project is mounted at /workspace, and the spec's mounts inside
+    it; other paths only as your user config or --mount allows, read-only unless made
+    writable, and never the deny list (engine sockets, /etc, ~/.ssh, ...) unless
+    --allow-mount names the path. The command runs as you, with
     a HOME and a passwd entry, so the files it writes are yours. GPUs come from the spec
     or --gpus, by UUID where known; NVIDIA_VISIBLE_DEVICES is exactly the grant. Shared
     memory, NGC's ulimits and an init process are set. Ctrl-C stops the command (a second

@@ -107,7 +107,11 @@ def _credential_reason(path: str) -> str | None:
     every, each = _credentials()
     if not every.excluded(path):
         return None
-    return next((p.removeprefix("**/") for p, m in each if m.excluded(path)), None)
+    for pattern, matcher in each:
+        if matcher.excluded(path):
+            direct = matcher.patterns[0].match(path)  # else a folder above it matched
+            return pattern.removeprefix("**/") + ("" if direct else "/")
+    return None
 
 
 def _allowed(patterns: Sequence[str]) -> PatternMatcher:
@@ -140,7 +144,7 @@ def check_bake(files: Sequence[ContextFile], policy: BakePolicy) -> BakeSummary:
         if reason and not allowed.excluded(relative):
             found.append((relative, reason))
     if found:
-        listed = "\n".join(f"  {path}  (looks like {reason})" for path, reason in found[:_SHOWN])
+        listed = "\n".join(f"  {path}  (matches {reason})" for path, reason in found[:_SHOWN])
         more = f"\n  … and {len(found) - _SHOWN} more" if len(found) > _SHOWN else ""
         raise BuildError(
             f"--bake would copy {len(found)} credential-looking "

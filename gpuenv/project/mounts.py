@@ -23,14 +23,14 @@ from gpuenv.project.spec import Spec, display_path
 # The engines' sockets: whoever reaches one is root on the host (Docker's docs, "Docker
 # daemon attack surface"); a read-only bind of a socket still lets a client connect.
 DENIED_SYSTEM = {
-    "/var/run/docker.sock": "the Docker engine's socket (root on the host)",
-    "/run/docker.sock": "the Docker engine's socket (root on the host)",
-    "/run/containerd/containerd.sock": "containerd's socket (root on the host)",
-    "/run/podman/podman.sock": "Podman's socket (root on the host)",
-    "/run/crio/crio.sock": "CRI-O's socket (root on the host)",
-    "/run/buildkit/buildkitd.sock": "BuildKit's socket (root on the host)",
-    "/var/run": "the host's runtime folder (engine sockets)",
-    "/run": "the host's runtime folder (engine sockets)",
+    "/var/run/docker.sock": "the Docker engine's socket — root on the host",
+    "/run/docker.sock": "the Docker engine's socket — root on the host",
+    "/run/containerd/containerd.sock": "containerd's socket — root on the host",
+    "/run/podman/podman.sock": "Podman's socket — root on the host",
+    "/run/crio/crio.sock": "CRI-O's socket — root on the host",
+    "/run/buildkit/buildkitd.sock": "BuildKit's socket — root on the host",
+    "/var/run": "the host's runtime folder, where the engines' sockets are",
+    "/run": "the host's runtime folder, where the engines' sockets are",
     "/var/lib/docker": "the Docker engine's storage",
     "/var/lib/containerd": "containerd's storage",
     "/var/lib/containers": "Podman's storage",
@@ -50,9 +50,9 @@ CREDENTIALS = {
     ".azure": "Azure credentials",
     ".config/gcloud": "Google Cloud credentials",
     ".kube": "Kubernetes credentials",
-    ".docker": "registry credentials (docker login)",
-    ".config/containers": "registry credentials (podman login)",
-    ".netrc": "login credentials (.netrc)",
+    ".docker": "registry credentials from docker login",
+    ".config/containers": "registry credentials from podman login",
+    ".netrc": "login credentials",
     ".git-credentials": "git credentials",
     ".pypirc": "package index credentials",
     ".npmrc": "package index credentials",
@@ -101,7 +101,7 @@ class Decision:
     bind: Bind | None = None
     refused: str = ""
     fix: str = ""
-    missing: bool = False  # refused only because the source does not exist
+    kind: str = ""  # why refused: denied, outside, missing
     notes: list[str] = field(default_factory=list)
 
 
@@ -151,25 +151,25 @@ def denied(path: str, home: str | None = None) -> str | None:
     """Why `path` (resolved) may not be mounted without --allow-mount, or None.
 
     >>> denied("/var/run/docker.sock", "/home/ann"), denied("/", "/home/ann")
-    ("the Docker engine's socket (root on the host)", 'the whole host file system')
+    ("the Docker engine's socket — root on the host", 'the whole host file system')
     >>> denied("/home/ann/.ssh/id_rsa", "/home/ann"), denied("/home/ann", "/home/ann")
-    ('SSH keys', 'a home folder (it holds SSH keys)')
+    ('SSH keys', 'a home folder, which holds SSH keys')
     >>> denied("/srv/data", "/home/ann") is None
     True
     """
     home = _home() if home is None else home
     if path == "/":
         return "the whole host file system"
+    for name, why in CREDENTIALS.items():
+        if _within(path, f"{home}/{name}") or f"/{name}/" in f"{path}/":
+            return why
     for listed, why in DENIED_SYSTEM.items():
         for form in {listed, _resolve(listed)}:
             if _within(path, form) or _within(form, path):
                 return why
-    for name, why in CREDENTIALS.items():
-        if _within(path, f"{home}/{name}") or f"/{name}/" in f"{path}/":
-            return why
     for folder in {home, "/home"}:
         if folder != "/" and _within(folder, path):
-            return "a home folder (it holds SSH keys)" if path == home else "users' home folders"
+            return "a home folder, which holds SSH keys" if path == home else "users' home folders"
     return None
 
 
@@ -193,14 +193,15 @@ def decide(
     exact = resolved in rules.exact
     why = denied(resolved, home)
     if why and not exact:
+        named = expanded if os.path.isabs(expanded := os.path.expanduser(source)) else resolved
         return Decision(
-            refused=f"{shown} is on gpuenv's deny list ({why}): it is never mounted "
-            "unless the command line names it",
-            fix=f"if you are sure, add `--allow-mount {resolved}` to the command",
+            refused=f"{shown} is on gpuenv's deny list: {why}",
+            fix=f"--allow-mount {named}",
+            kind="denied",
         )
     if not os.path.exists(absolute):
         return Decision(
-            refused=f"{source} does not exist", fix="create it, or fix the path", missing=True
+            refused=f"{source} does not exist", fix="create it, or fix the path", kind="missing"
         )
     allowed = any(_within(resolved, a) for a in rules.allow + rules.writable)
     if not inside and not from_user and not exact and not allowed:
@@ -208,8 +209,9 @@ def decide(
         return Decision(
             refused=f"{shown} is outside the project: a spec may mount only paths "
             "inside the project folder",
-            fix=f"to allow it, list it (or a folder above it) under `mounts: allow:` in "
-            f"{where}, or mount it with `--mount {source}:{target}`",
+            fix=f"list it (or a folder above it) under `mounts: allow:` in {where}, or "
+            f"pass `--mount {source}:{target}`",
+            kind="outside",
         )
     decision = Decision()
     if inside:
@@ -266,7 +268,8 @@ def spec_binds(
 ) -> list[Bind]:
     """The spec's mounts as binds; SpecError (exit 3) naming each refused entry. With
     `missing`, a source that does not exist (yet) is listed there instead of refused."""
-    problems, fixes, binds = [], [], []
+    problems, binds = [], []
+    fixes: list[tuple[str, str]] = []
     for index, mount in enumerate(spec.mounts):
         decision = decide(
             mount.source,
@@ -277,18 +280,31 @@ def spec_binds(
             read_only=mount.read_only,
             home=home,
         )
-        if decision.missing and missing is not None:
+        if decision.kind == "missing" and missing is not None:
             missing.append(mount.source)
         elif decision.bind is None:
             problems.append(_spec_problem(spec, index, decision.refused))
-            fixes.append(decision.fix)
+            fixes.append((decision.kind, decision.fix))
         else:
             binds.append(decision.bind)
             for note in decision.notes:
                 notice(note)
     if problems:
-        raise SpecError(problems, hint="; ".join(dict.fromkeys(fixes)))
+        raise SpecError(problems, hint=_hint(fixes))
     return binds
+
+
+def _hint(fixes: Sequence[tuple[str, str]]) -> str:
+    """One hint for every refusal: deny-listed paths, outside paths, missing ones."""
+    parts = []
+    denied_flags = [fix for kind, fix in fixes if kind == "denied"]
+    if denied_flags:
+        parts.append(
+            "gpuenv refuses deny-listed paths even where the user config allows them; if "
+            f"you are sure, name each on the command line: {' '.join(denied_flags)}"
+        )
+    parts += list(dict.fromkeys(fix for kind, fix in fixes if kind != "denied"))
+    return "; ".join(parts)
 
 
 def flag_binds(
@@ -302,7 +318,9 @@ def flag_binds(
             source, target, project_dir, rules, from_user=True, read_only=read_only, home=home
         )
         if decision.bind is None:
-            raise UsageError(f"--mount {text}: {decision.refused}", hint=decision.fix)
+            raise UsageError(
+                f"--mount {text}: {decision.refused}", hint=_hint([(decision.kind, decision.fix)])
+            )
         binds.append(decision.bind)
     return binds
 

@@ -48,7 +48,7 @@ HOME = "/home/ann"
         (f"{HOME}/.docker/config.json", "docker login"),
         (f"{HOME}/.gnupg", "GPG"),
         (f"{HOME}/.config/gcloud", "Google Cloud"),
-        (f"{HOME}/.netrc", ".netrc"),
+        (f"{HOME}/.netrc", "login credentials"),
         (f"{HOME}/.git-credentials", "git credentials"),
         (f"{HOME}/.pypirc", "package index"),
         (f"{HOME}/.config/gpuenv/config.yaml", "gpuenv's user config"),
