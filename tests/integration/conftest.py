@@ -66,7 +66,10 @@ def clear_leftovers(host: str) -> None:
     if "io.gpuenv.test-engine=" not in info.stdout:
         return
     listed = docker("ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Labels}}", host=host)
-    left = [line.split()[0] for line in listed.stdout.splitlines() if "io.gpuenv." in line]
+    # Run and job containers only: a build's intermediate containers carry the stand-in
+    # base's io.gpuenv.stand-in label, and removing them would fail a concurrent build.
+    kinds = ("io.gpuenv.run=", "io.gpuenv.slurm-job=")
+    left = [line.split()[0] for line in listed.stdout.splitlines() if any(k in line for k in kinds)]
     if left:
         docker("rm", "-f", *left, host=host)
     tagged = docker(
