@@ -20,6 +20,7 @@ from gpuenv.engine.dockerpy import DockerEngine
 from gpuenv.images.service import build, load_project, plan
 
 from ..conftest import reseal
+from ..jsonschemas import validate_output
 from .conftest import (
     Installed,
     containers,
@@ -203,6 +204,7 @@ def test_gc_removes_only_unreferenced_images(make_project, docker_host: str) -> 
     current = first.ok("build").stdout.strip()
 
     listing = first.ok("images", "--json").stdout
+    validate_output("images", listing)
     assert f'"{old}"' in listing and f'"{current}"' in listing
 
     dry = first.ok("gc")
