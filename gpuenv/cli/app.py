@@ -203,6 +203,10 @@ class LazyGroup(click.Group):
             _stdout_closed()
             ctx.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
+            if self._json(ctx):
+                from gpuenv.cli.failure import interrupted_data
+
+                ui.data(interrupted_data(), once=True)
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.exceptions.Abort):

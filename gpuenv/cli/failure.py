@@ -14,6 +14,7 @@ import click
 
 from gpuenv.errors import (
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     FileAccessError,
     GpuenvError,
@@ -85,4 +86,13 @@ def internal_data(exc: Exception) -> dict[str, Any]:
             "message": f"internal error: {type(exc).__name__}: {exc}",
             "hint": "this is a bug in gpuenv; run again with --debug and report the traceback",
         },
+    }
+
+
+def interrupted_data() -> dict[str, Any]:
+    """Ctrl-C: the command stopped before it finished."""
+    return {
+        "ok": False,
+        "exit_code": EXIT_INTERRUPTED,
+        "error": {"type": "Interrupted", "message": "interrupted", "hint": None},
     }

@@ -180,3 +180,17 @@ def test_every_exit_code_of_an_error_is_in_the_error_schema() -> None:
                     "error": {"type": "X", "message": "m", "hint": None},
                 },
             )
+
+
+def test_ctrl_c_with_json_is_a_json_failure_too(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpuenv.resolution.policy as policy
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(policy, "check_project", interrupted)
+    result = run(project, "check", "--json")
+    assert result.exit_code == 130
+    assert validate_output("check", result.stdout)["error"]["type"] == "Interrupted"
