@@ -17,6 +17,8 @@ EXIT_UNRESOLVABLE = 4
 EXIT_LOCK = 5
 EXIT_MATRIX = 6
 EXIT_HOST = 7
+EXIT_FILE = 8
+EXIT_LOCKED = 9
 EXIT_ENGINE = 10
 EXIT_PULL = 11
 EXIT_BUILD = 12
@@ -25,6 +27,7 @@ EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_LOCK, "gpuenv.lock missing, damaged or out of date"),
     ExitCode(EXIT_MATRIX, "the compatibility matrix data is invalid"),
     ExitCode(EXIT_HOST, "the host description is invalid"),
+    ExitCode(EXIT_FILE, "a file or folder could not be read or written (permissions, disk full)"),
+    ExitCode(
+        EXIT_LOCKED,
+        "another gpuenv process holds a lock (it is named; retry, or stop that process)",
+    ),
     ExitCode(EXIT_ENGINE, "the container engine is not reachable, not permitted or refused"),
     ExitCode(EXIT_PULL, "an image could not be pulled or pushed (unknown, refused, unreachable)"),
     ExitCode(EXIT_BUILD, "the project image failed to build"),
@@ -52,6 +60,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
     ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    ExitCode(EXIT_BROKEN_PIPE, "stdout was closed early (its reader, e.g. head, quit): as SIGPIPE"),
 )
 COMMAND_EXIT_NOTE = "gpuenv run / shell exit with the command's own exit code once it has started."
 
@@ -98,6 +107,11 @@ class GpuenvError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class GpuenvWarning(UserWarning):
+    """Something a user should know that does not stop the command; the CLI shows it
+    as `warning: ...` on stderr (core packages cannot print)."""
 
 
 class UsageError(GpuenvError):
@@ -217,3 +231,81 @@ class GpusBusy(GpuenvError):
     """Not enough free GPUs on this host (and no --wait, or it timed out)."""
 
     exit_code = EXIT_GPUS_BUSY
+
+
+class FileAccessError(GpuenvError):
+    """A file or folder could not be read or written: permissions, a read-only file
+    system, a full disk. The environment's problem, never a bug; `path` names it."""
+
+    exit_code = EXIT_FILE
+
+    def __init__(self, message: str, *, path: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
+class LockHeld(GpuenvError):
+    """Another gpuenv process holds a lock this command needs (it is named)."""
+
+    exit_code = EXIT_LOCKED
+
+
+_FILE_PROBLEMS = {
+    "EACCES": (
+        "permission denied",
+        "check who may {action} it (`ls -ld {path}`): fix its "
+        "permissions or owner, or run gpuenv as a user who may",
+    ),
+    "EPERM": (
+        "operation not permitted",
+        "check who may {action} it (`ls -ld {path}`): fix its "
+        "permissions or owner, or run gpuenv as a user who may",
+    ),
+    "EROFS": (
+        "read-only file system",
+        "work in a writable copy of the project, or remount that file system read-write",
+    ),
+    "ENOSPC": (
+        "no space left on device",
+        "free space on that file system (`df -h {folder}`) "
+        "and retry; gpuenv writes through a temporary file, so the old file is unchanged",
+    ),
+    "EDQUOT": (
+        "disk quota exceeded",
+        "free space within your quota (`quota -s`) and retry; "
+        "gpuenv writes through a temporary file, so the old file is unchanged",
+    ),
+    "EIO": (
+        "input/output error",
+        "the disk or network file system failed: check `dmesg` and the mount, then retry",
+    ),
+}
+
+
+def file_error(
+    exc: OSError, action: str = "access", path: str | None = None, *, folder: bool = False
+) -> FileAccessError:
+    """An OSError from reading or writing a file, as a message with the path and the fix.
+
+    >>> import errno
+    >>> error = file_error(PermissionError(errno.EACCES, "Permission denied", "/p/a.txt"), "read")
+    >>> error.message, error.exit_code
+    ('cannot read /p/a.txt: permission denied', 8)
+    """
+    import errno
+    import os
+
+    where = path or exc.filename
+    where = os.fsdecode(where) if where is not None else None
+    name = errno.errorcode.get(exc.errno or 0, "")
+    what, hint = _FILE_PROBLEMS.get(name, (exc.strerror or str(exc), None))
+    subject = f" {where}" if where else ""
+    parent = (os.path.dirname(where) or ".") if where else "."
+    if folder:  # the folder refused the temporary file: it is the one to look at
+        what = f"{what} (creating a file in {parent})"
+    shown = parent if folder else where or "."
+    return FileAccessError(
+        f"cannot {action}{subject}: {what}",
+        path=where,
+        hint=hint.format(action=action, path=shown, folder=parent) if hint else None,
+    )

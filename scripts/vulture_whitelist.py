@@ -21,3 +21,5 @@ baked  # noqa: B018
 DataclassInstance  # noqa: B018
 # PEP 562 module attribute hook (ui.err / ui.out, made on first use).
 __getattr__  # noqa: B018
+# rich calls Console.on_broken_pipe when stdout closes (overridden in gpuenv.cli.ui).
+on_broken_pipe  # noqa: B018

@@ -49,7 +49,8 @@ COMMANDS = {
 @click.option(
     "-C",
     "--directory",
-    type=click.Path(file_okay=False, exists=True),
+    # Not `readable`: a folder you may enter but not list still has files gpuenv can read.
+    type=click.Path(file_okay=False, exists=True, readable=False),
     default=".",
     help="Run as if gpuenv was started in this project folder.",
 )
@@ -73,6 +74,8 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Fix:     gpuenv doctor
     Check:   gpuenv check
     Data:    gpuenv matrix pytorch
+    Script:  --json on check, lock, init, resolve, matrix, doctor, ps, top,
+             images, jobs (failures too); piped tables are tab-separated
     """
     ctx.obj = Context(directory=os.path.abspath(directory), debug=debug)
 

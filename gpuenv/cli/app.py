@@ -4,20 +4,28 @@ loaded command tree, the option groups, and the adapters the CLI plugs into the 
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
+import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 import click
 
-from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError
+from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError, GpuenvWarning
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
     from gpuenv.images.service import View
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# An OSError without a file name is still the environment's when it is one of these.
+FILE_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO}
+)
 
 FRAMEWORK_CHOICE = click.Choice(["pytorch", "tensorflow", "jax", "none"])
 
@@ -57,10 +65,71 @@ def _traceback() -> None:
     traceback.print_exc()
 
 
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A GpuenvWarning from the core as `warning: ...` on stderr; others as Python's."""
+    if issubclass(category, GpuenvWarning):
+        from gpuenv.cli import ui
+
+        ui.warn(str(message))
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away (`gpuenv ... | head -1`): point stdout at
+    /dev/null so that the flush at exit cannot fail again (Python's documented
+    handling of SIGPIPE, in the signal module's notes)."""
+    try:
+        target = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture): nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, target)
+    os.close(devnull)
+
+
+def _leaf(group: click.Group, ctx: click.Context, words: Sequence[str]) -> click.Command | None:
+    """The command the words name (`matrix sync` → sync), for the error path."""
+    command: click.Command = group
+    for word in words:
+        if not isinstance(command, click.Group) or word.startswith("-"):
+            break
+        sub = command.get_command(ctx, word)
+        if sub is None:
+            break
+        command = sub
+    return None if command is group else command
+
+
+def json_requested(group: click.Group, ctx: click.Context, args: Sequence[str]) -> bool:
+    """Whether the command line asks for JSON: `--json` before any `--`, given to a
+    command that has a --json option (never the `--json` of a command `gpuenv run`
+    runs). Any command with such an option gets JSON failures for free."""
+    words = list(args[: args.index("--")] if "--" in args else args)
+    if "--json" not in words:
+        return False
+    try:
+        leaf = _leaf(group, ctx, words)
+    except Exception:  # a command module that does not import: no JSON, the error stands
+        return False
+    return leaf is not None and any("--json" in getattr(p, "opts", ()) for p in leaf.params)
+
+
 class LazyGroup(click.Group):
     """A command group whose commands are imported when first used (click's documented
-    LazyGroup): `gpuenv run` loads the run commands only. Every gpuenv error becomes one
-    message and its exit code; tracebacks only with --debug."""
+    LazyGroup): `gpuenv run` loads the run commands only. The one error path: every
+    gpuenv error, an unreadable file, a closed pipe becomes one message and its exit
+    code (and, with --json, one JSON object on stdout); tracebacks only with --debug."""
 
     def __init__(
         self, *args: Any, lazy_subcommands: Mapping[str, str] | None = None, **kwargs: Any
@@ -81,28 +150,95 @@ class LazyGroup(click.Group):
             raise TypeError(f"{target} is not a click command")
         return command
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from gpuenv.errors import EXIT_BROKEN_PIPE
+
+        original = list(args)  # click's parser consumes the list it is given
         try:
-            return super().invoke(ctx)
+            rest = super().parse_args(ctx, args)
+        except BrokenPipeError:  # `gpuenv --help | head -1`
+            _stdout_closed()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except click.UsageError as exc:  # gpuenv's own options (-C): JSON too, if asked
+            named = [i for i, word in enumerate(original) if word in self.lazy_subcommands]
+            if named and json_requested(self, ctx, original[named[0] :]):
+                from gpuenv.cli import ui
+                from gpuenv.cli.failure import usage_data
+
+                ui.data(usage_data(exc), once=True)
+            raise
+        # The command's words: its name (just before the rest) and its arguments.
+        ctx.meta["gpuenv.args"] = original[max(0, len(original) - len(rest) - 1) :]
+        return rest
+
+    def _fail(self, ctx: click.Context, exc: GpuenvError) -> NoReturn:
+        if self._json(ctx):
+            from gpuenv.cli import ui
+            from gpuenv.cli.failure import error_data
+
+            ui.data(error_data(exc), once=True)
+        report(exc)
+        if _debug(ctx):
+            _traceback()
+        ctx.exit(exc.exit_code)
+
+    def _json(self, ctx: click.Context) -> bool:
+        return json_requested(self, ctx, ctx.meta.get("gpuenv.args", ()))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from gpuenv.cli import ui
+        from gpuenv.errors import EXIT_BROKEN_PIPE, file_error
+
+        ui.reset()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("default", GpuenvWarning)
+                warnings.showwarning = _show_warning
+                result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
+            return result
         except GpuenvError as exc:
-            report(exc)
-            if _debug(ctx):
-                _traceback()
-            ctx.exit(exc.exit_code)
+            self._fail(ctx, exc)
+        except BrokenPipeError:
+            _stdout_closed()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
+            if self._json(ctx):
+                from gpuenv.cli.failure import interrupted_data
+
+                ui.data(interrupted_data(), once=True)
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
-        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except click.ClickException as exc:  # a usage error: click prints it (stderr)
+            if self._json(ctx):
+                from gpuenv.cli import ui
+                from gpuenv.cli.failure import usage_data
+
+                ui.data(usage_data(exc), once=True)
+            raise
+        except OSError as exc:  # permissions, a full disk, a read-only folder
+            if exc.filename is None and exc.errno not in FILE_ERRNOS:
+                self._internal(ctx, exc)
+            self._fail(ctx, file_error(exc))
         except Exception as exc:
-            if _debug(ctx):
-                _traceback()
-            click.echo(
-                f"error: internal error: {type(exc).__name__}: {exc}\n"
-                "hint: this is a bug in gpuenv; run again with --debug and report the traceback",
-                err=True,
-            )
-            ctx.exit(EXIT_INTERNAL)
+            self._internal(ctx, exc)
+
+    def _internal(self, ctx: click.Context, exc: Exception) -> NoReturn:
+        if _debug(ctx):
+            _traceback()
+        if self._json(ctx):
+            from gpuenv.cli import ui
+            from gpuenv.cli.failure import internal_data
+
+            ui.data(internal_data(exc), once=True)
+        click.echo(
+            f"error: internal error: {type(exc).__name__}: {exc}\n"
+            "hint: this is a bug in gpuenv; run again with --debug and report the traceback",
+            err=True,
+        )
+        ctx.exit(EXIT_INTERNAL)
 
 
 def apply(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
@@ -155,6 +291,19 @@ spec_options = apply(
         ),
     ]
 )
+
+
+def json_option(what: str) -> Callable[[F], F]:
+    """`--json`: print WHAT as one JSON object on stdout (the schema of each command
+    is gpuenv/schemas/COMMAND.json); a failure is one JSON object too (error.json)."""
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help=f"Print {what} as one JSON object on stdout, a failure too "
+        "(docs: reference/scripting).",
+    )
+
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output, only errors.")
 bake_option = click.option(

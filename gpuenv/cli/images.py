@@ -136,7 +136,7 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
     elif not rows:
         ui.info("no gpuenv-built images")
     else:
-        ui.out.print(images_table(rows))
+        ui.table(images_table(rows))
 
 
 @click.command()

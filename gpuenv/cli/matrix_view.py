@@ -175,13 +175,13 @@ def show_matrix(
             ui.data(data)
         else:
             for item in tables:
-                ui.out.print(item)
+                ui.table(item)
         return
     payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay)
     if as_json:
         ui.data(payload)
     else:
-        ui.out.print(rendered)
+        ui.table(rendered)
     notice = matrix.notice(table)
     if notice:
         ui.warn(notice)  # on stderr: the JSON on stdout keeps its shape

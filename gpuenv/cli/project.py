@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from gpuenv.cli.app import Context, host_options, spec_options
+from gpuenv.cli.app import Context, host_options, json_option, spec_options
 
 
 def _notify(note: object) -> None:
@@ -18,11 +18,31 @@ def _notify(note: object) -> None:
     {"info": ui.info, "warn": ui.warn, "step": ui.step}[note.kind](note.text)
 
 
+def _lock_data(
+    status: str,
+    image: str,
+    path: str,
+    *,
+    previous: str | None = None,
+    resolution: dict[str, object] | None = None,
+) -> dict[str, object]:
+    """`lock --json` (gpuenv/schemas/lock.json)."""
+    return {
+        "ok": True,
+        "exit_code": 0,
+        "status": status,
+        "image": image,
+        "previous_image": previous,
+        "lock": path,
+        "resolution": resolution,
+    }
+
+
 @click.command()
 @spec_options
 @host_options
 @click.option("--explain", is_flag=True, help="Show every candidate image and why it fits or not.")
-@click.option("--json", "as_json", is_flag=True, help="Print the resolution as one JSON object.")
+@json_option("the resolution")
 @click.pass_obj
 def resolve(
     obj: Context,
@@ -94,6 +114,7 @@ def resolve(
     is_flag=True,
     help="Re-resolve to the newest image that fits, even if the locked one still does.",
 )
+@json_option("what happened to the lock")
 @click.pass_obj
 def lock(
     obj: Context,
@@ -102,6 +123,7 @@ def lock(
     platform: str | None,
     check_only: bool,
     upgrade: bool,
+    as_json: bool,
 ) -> None:
     """Resolve gpuenv.yaml and pin the result in gpuenv.lock.
 
@@ -119,18 +141,32 @@ def lock(
 
     if check_only and upgrade:
         raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
+    lock_path = os.path.join(obj.directory, LOCK_FILENAME)
     if check_only:
         current = verify_lock(obj.directory)
+        if as_json:
+            ui.data(_lock_data("up-to-date", current.pinned_image, lock_path))
         ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
         return
     update = update_lock(
         obj.directory, HostPlan(driver, gpu_models, platform), upgrade=upgrade, notify=_notify
     )
+    if as_json:
+        ui.data(
+            _lock_data(
+                update.status,
+                update.pinned,
+                lock_path,
+                previous=update.previous_image,
+                resolution=update.resolution.to_data() if update.resolution else None,
+            )
+        )
     if update.resolution is None:
         ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
         return
     image = update.resolution.row.image
-    ui.result(image)
+    if not as_json:
+        ui.result(image)
     if update.status == "written":
         ui.success(f"wrote {LOCK_FILENAME}")
     elif update.status == "updated-same-image":
@@ -144,6 +180,7 @@ def lock(
 @spec_options
 @host_options
 @click.option("--force", is_flag=True, help="Overwrite an existing gpuenv.yaml and gpuenv.lock.")
+@json_option("what was found and written")
 @click.pass_obj
 def init(
     obj: Context,
@@ -155,6 +192,7 @@ def init(
     gpu_models: tuple[str, ...],
     platform: str | None,
     force: bool,
+    as_json: bool,
 ) -> None:
     """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
 
@@ -169,34 +207,76 @@ def init(
     from gpuenv.project.spec import SPEC_FILENAME
     from gpuenv.resolution.host import HostPlan
     from gpuenv.resolution.lock import LOCK_FILENAME
-    from gpuenv.resolution.policy import init_project
+    from gpuenv.resolution.policy import Note, init_project
+
+    notes: list[Note] = []
+
+    def notify(note: object) -> None:
+        assert isinstance(note, Note)
+        notes.append(note)
+        _notify(note)
 
     resolution = init_project(
         obj.directory,
         checked_overrides(framework, version, python, cuda),
         HostPlan(driver, gpu_models, platform),
         force=force,
-        notify=_notify,
+        notify=notify,
     )
-    ui.result(resolution.row.image)
+    if as_json:
+        ui.data(
+            {
+                "ok": True,
+                "exit_code": 0,
+                "image": resolution.row.image,
+                "spec": os.path.join(obj.directory, SPEC_FILENAME),
+                "lock": os.path.join(obj.directory, LOCK_FILENAME),
+                "notes": [{"kind": n.kind, "text": n.text} for n in notes],
+                "resolution": resolution.to_data(),
+            }
+        )
+    else:
+        ui.result(resolution.row.image)
     ui.success(f"wrote {SPEC_FILENAME} and {LOCK_FILENAME}")
     show_resolution(resolution)
     ui.info("next: review gpuenv.yaml, then commit gpuenv.yaml and gpuenv.lock")
 
 
 @click.command()
+@json_option("every item checked, and the first error")
 @click.pass_obj
-def check(obj: Context) -> None:
-    """Validate the matrices, gpuenv.yaml and gpuenv.lock, reporting every problem.
+def check(obj: Context, as_json: bool) -> None:
+    """Validate the matrices, gpuenv.yaml (and the files it names) and gpuenv.lock,
+    reporting every problem.
 
-    Exits with the code of the first kind of problem found (6 matrix, 3 spec,
-    5 lock, 7 host file), 0 when all is well.
+    Exits with the code of the first kind of problem found (8 a file that cannot be
+    read, 6 matrix, 3 spec, 5 lock, 7 host file), 0 when all is well.
     """
     from gpuenv.cli import ui
     from gpuenv.cli.app import report
+    from gpuenv.cli.failure import error_fields
     from gpuenv.resolution.policy import check_project
 
     outcome = check_project(obj.directory, os.environ)
+    if as_json:
+        errors = [item.error for item in outcome.items if item.error is not None]
+        first = next((e for e in errors if e.exit_code == outcome.exit_code), None)
+        ui.data(
+            {
+                "ok": outcome.exit_code == 0,
+                "exit_code": outcome.exit_code,
+                "items": [
+                    {
+                        "subject": item.subject,
+                        "ok": item.error is None,
+                        "message": item.ok if item.error is None else item.error.message,
+                        "error": error_fields(item.error) if item.error is not None else None,
+                    }
+                    for item in outcome.items
+                ],
+                "error": error_fields(first) if first is not None else None,
+            }
+        )
     for item in outcome.items:
         if item.error is not None:
             report(item.error)

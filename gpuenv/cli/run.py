@@ -172,7 +172,7 @@ def ps(show_all: bool, as_json: bool) -> None:
     elif not runs:
         ui.info("no gpuenv runs on this host")
     else:
-        ui.out.print(runs_table(runs))
+        ui.table(runs_table(runs))
 
 
 @click.command()

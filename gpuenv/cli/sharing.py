@@ -55,7 +55,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
         ui.data({"host": summary, "gpus": [r.to_data() for r in rows]})
         return
     if once:
-        ui.out.print(top_table(host, rows))
+        ui.table(top_table(host, rows))
         return
     from rich.live import Live
 

@@ -59,7 +59,7 @@ def explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
             candidate.min_driver or "?",
             why,
         )
-    ui.out.print(table)
+    ui.table(table)
 
 
 def age(created: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 
@@ -10,11 +11,18 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
     """Write `text` so that readers see the old file or the new one, never a mix.
 
     Temporary file in the same folder, fsync, rename; an existing file keeps its mode.
+    A folder that cannot be written, or a disk that fills up half-way, leaves the old file
+    as it was and raises FileAccessError (exit 8) naming `path`.
     """
     import tempfile
 
+    from gpuenv.errors import file_error
+
     directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    except OSError as exc:
+        raise file_error(exc, "write", path, folder=True) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -22,9 +30,11 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
             os.fsync(handle.fileno())
         os.chmod(temp, os.stat(path).st_mode & 0o777 if os.path.exists(path) else mode)
         os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             os.unlink(temp)
+        if isinstance(exc, OSError):
+            raise file_error(exc, "write", path) from None
         raise
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import redact
@@ -66,6 +67,10 @@ def load_project(directory: str) -> Project:
             f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
             hint="run `gpuenv lock` (gpuenv never re-resolves on its own), then try again",
         )
+    from gpuenv.resolution.lock import check_locked_row
+    from gpuenv.resolution.matrix import load_matrix
+
+    check_locked_row(lock, spec, load_matrix())
     return Project(spec, lock, path)
 
 
@@ -114,7 +119,8 @@ def ensure_base(
             hint="the image must come from a registry (not `docker load`) for gpuenv to pin it",
         )
     pinned = replace(lock, digest=digest)
-    write_lock(project.lock_path, pinned)
+    with exclusive(project.lock_path):
+        write_lock(project.lock_path, pinned)
     return Project(project.spec, pinned, project.lock_path), f"{repository}@{digest}"
 
 
@@ -345,5 +351,6 @@ def push(
     if platform:
         pushed["platform"] = platform
     lock = replace(project.lock, extra={**project.lock.extra, "pushed": pushed})
-    write_lock(project.lock_path, lock)
+    with exclusive(project.lock_path):
+        write_lock(project.lock_path, lock)
     return Project(project.spec, lock, project.lock_path), pushed["image"]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.errors import Problem, SpecError
+from gpuenv.errors import Problem, SpecError, file_error
 from gpuenv.project.checker import Checker, describe, did_you_mean
 from gpuenv.project.spec import (
     FAMILIES,
@@ -57,9 +57,7 @@ def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     except YamlSyntaxError as exc:
         raise SpecError([exc.problem], hint="fix the YAML syntax at that line") from None
     except OSError as exc:
-        raise SpecError(
-            [Problem(shown, None, None, None, f"cannot read: {exc.strerror}")]
-        ) from None
+        raise file_error(exc, "read", path) from None
     return spec_from_document(doc, project_dir, path)
 
 

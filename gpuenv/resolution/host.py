@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.errors import HostError
+from gpuenv.errors import HostError, UsageError, file_error
 
 if TYPE_CHECKING:
     from gpuenv.resolution.matrix import Matrix
@@ -268,8 +268,10 @@ def load_host_file(path: str) -> Host:
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
-    except OSError as exc:
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         raise HostError(f"{where}: cannot read the host file: {exc.strerror}") from None
+    except OSError as exc:  # permissions, I/O: the file is there but cannot be read
+        raise file_error(exc, "read", path) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise HostError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -375,8 +377,12 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
 
 
 def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> Host:
-    """A planned host from `--driver` and `--gpu MODEL` flags, GPUs looked up in the matrix."""
-    checked = _check_driver(driver, "--driver")
+    """A planned host from `--driver` and `--gpu MODEL` flags, GPUs looked up in the matrix.
+    A bad flag value is a UsageError (exit 2), whatever the flag."""
+    try:
+        checked = _check_driver(driver, "--driver")
+    except HostError as exc:
+        raise UsageError(exc.message, hint="give the driver as `nvidia-smi` prints it") from None
     gpus = []
     for index, name in enumerate(models):
         model = matrix.find_gpu(name)
@@ -386,13 +392,13 @@ def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> 
             names = [m.name for m in matrix.gpus]
             close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise HostError(
+            raise UsageError(
                 f"--gpu {name!r}: not a GPU model gpuenv knows.{hint} "
                 "`gpuenv matrix gpus` lists them."
             )
         gpus.append(Gpu(index=index, name=model.name, compute_capability=model.compute_capability))
     if gpus and checked is None:
-        raise HostError("--gpu needs --driver too: which driver will that host run?")
+        raise UsageError("--gpu needs --driver too: which driver will that host run?")
     return Host(checked, tuple(gpus), "flags")
 
 

@@ -18,11 +18,12 @@ import yaml
 
 from gpuenv import __version__
 from gpuenv.common.files import atomic_write, file_hash
-from gpuenv.errors import LockError
+from gpuenv.errors import LockError, file_error
 from gpuenv.project.spec import Spec, inside_project
 
 if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
     from gpuenv.resolution.host import Host
+    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 LOCK_FILENAME = "gpuenv.lock"
@@ -184,8 +185,13 @@ def read_lock(path: str) -> Lock:
     try:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LockError(f"cannot read {where}: {exc}") from None
+    except OSError as exc:
+        raise file_error(exc, "read", path) from None
+    except UnicodeDecodeError as exc:
+        raise LockError(
+            f"{where} is damaged (not UTF-8 text: {exc.reason})",
+            hint="run `gpuenv lock` to write it again from gpuenv.yaml",
+        ) from None
     except yaml.YAMLError as exc:
         raise LockError(
             f"{where} is damaged (not valid YAML: {str(exc).splitlines()[0]})",
@@ -277,3 +283,38 @@ def recorded_host(lock: Lock) -> Host | None:
     return Host(
         driver, tuple(gpus), "lock", platform=platform if isinstance(platform, str) else None
     )
+
+
+def locked_row_problems(lock: Lock, spec: Spec, matrix: Matrix) -> list[str]:
+    """Why the locked image is not one gpuenv would pin for this spec: it is in no
+    matrix (shipped or synced), or it fails the spec or the host the lock was resolved
+    for. Empty when the lock is honest."""
+    from gpuenv.resolution.host import Host
+    from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
+
+    row = next((r for r in matrix.images if r.image == lock.image), None)
+    if row is None:
+        return [f"{lock.image} is in no matrix (shipped, or synced with `gpuenv matrix sync`)"]
+    host = recorded_host(lock) or Host(None, (), "none")
+    gpus = selected_gpus(spec, classify_gpus(host, matrix))
+    (candidate,) = evaluate(spec, matrix, host, gpus, [row])
+    return [f"{row.label} {rejection.reason}" for rejection in candidate.rejections]
+
+
+def check_locked_row(lock: Lock, spec: Spec, matrix: Matrix) -> None:
+    """LockError (exit 5) when `locked_row_problems` finds any. A lock whose digest
+    holds was written by gpuenv: its image stopped fitting because the matrix changed
+    (a corrected row, or an overlay that no longer has it), and the message says so."""
+    problems = locked_row_problems(lock, spec, matrix)
+    if problems:
+        since = (
+            f" (the lock was resolved against matrix {lock.matrix_version}; "
+            f"this is matrix {matrix.version})"
+            if lock.matrix_version and lock.matrix_version != matrix.version
+            else ""
+        )
+        raise LockError(
+            f"{LOCK_FILENAME} pins an image that does not fit: " + "; ".join(problems) + since,
+            hint="run `gpuenv lock --upgrade` to resolve again and pin an image that fits "
+            "(gpuenv never re-resolves on its own), then commit gpuenv.lock",
+        )

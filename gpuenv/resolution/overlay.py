@@ -25,7 +25,7 @@ from gpuenv.common.versions import (
     driver_tuple,
     is_version,
 )
-from gpuenv.errors import MatrixError, Problem
+from gpuenv.errors import GpuenvWarning, MatrixError, Problem, file_error
 from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES, ImageRow, Matrix
 
 DATA_ENV = "GPUENV_DATA_DIR"
@@ -130,11 +130,47 @@ def read_source(path: str | None = None) -> tuple[str, bytes] | None:
     try:
         with open(path, "rb") as handle:
             return path, handle.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    except PermissionError as exc:
+        owner = _owner(path)
+        if owner is not None and owner != os.getuid():
+            # Another user's data folder (a GPUENV_DATA_DIR inherited through sudo or
+            # setpriv): the overlay is per user, so theirs is not ours to use or repair.
+            import warnings
+
+            warnings.warn(
+                f"the matrix overlay {path} belongs to another user ({_user_name(owner)}) "
+                f"and cannot be read: using the shipped matrix; point {DATA_ENV} at a "
+                "folder of yours (or unset it) to use your own overlay",
+                GpuenvWarning,
+                stacklevel=2,
+            )
+            return None
+        raise file_error(exc, "read", path) from None
     except OSError as exc:
-        problem = Problem(path, None, None, None, f"cannot read it ({exc.strerror})")
-        raise _broken([problem], path) from None
+        raise file_error(exc, "read", path) from None
+
+
+def _owner(path: str) -> int | None:
+    """The owner of `path`, or of the nearest folder above it that can be looked at."""
+    while True:
+        try:
+            return os.stat(path).st_uid
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def key_parts(source: tuple[str, bytes] | None) -> list[tuple[str, bytes]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from gpuenv.errors import (
+    FileAccessError,
     GpuenvError,
     HostError,
     LockError,
@@ -19,12 +20,14 @@ from gpuenv.errors import (
     ResolutionError,
     SpecError,
     UsageError,
+    file_error,
 )
 from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.resolution.host import HostPlan
 
 if TYPE_CHECKING:
     from gpuenv.resolution.lock import Lock
+    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 NoteKind = Literal["info", "warn", "step"]
@@ -66,6 +69,10 @@ def verify_lock(directory: str) -> Lock:
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
             hint="run `gpuenv lock` and commit gpuenv.lock",
         )
+    from gpuenv.resolution.lock import check_locked_row
+    from gpuenv.resolution.matrix import load_matrix
+
+    check_locked_row(current, spec, load_matrix())
     return current
 
 
@@ -74,11 +81,20 @@ def update_lock(
 ) -> LockUpdate:
     """`gpuenv lock`: keep an up-to-date lock; on a change keep the locked image while it
     still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
-    the host the lock recorded."""
+    the host the lock recorded. One writer at a time (LockHeld, exit 9, names another)."""
+    from gpuenv.common.filelock import exclusive
+    from gpuenv.resolution.lock import LOCK_FILENAME
+
+    with exclusive(os.path.join(directory, LOCK_FILENAME)):
+        return _update_lock(directory, plan, upgrade=upgrade, notify=notify)
+
+
+def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notify) -> LockUpdate:
     from gpuenv.resolution.lock import (
         LOCK_FILENAME,
         lock_differences,
         lock_from_resolution,
+        locked_row_problems,
         read_lock,
         recorded_host,
         write_lock,
@@ -94,14 +110,18 @@ def update_lock(
             existing = read_lock(path)
         except LockError as exc:
             notify(Note("warn", f"{exc.message}; writing a new lock"))
+    matrix = load_matrix()
     if (
         existing is not None
         and not upgrade
         and not plan.given
         and not lock_differences(existing, spec)
     ):
-        return LockUpdate("up-to-date", existing.pinned_image)
-    matrix = load_matrix()
+        problems = locked_row_problems(existing, spec, matrix)
+        if not problems:
+            return LockUpdate("up-to-date", existing.pinned_image)
+        notify(Note("warn", "the locked image no longer fits: " + "; ".join(problems)))
+        upgrade = True
     host = plan.host(matrix)
     if host.driver is None and existing is not None and not plan.given:
         recorded = recorded_host(existing)
@@ -147,6 +167,16 @@ def init_project(
 ) -> Resolution:
     """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
     lock. When no image fits, the spec is still written (to edit) and no lock is."""
+    from gpuenv.common.filelock import exclusive
+    from gpuenv.resolution.lock import LOCK_FILENAME
+
+    with exclusive(os.path.join(directory, LOCK_FILENAME)):
+        return _init_project(directory, overrides, plan, force=force, notify=notify)
+
+
+def _init_project(
+    directory: str, overrides: Overrides, plan: HostPlan, *, force: bool, notify: Notify
+) -> Resolution:
     from gpuenv.common.files import atomic_write
     from gpuenv.project.detect import detect_project, render_spec
     from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
@@ -224,8 +254,9 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        """The code of the first kind of problem (matrix, spec, lock, host file), or 0."""
-        order = (MatrixError, SpecError, LockError, HostError)
+        """The code of the first kind of problem (a file that cannot be read, matrix,
+        spec, lock, host file), or 0."""
+        order = (FileAccessError, MatrixError, SpecError, LockError, HostError)
         errors = [i.error for i in self.items if i.error is not None]
         if not errors:
             return 0
@@ -241,10 +272,17 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
     from gpuenv.project.spec import SPEC_FILENAME
     from gpuenv.project.validate import load_spec
     from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
-    from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
+    from gpuenv.resolution.lock import (
+        LOCK_FILENAME,
+        check_locked_row,
+        lock_differences,
+        read_lock,
+        requirements_hashes,
+    )
     from gpuenv.resolution.matrix import load_matrix
 
     items: list[CheckItem] = []
+    matrix: Matrix | None = None
     try:
         matrix = load_matrix()
         items.append(
@@ -254,18 +292,25 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
                 f"{len(matrix.gpus)} GPU models",
             )
         )
-    except MatrixError as exc:
+    except (MatrixError, FileAccessError) as exc:
         items.append(CheckItem("matrix", error=exc))
     spec = None
     try:
         spec = load_spec(directory)
+        # "valid" promises the files the spec names can be read too (a requirements
+        # file you may not read fails here, not later).
+        requirements_hashes(spec)
         items.append(
             CheckItem(
                 SPEC_FILENAME, ok=f"{SPEC_FILENAME}: valid ({spec.framework}, project {spec.name})"
             )
         )
-    except SpecError as exc:
+    except (SpecError, FileAccessError) as exc:
+        spec = None
         items.append(CheckItem(SPEC_FILENAME, error=exc))
+    except OSError as exc:
+        spec = None
+        items.append(CheckItem(SPEC_FILENAME, error=file_error(exc, "read")))
     if spec is not None and spec.mounts:
         from gpuenv.project.mounts import check_mounts
 
@@ -283,16 +328,25 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
             )
             items.append(CheckItem(LOCK_FILENAME, error=error))
         else:
-            items.append(
-                CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: matches ({existing.pinned_image})")
+            if spec is not None and matrix is not None:
+                check_locked_row(existing, spec, matrix)
+            verdict = (
+                "matches"
+                if spec is not None
+                else f"readable, not compared ({SPEC_FILENAME} has problems)"
             )
-    except LockError as exc:
+            items.append(
+                CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: {verdict} ({existing.pinned_image})")
+            )
+    except (LockError, FileAccessError) as exc:
         items.append(CheckItem(LOCK_FILENAME, error=exc))
+    except OSError as exc:
+        items.append(CheckItem(LOCK_FILENAME, error=file_error(exc, "read")))
     host_file = env.get(HOST_FILE_ENV)
     if host_file:
         try:
             load_host_file(host_file)
             items.append(CheckItem(HOST_FILE_ENV, ok=f"{HOST_FILE_ENV}: valid"))
-        except HostError as exc:
+        except (HostError, FileAccessError) as exc:
             items.append(CheckItem(HOST_FILE_ENV, error=exc))
     return CheckReport(tuple(items))

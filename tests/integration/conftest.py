@@ -93,7 +93,11 @@ class Installed:
         return [self.python, "-m", "gpuenv.cli", *args]
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
-        return {**env, "PYTHONPATH": self.site}
+        """The environment for another user: without this process's GPUENV_DATA_DIR (a
+        folder of root's under pytest's tmp), so the user's own data folder under its
+        HOME holds its overlay, as for a user who runs gpuenv themselves."""
+        own = {key: value for key, value in env.items() if key != "GPUENV_DATA_DIR"}
+        return {**own, "PYTHONPATH": self.site}
 
 
 @pytest.fixture(scope="session")

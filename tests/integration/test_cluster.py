@@ -3,7 +3,6 @@ Compose — end to end, as a non-root user."""
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
+from ..jsonschemas import validate_output
 from .conftest import Installed, Project, docker
 
 pytestmark = pytest.mark.integration
@@ -122,7 +122,7 @@ def test_push_submit_and_slurm_gpus(tester: OtherUser, registry: str) -> None:
     sleeper = tester.run("submit", "--gpus", "1", "--", "sleep", "60")
     job = sleeper.stdout.strip()
     try:
-        listed = json.loads(tester.run("jobs", "--json").stdout)
+        listed = validate_output("jobs", tester.run("jobs", "--json").stdout)
         assert job in [j["job"] for j in listed]
     finally:
         subprocess.run(["scancel", job], check=False)

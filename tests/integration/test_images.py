@@ -20,6 +20,7 @@ from gpuenv.engine.dockerpy import DockerEngine
 from gpuenv.images.service import build, load_project, plan
 
 from ..conftest import reseal
+from ..jsonschemas import validate_output
 from .conftest import (
     Installed,
     containers,
@@ -203,6 +204,7 @@ def test_gc_removes_only_unreferenced_images(make_project, docker_host: str) -> 
     current = first.ok("build").stdout.strip()
 
     listing = first.ok("images", "--json").stdout
+    validate_output("images", listing)
     assert f'"{old}"' in listing and f'"{current}"' in listing
 
     dry = first.ok("gc")
@@ -280,10 +282,17 @@ def test_unknown_image(make_project) -> None:
     lock.write_text(lock.read_text().replace("pytorch:24.06-py3", "pytorch:99.99-py3"))
     edited = project.gpuenv("pull")  # a hand edit is refused before anything is pulled
     assert edited.returncode == 5 and "edited by hand" in edited.stderr
-    reseal(lock)  # as if gpuenv had written it: the registry has no such image
+    reseal(lock)  # as if gpuenv had written it: an image in no matrix is refused too
+    impossible = project.gpuenv("pull")
+    assert impossible.returncode == 5 and "is in no matrix" in impossible.stderr
+    # 24.07 is in the matrix and fits PyTorch 2.4 on an R560 host, but the registry has
+    # no such image.
+    text = lock.read_text().replace("pytorch:99.99-py3", "pytorch:24.07-py3")
+    lock.write_text(text.replace("driver: 550.54.15", "driver: 560.35.03"))
+    reseal(lock)
     result = project.gpuenv("pull")
-    assert result.returncode == 11
-    assert "nvidia/pytorch:99.99-py3" in result.stderr
+    assert result.returncode == 11, result.stderr
+    assert "nvidia/pytorch:24.07-py3" in result.stderr
     assert "does not exist" in result.stderr or "not found" in result.stderr
 
 

@@ -21,6 +21,8 @@ from gpuenv.engine import distribution
 from gpuenv.engine.distribution import DistributionClient
 from tests.integration.conftest import GPUENV, REPO
 
+from ..jsonschemas import validate_output
+
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 NEWER = "nvcr.io/nvidia/pytorch:26.11-py3"
@@ -143,7 +145,7 @@ def test_sync_adds_the_newer_tag_and_resolve_picks_it(
 ) -> None:
     done = _gpuenv(user_env, "matrix", "sync", "pytorch", "--json")
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = validate_output("matrix-sync", done.stdout)
     assert NEWER in report["added"]
     assert "[1/" in done.stderr  # progress goes to stderr, the object alone to stdout
     text = Path(report["overlay"]).read_text()
@@ -163,7 +165,7 @@ def test_sync_adds_the_newer_tag_and_resolve_picks_it(
         "--json",
     )
     assert resolved.returncode == 0, resolved.stderr
-    chosen = json.loads(resolved.stdout)
+    chosen = validate_output("resolve", resolved.stdout)
     assert (chosen["image"], chosen["evidence"]) == (NEWER, "image")
 
     shown = _gpuenv(
@@ -173,7 +175,7 @@ def test_sync_adds_the_newer_tag_and_resolve_picks_it(
         "evidence: image: read from the image itself (matrix row image nvcr.io/nvidia/pytorch@sha256:"
         in shown.stderr
     )
-    rows = json.loads(_gpuenv(user_env, "matrix", "pytorch", "--json").stdout)
+    rows = validate_output("matrix", _gpuenv(user_env, "matrix", "pytorch", "--json").stdout)
     by_tag = {row["tag"]: row for row in rows}
     assert by_tag["26.11-py3"]["origin"] == "image"
     assert by_tag["25.10-py3"]["origin"] == "shipped + image"
@@ -182,7 +184,9 @@ def test_sync_adds_the_newer_tag_and_resolve_picks_it(
     assert "image rows:" in _gpuenv(user_env, "matrix").stdout
     assert _gpuenv(user_env, "check").returncode != 6  # shipped + overlay validate
 
-    again = json.loads(_gpuenv(user_env, "matrix", "sync", "pytorch", "--json").stdout)
+    again = validate_output(
+        "matrix-sync", _gpuenv(user_env, "matrix", "sync", "pytorch", "--json").stdout
+    )
     # Read again: only the images without NGC metadata (the run tests' stand-ins, and
     # any other plain image pushed there, e.g. by `make demo`).
     plain = [s for s in again["skipped"] if s.endswith("no NGC metadata in its config")]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ..jsonschemas import validate_output
 from .conftest import Installed, Project, docker
 
 pytestmark = pytest.mark.integration
@@ -136,13 +137,15 @@ def test_ps_top_and_stop_show_the_right_run(
 ) -> None:
     process = _popen(shared, "run", "--gpus", "device=2", "--", "sleep", "300")
     container = _container(shared)
-    ps = json.loads(shared.ok("ps", "--json").stdout)
+    ps = validate_output("ps", shared.ok("ps", "--json").stdout)
     (run,) = [r for r in ps if r["project"] == shared.name]
     assert run["gpus"] == UUIDS[2] and run["command"] == "sleep 300" and run["id"] == container
     # NVML would list the container's processes by host PID: describe one on GPU 2.
     pid = int(docker("inspect", "-f", "{{.State.Pid}}", container).stdout.strip())
     host = describe(tmp_path / "using.json", processes={2: [pid], 3: [os.getpid()]})
-    snapshot = json.loads(shared.ok("top", "--once", "--json", GPUENV_HOST_FILE=host).stdout)
+    snapshot = validate_output(
+        "top", shared.ok("top", "--once", "--json", GPUENV_HOST_FILE=host).stdout
+    )
     rows = {row["index"]: row for row in snapshot["gpus"]}
     (user,) = rows[2]["users"]
     assert (
@@ -191,7 +194,7 @@ def test_top_without_gpus(shared: Project, tmp_path: Path) -> None:
 def test_doctor(shared: Project) -> None:
     nogpu = os.environ["GPUENV_TEST_DOCKER_NOGPU"]
     ok = shared.ok("doctor", "--json")
-    checks = {c["name"]: c for c in json.loads(ok.stdout)}
+    checks = {c["name"]: c for c in validate_output("doctor", ok.stdout)}
     assert checks["NVIDIA runtime"]["status"] == "ok"
     assert checks["Docker engine"]["status"] == "ok"
     assert checks["gpuenv.lock"]["status"] == "ok"

@@ -29,6 +29,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "gpuenv/_data/matrices/ngc-pytorch.yaml" in names
     assert "gpuenv/_data/matrices/gpus.yaml" in names
     assert "gpuenv/_data/images/README.md" in names
+    # The schema of every --json output ships as package data (docs/reference/scripting.md).
+    shipped = {name for name in names if name.startswith("gpuenv/schemas/")}
+    assert {f"gpuenv/schemas/{n}.json" for n in ("error", "check", "lock", "resolve")} <= shipped
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True)

@@ -78,12 +78,15 @@ def test_resolve_json(project: Path) -> None:
     assert data["host"]["driver"] == "550.54.15"
 
 
-def test_resolve_failure_goes_to_stderr(project: Path) -> None:
+def test_resolve_failure_goes_to_stderr_and_json_to_stdout(project: Path) -> None:
+    """People read the failure on stderr; with --json, scripts get it on stdout too
+    (issue 12: stdout was empty)."""
     result = run(
         project, "resolve", "--framework", "pytorch", "--version", "2.4", "--json", *RTX4090_OLD
     )
     assert result.exit_code == 4
-    assert result.stdout == ""
+    failure = json.loads(result.stdout)
+    assert failure["exit_code"] == 4 and failure["error"]["hint"].startswith("Upgrade the NVIDIA")
     assert "hint: Upgrade the NVIDIA driver to ≥ 545" in result.stderr
     assert "PyTorch ≤ 2.1" in result.stderr
 
@@ -118,13 +121,20 @@ def test_resolve_without_spec_needs_framework(project: Path) -> None:
             ["resolve", "--framework", "pytorch", "--driver", "535.1", "--gpu", "Voodoo 5"],
             "--gpu 'Voodoo 5': not a GPU model",
         ),
+        (
+            ["resolve", "--framework", "pytorch", "--gpu", "A100"],
+            "--gpu needs --driver too",
+        ),
         (["lock", "--check", "--upgrade"], "cannot be combined"),
+        (["lock", "--driver", "r535"], "--driver: 'r535' is not a driver version"),
+        (["init", "--force", "--driver", "535.1", "--gpu", "Voodoo 5"], "not a GPU model"),
     ],
 )
 def test_usage_errors(project: Path, args: list[str], message: str) -> None:
+    """A bad flag value is exit 2 whatever the flag (issue 12: --driver/--gpu were 7)."""
     (project / "gpuenv.yaml").write_text("framework: pytorch\n")
     result = run(project, *args)
-    assert result.exit_code in (2, 7)
+    assert result.exit_code == 2
     assert message in result.stderr
     assert "Traceback" not in result.output
 

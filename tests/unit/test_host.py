@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.errors import HostError
+from gpuenv.errors import HostError, UsageError
 from gpuenv.resolution.host import (
     HostOverride,
     describe_host,
@@ -155,8 +155,10 @@ def test_describe_host(matrix: Matrix) -> None:
 def test_describe_host_errors(
     matrix: Matrix, driver: str | None, gpus: list[str], message: str
 ) -> None:
-    with pytest.raises(HostError, match=message):
+    """A bad flag value is a usage error (exit 2) whatever the flag (issue 12, item 5)."""
+    with pytest.raises(UsageError, match=message) as info:
         describe_host(driver, gpus, matrix)
+    assert info.value.exit_code == 2
 
 
 def test_flags_win_over_host_file(

@@ -202,3 +202,82 @@ def test_a_lock_without_a_digest_still_reads(project: Path, matrix: Matrix) -> N
     kept = [line for line in path.read_text().splitlines() if not line.startswith("integrity:")]
     path.write_text("\n".join(kept) + "\n")
     assert read_lock(str(path)).image == "nvcr.io/nvidia/pytorch:24.06-py3"
+
+
+@pytest.mark.parametrize(
+    ("image", "problem"),
+    [
+        # PyTorch 2.5 (24.10) for a spec that asks for 2.4 (issue 12's replayed case).
+        ("nvcr.io/nvidia/pytorch:24.10-py3", "has PyTorch 2.5.0a0+e000cf0ad9, not 2.4"),
+        # A tag that does not exist anywhere.
+        ("nvcr.io/nvidia/pytorch:99.99-py3", "is in no matrix"),
+        # 24.06 fits the spec, but not the R535 host the lock says it was resolved for.
+        ("DRIVER", "needs driver ≥ 545 (this host has 535.104.05)"),
+    ],
+)
+def test_a_lock_that_pins_what_gpuenv_would_not_is_refused(
+    project: Path, matrix: Matrix, image: str, problem: str
+) -> None:
+    """Issue 12, item 4: even with a matching digest (re-sealed), check, lock --check and
+    everything that loads the project refuse a lock whose image does not fit."""
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+    from gpuenv.images.service import load_project
+    from gpuenv.resolution.lock import check_locked_row
+
+    path = locked(project, matrix)
+    text = path.read_text()
+    if image == "DRIVER":
+        text = text.replace("driver: 550.54.15", "driver: 535.104.05")
+    else:
+        text = text.replace("nvcr.io/nvidia/pytorch:24.06-py3", image)
+    path.write_text(text)
+    reseal(path)
+    lock = read_lock(str(path))
+    with pytest.raises(LockError, match="pins an image that does not fit") as refused:
+        check_locked_row(lock, load_spec(str(project)), matrix)
+    assert problem in refused.value.message
+    with pytest.raises(LockError):
+        load_project(str(project))  # build, run, render, push, submit, export
+    for command in (["check"], ["lock", "--check"], ["render"]):
+        result = CliRunner().invoke(main, ["-C", str(project), *command])
+        assert result.exit_code == 5, (command, result.output)
+
+
+def test_a_lock_a_matrix_correction_invalidated_says_lock_upgrade(
+    project: Path, matrix: Matrix, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A lock gpuenv wrote (its digest holds) against a row a later matrix corrects: exit
+    5 naming the corrected fact, both matrix versions and `gpuenv lock --upgrade`; then
+    `gpuenv lock` resolves again (it no longer says "up to date") and check is green."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+
+    from ..conftest import MATRICES
+
+    locked(project, matrix)
+    corrected = tmp_path_factory.mktemp("matrices")
+    for name in os.listdir(MATRICES):
+        shutil.copy(os.path.join(MATRICES, name), corrected / name)
+    rows = corrected / "ngc-pytorch.yaml"
+    text = rows.read_text()
+    row = text.index('  - tag: "24.06-py3"')
+    floor = text.index('min_driver: "545"', row)
+    rows.write_text(text[:floor] + 'min_driver: "555"' + text[floor + len('min_driver: "545"') :])
+    env = {"GPUENV_MATRIX_DIR": str(corrected)}
+    runner = CliRunner()
+    for command in (["check"], ["lock", "--check"], ["render"]):
+        result = runner.invoke(main, ["-C", str(project), *command], env=env)
+        assert result.exit_code == 5, (command, result.output)
+        assert "PyTorch 24.06 needs driver ≥ 555 (this host has 550.54.15)" in result.stderr
+        assert f"resolved against matrix {matrix.version}" in result.stderr
+        assert "run `gpuenv lock --upgrade`" in result.stderr
+    fixed = runner.invoke(main, ["-C", str(project), "lock"], env=env)
+    assert fixed.exit_code == 0, fixed.output
+    assert "the locked image no longer fits" in fixed.stderr
+    assert "24.06" not in fixed.stdout
+    assert runner.invoke(main, ["-C", str(project), "check"], env=env).exit_code == 0
