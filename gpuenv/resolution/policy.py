@@ -114,7 +114,9 @@ def update_lock(
                 )
             )
     prefer = existing.image if existing is not None and not upgrade else None
-    resolution = resolve(spec, matrix, host, prefer=prefer)
+    from gpuenv.resolution.pins import project_pins
+
+    resolution = resolve(spec, matrix, host, prefer=prefer, pins=project_pins(spec))
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
     new_lock = lock_from_resolution(resolution, matrix.version, digest)
@@ -174,7 +176,7 @@ def init_project(
         notify(
             Note(
                 "info",
-                "no framework pinned in requirements*.txt, pyproject.toml or environment.yml; "
+                "no framework found in requirements.txt, pyproject.toml or environment.yml; "
                 "using pytorch",
             )
         )
@@ -191,11 +193,17 @@ def init_project(
     spec = parse_spec_text(text, directory)
     for found in detected.found:
         notify(Note("step", f"found {found}"))
-    if detected.also:
-        also = ", ".join(detected.also)
-        notify(Note("warn", f"also found {also}; gpuenv.yaml uses {chosen_framework}"))
+    if detected.framework and not same_framework:
+        notify(
+            Note("warn", f"found {detected.framework_from}; gpuenv.yaml uses {chosen_framework}")
+        )
+    for note in detected.also:
+        notify(Note("warn", note))
+    from gpuenv.resolution.pins import project_pins
+
+    pins = project_pins(spec)
     try:
-        resolution = resolve(spec, matrix, host)
+        resolution = resolve(spec, matrix, host, pins=pins)
     except ResolutionError:
         atomic_write(spec_path, text)
         notify(
