@@ -202,5 +202,7 @@ def check(obj: Context) -> None:
             report(item.error)
         elif item.ok:
             ui.success(item.ok)
+        for warning in item.warnings:
+            ui.warn(warning)
     if outcome.exit_code:
         sys.exit(outcome.exit_code)

@@ -115,6 +115,7 @@ class InstallPlan:
     constraints: tuple[Dependency, ...]
     options: tuple[str, ...]
     flags: tuple[Flag, ...]
+    files: tuple[str, ...] = ()  # the project files it was read from (relative paths)
 
     @property
     def empty(self) -> bool:
@@ -176,6 +177,7 @@ def plan_install(
         constraints=tuple(constraints),
         options=tuple(dict.fromkeys(collected.options)),
         flags=tuple(collected.flags),
+        files=tuple(collected.files),
     )
 
 
@@ -190,3 +192,26 @@ def _merge(
     if framework_version and dependency.name in ("torchvision", "torchaudio"):
         hold = companion_series(framework_version, dependency.name) or ""
     return ImagePin(dependency.name, specifier, dependency.where, hold)
+
+
+def needs_python(spec: Spec, image: str, python: str | None, framework: str) -> None:
+    """Python requirements need an image with Python: the plain CUDA images have none."""
+    if framework != "none" or python:
+        return
+    from gpuenv.errors import Problem, SpecError
+
+    raise SpecError(
+        [
+            Problem(
+                os.path.basename(spec.path or "gpuenv.yaml"),
+                None,
+                None,
+                "framework",
+                f"is none, and {image} has no Python (the matrix records none), but the spec "
+                "installs Python requirements",
+            )
+        ],
+        hint="choose a framework image (framework: pytorch, tensorflow or jax), or remove "
+        "`requirements:` and `packages:` (apt: [python3-pip] adds Debian's Python, which "
+        "gpuenv does not manage)",
+    )

@@ -28,10 +28,10 @@ from packaging.version import InvalidVersion, Version
 
 from gpuenv.errors import Problem, SpecError
 from gpuenv.project.packages import FRAMEWORK_PACKAGES, IMPLIES
+from gpuenv.project.pyproject import table
 from gpuenv.project.sources import Collected, Dependency, environment
 from gpuenv.project.spec import GpuRequest, default_name
 
-PRIORITY = ("pytorch", "jax", "tensorflow")
 ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
 
 
@@ -86,12 +86,10 @@ def default_sources(root: Path) -> list[str]:
 
 
 def _declares(data: dict[str, Any], root: Path) -> bool:
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
-    poetry = (data.get("tool") or {}).get("poetry") if isinstance(data.get("tool"), dict) else None
+    project = table(data, "project")
+    poetry = table(table(data, "tool"), "poetry")
     return bool(
-        project.get("dependencies")
-        or (isinstance(poetry, dict) and poetry.get("dependencies"))
-        or (root / "uv.lock").is_file()
+        project.get("dependencies") or poetry.get("dependencies") or (root / "uv.lock").is_file()
     )
 
 
@@ -232,7 +230,7 @@ def _python(root: Path, detected: Detected, collected: Collected, data: dict[str
         detected.python = _python_series(conda[0])
         detected.found.append(f"{conda[1]}: python={conda[0]}")
         return
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    project = table(data, "project")
     requires = project.get("requires-python")
     if isinstance(requires, str) and requires.strip():
         detected.python = requires.strip()

@@ -31,6 +31,12 @@ from gpuenv.project.sources import Collected, Dependency, parse_requirement
 UV_LOCK = "uv.lock"
 
 
+def table(data: Any, key: str) -> dict[str, Any]:
+    """``data[key]`` when it is a table, else an empty one (files say odd things)."""
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
 def load_toml(project_dir: str, relative: str, into: Collected) -> dict[str, Any] | None:
     """The TOML document, or None with a located problem (an unparsable pyproject is an
     error, never "nothing declared")."""
@@ -103,7 +109,7 @@ def declared_requirements(
     """``[project] dependencies`` as written (a uv.lock may pin them differently, or
     override some away): what the project says it needs."""
     out = []
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    project = table(data, "project")
     for text in project.get("dependencies") or []:
         if isinstance(text, str):
             try:
@@ -114,7 +120,7 @@ def declared_requirements(
 
 
 def _groups(data: dict[str, Any]) -> dict[str, list[Any]]:
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    project = table(data, "project")
     groups: dict[str, list[Any]] = {}
     for source in (project.get("optional-dependencies"), data.get("dependency-groups")):
         if isinstance(source, dict):
@@ -131,15 +137,15 @@ def read_pyproject(
     data = load_toml(project_dir, relative, into)
     if data is None:
         return
-    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
-    poetry = tool.get("poetry") if isinstance(tool.get("poetry"), dict) else None
+    tool = table(data, "tool")
+    poetry: dict[str, Any] | None = table(tool, "poetry") or None
     lock = os.path.join(os.path.dirname(relative), UV_LOCK)
-    uv = tool.get("uv") if isinstance(tool.get("uv"), dict) else {}
+    uv = table(tool, "uv")
     _uv_sources(project_dir, relative, uv, into)
     if os.path.isfile(os.path.join(project_dir, lock)):
         read_uv_lock(project_dir, lock, data, extras, python, into)
         return
-    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    project = table(data, "project")
     for text in project.get("dependencies") or []:
         if isinstance(text, str):
             add_requirement(project_dir, relative, text, into)
@@ -171,7 +177,7 @@ def _uv_sources(project_dir: str, relative: str, uv: dict[str, Any], into: Colle
         for item in uv.get("index", []) or []
         if isinstance(item, dict)
     }
-    sources = uv.get("sources") if isinstance(uv.get("sources"), dict) else {}
+    sources = table(uv, "sources")
     for package, entries in sources.items():
         for entry in entries if isinstance(entries, list) else [entries]:
             if not isinstance(entry, dict):
@@ -192,7 +198,7 @@ def _poetry(
     extras: tuple[str, ...],
     into: Collected,
 ) -> None:
-    main = poetry.get("dependencies") if isinstance(poetry.get("dependencies"), dict) else {}
+    main = table(poetry, "dependencies")
     wanted = set(extras)
     extra_names = {
         normalize(name): {normalize(p) for p in items if isinstance(p, str)}
@@ -200,7 +206,7 @@ def _poetry(
         if isinstance(items, list)
     }
     in_extras = set().union(*[extra_names.get(e, set()) for e in wanted]) if wanted else set()
-    groups = poetry.get("group") if isinstance(poetry.get("group"), dict) else {}
+    groups = table(poetry, "group")
     for extra in extras:
         if extra not in extra_names and extra not in groups:
             known = ", ".join(sorted({*extra_names, *groups})) or "none"
@@ -218,8 +224,8 @@ def _poetry(
         for name, group in groups.items()
         if name in wanted and isinstance(group, dict)
     ]
-    for table in tables:
-        for name, value in table.items():
+    for entries in tables:
+        for name, value in entries.items():
             if normalize(name) == "python":
                 continue
             optional = isinstance(value, dict) and value.get("optional") is True
@@ -367,7 +373,7 @@ def _marker_holds(text: Any, env: dict[str, str], encoded: dict[str, str]) -> bo
 
 def _uv_pin(package: dict[str, Any], relative: str, into: Collected) -> None:
     name, version = str(package["name"]), str(package.get("version", ""))
-    source = package.get("source") if isinstance(package.get("source"), dict) else {}
+    source = table(package, "source")
     where = f"{relative} ({name} {version})"
     registry = str(source.get("registry", ""))
     if registry and framework_index(registry):

@@ -32,7 +32,14 @@ LINUX = {
     "implementation_name": "cpython",
 }
 # pip options that are safe to pass on (they select where and how packages come from).
-_KEPT_OPTIONS = ("--pre", "--prefer-binary", "--only-binary", "--no-binary", "--trusted-host")
+_KEPT_OPTIONS = (
+    "--pre",
+    "--no-index",
+    "--prefer-binary",
+    "--only-binary",
+    "--no-binary",
+    "--trusted-host",
+)
 _INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
 _INCLUDE_OPTIONS = {"-r": False, "--requirement": False, "-c": True, "--constraint": True}
 OPTION = re.compile(r"^(-[a-zA-Z]|--[a-z-]+)(?:[ =]\s*(.*))?$")
@@ -46,7 +53,6 @@ class Dependency:
     requirement: Requirement
     where: str  # "requirements.txt:3"
     constraint: bool = False  # from a -c file: limits versions, installs nothing
-    editable: bool = False
 
     @property
     def name(self) -> str:
@@ -56,8 +62,15 @@ class Dependency:
     def specifier(self) -> str:
         """The version specifier; for a wheel URL, ``==`` the version in its file name."""
         if self.requirement.url:
+            from urllib.parse import unquote
+
+            from packaging.version import InvalidVersion, Version
+
             match = _WHEEL_VERSION.search(self.requirement.url)
-            return f"=={match['version']}" if match else ""
+            try:  # the release a wheel is a build of: torch-2.3.0+cu121 -> ==2.3.0
+                return f"=={Version(unquote(match['version'])).public}" if match else ""
+            except InvalidVersion:
+                return ""
         return str(self.requirement.specifier)
 
     def applies(self, environment: dict[str, str]) -> bool:
@@ -264,7 +277,7 @@ def read_option(
                 )
             )
             return
-        into.dependencies.append(Dependency(requirement, where, constraint, editable=True))
+        into.dependencies.append(Dependency(requirement, where, constraint))
     elif name in _KEPT_OPTIONS:
         into.options.append(f"{name}={value}" if value else name)
     else:

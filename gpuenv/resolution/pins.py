@@ -33,10 +33,14 @@ class Pin:
 def pin_reasons(row: ImageRow, pins: Sequence[Pin]) -> list[str]:
     """Why the row's shipped versions fail the pins (unknown versions: not checked here;
     the build checks them in the image)."""
+    from gpuenv.project.packages import FRAMEWORK_PACKAGES
+
     out = []
     for pin in pins:
         shipped = row.shipped(pin.name)
-        if shipped is not None and not ngc_satisfies(pin.specifier, shipped):
+        if shipped is None and FRAMEWORK_PACKAGES.get(pin.name) == row.framework:
+            out.append(f"its {pin.name} version is not recorded in the matrix ({pin})")
+        elif shipped is not None and not ngc_satisfies(pin.specifier, shipped):
             out.append(f"ships {pin.name} {shipped}, not {pin.name}{pin.specifier} ({pin.where})")
     return out
 

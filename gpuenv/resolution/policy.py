@@ -24,6 +24,7 @@ from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.resolution.host import HostPlan
 
 if TYPE_CHECKING:
+    from gpuenv.project.spec import Spec
     from gpuenv.resolution.lock import Lock
     from gpuenv.resolution.resolve import Resolution
 
@@ -224,6 +225,7 @@ class CheckItem:
     subject: str
     ok: str | None = None
     error: GpuenvError | None = None
+    warnings: tuple[str, ...] = ()  # what will not be done as written (shown, not fatal)
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,35 @@ class CheckReport:
             errors, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9)
         )
         return first.exit_code
+
+
+def _dependencies_item(spec: Spec, directory: str) -> CheckItem:
+    """What the build will install, what it leaves to the image and what it will not do,
+    for the locked image (or the spec alone without a lock)."""
+    from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
+    from gpuenv.resolution.lock import LOCK_FILENAME, read_lock
+
+    try:
+        lock = read_lock(os.path.join(directory, LOCK_FILENAME))
+    except LockError:
+        lock = None
+    resolved = lock.resolved if lock is not None else {}
+    python = resolved.get("python") if isinstance(resolved.get("python"), str) else None
+    version = resolved.get("framework_version")
+    try:
+        collected = read_dependencies(spec, python)
+        plan = plan_install(
+            collected, spec.framework, version if isinstance(version, str) else None, python
+        )
+        if lock is not None and not plan.empty:
+            needs_python(spec, lock.image, python, spec.framework)
+    except SpecError as exc:
+        return CheckItem("dependencies", error=exc)
+    summary = (
+        f"dependencies: {len(collected.files)} file(s) read; {len(plan.install)} to install, "
+        f"{len(plan.image)} left to the image, {len(plan.no_isolation)} without build isolation"
+    )
+    return CheckItem("dependencies", ok=summary, warnings=tuple(plan.notes()))
 
 
 def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
@@ -289,6 +320,10 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
             )
     except LockError as exc:
         items.append(CheckItem(LOCK_FILENAME, error=exc))
+    except SpecError as exc:
+        items.append(CheckItem("dependencies", error=exc))
+    if spec is not None and (spec.requirements or spec.packages):
+        items.append(_dependencies_item(spec, directory))
     host_file = env.get(HOST_FILE_ENV)
     if host_file:
         try:
