@@ -133,7 +133,8 @@ def base_reference(lock: Lock, pull_repository: str) -> str:
 
 
 def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
-    """What the build installs with pip, or None when the spec names no dependencies.
+    """What the build installs with pip (maybe nothing, when the sources only hold
+    comments), or None when the spec names no dependency source.
     SpecError (exit 3) for a source that cannot be read, or Python requirements on an
     image without Python."""
     from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
@@ -148,7 +149,7 @@ def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
     plan = plan_install(collected, framework, version if isinstance(version, str) else None, python)
     if not plan.empty:
         needs_python(spec, lock.image, python, framework)
-    return None if plan.empty else plan
+    return plan
 
 
 def plan_files(plan: InstallPlan) -> dict[str, str]:
@@ -236,7 +237,7 @@ def plan_build(
     if spec.apt:
         steps.append(_template("apt.in").substitute(packages=_json_args(spec.apt)))
     plan = python_plan(spec, lock)
-    if plan is not None:
+    if plan is not None and not plan.empty:
         for text in plan.notes():
             steps.append(_template("note.in").substitute(text=" ".join(text.splitlines())))
         for name, data in plan_files(plan).items():

@@ -219,3 +219,28 @@ def test_a_uv_lock_is_installed_pinned() -> None:
     assert {"pyproject.toml", "uv.lock"} <= set(collected.files)
     pins = {d.name: d.specifier for d in collected.dependencies}
     assert pins["torch"] == "==2.9.1" and pins["tiktoken"].startswith("==")
+
+
+def test_why_a_build_system_torch_pin_picks_an_image_that_has_it(tmp_path: Path) -> None:
+    import shutil
+
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+
+    shutil.copytree(DATA / "facebookresearch__sam2", tmp_path / "sam2")
+    result = CliRunner().invoke(
+        main,
+        ["-C", str(tmp_path / "sam2"), "init", "--driver", "580.95.05", "--gpu", "RTX 4090"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "found pyproject.toml:4: torch>=2.5.1" in result.stderr
+    assert 'version: ">=2.5.1"' in (tmp_path / "sam2" / "gpuenv.yaml").read_text()
+
+
+def test_why_an_unpinned_torchaudio_is_held_to_the_image_torch() -> None:
+    root = str(DATA / "huggingface__transformers/examples/pytorch/speech-recognition")
+    plan = plan_install(read_sources(root, ("requirements.txt",)), "pytorch", "2.5.0a0+e000cf0ad9")
+    (audio,) = [pin for pin in plan.image if pin.name == "torchaudio"]
+    assert (audio.specifier, audio.hold) == ("", "2.5")
+    assert "torchaudio" not in {d.name for d in plan.install}
