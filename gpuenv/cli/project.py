@@ -158,10 +158,13 @@ def init(
 ) -> None:
     """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
 
-    Detects the framework and its version from requirements*.txt, pyproject.toml or
-    environment.yml pins (torch==2.3.1 → pytorch "2.3"), the Python version from
-    .python-version or requires-python, and the host's driver and GPUs. Flags win
-    over what is detected. Never asks questions; refuses to overwrite without --force.
+    Reads the project's dependency sources (requirements.txt with its includes,
+    pyproject.toml with uv.lock, environment.yml) and names them in `requirements:`.
+    The framework is what they need (torch==2.3.1 → pytorch "2.3"; a [build-system]
+    pin; tf-keras → tensorflow); several frameworks fail and ask for --framework.
+    Python from .python-version, else conda's python=, else requires-python; the
+    host's driver and GPUs. Shows what it found and where. Flags win over what is
+    detected. Never asks questions; refuses to overwrite without --force.
     """
     from gpuenv.cli import ui
     from gpuenv.cli.views import show_resolution
@@ -187,7 +190,8 @@ def init(
 @click.command()
 @click.pass_obj
 def check(obj: Context) -> None:
-    """Validate the matrices, gpuenv.yaml and gpuenv.lock, reporting every problem.
+    """Validate the matrices, gpuenv.yaml, gpuenv.lock and the dependency sources,
+    reporting every problem, and what the build will leave to the image.
 
     Exits with the code of the first kind of problem found (6 matrix, 3 spec,
     5 lock, 7 host file), 0 when all is well.

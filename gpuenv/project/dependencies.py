@@ -116,6 +116,7 @@ class InstallPlan:
     options: tuple[str, ...]
     flags: tuple[Flag, ...]
     files: tuple[str, ...] = ()  # the project files it was read from (relative paths)
+    framework: str = "none"
 
     @property
     def empty(self) -> bool:
@@ -133,6 +134,13 @@ class InstallPlan:
                 )
             else:
                 out.append(f"{pin.where}: {pin.name} ({wanted}) left to the image's own build")
+        for dependency in self.install:
+            other = FRAMEWORK_PACKAGES.get(dependency.name)
+            if other and other != self.framework:
+                out.append(
+                    f"{dependency.where}: {dependency.name} is {other}, not this image's "
+                    f"framework: pip installs a PyPI build of it"
+                )
         for dependency in self.no_isolation:
             out.append(
                 f"{dependency.where}: {dependency.name} compiles against the image's torch: "
@@ -178,6 +186,7 @@ def plan_install(
         options=tuple(dict.fromkeys(collected.options)),
         flags=tuple(collected.flags),
         files=tuple(collected.files),
+        framework=framework,
     )
 
 

@@ -122,9 +122,10 @@ def _ambiguous(frameworks: dict[str, list[Dependency]], why: str) -> SpecError:
     )
 
 
-def detect_project(project_dir: str) -> Detected:
+def detect_project(project_dir: str, chosen: str | None = None) -> Detected:
     """Framework, version, Python and dependency sources from the files a project has;
-    SpecError (exit 3) for a file gpuenv cannot read or several frameworks."""
+    SpecError (exit 3) for a file gpuenv cannot read, or for several frameworks unless
+    `chosen` (``--framework``) picks one of them."""
     from gpuenv.project.dependencies import read_sources
     from gpuenv.project.pyproject import build_requirements, declared_requirements
 
@@ -176,16 +177,20 @@ def detect_project(project_dir: str) -> Detected:
             if fw not in gpu
         )
         frameworks = gpu
-    if len(frameworks) > 1:
+    if len(frameworks) > 1 and chosen in frameworks:
+        frameworks = {chosen: frameworks[chosen]}
+    if len(frameworks) > 1 and not chosen:
         raise _ambiguous(frameworks, "needs")
-    if frameworks:
+    if len(frameworks) == 1:
         ((framework, items),) = frameworks.items()
         _choose(detected, framework, items, implied=False)
-    else:
+    elif not frameworks:
         implied = _evidence([(IMPLIES[d.name], d) for d in deps if d.name in IMPLIES])
-        if len(implied) > 1:
+        if len(implied) > 1 and chosen in implied:
+            implied = {chosen: implied[chosen]}
+        if len(implied) > 1 and not chosen:
             raise _ambiguous(implied, "implies")
-        if implied:
+        if len(implied) == 1:
             ((framework, items),) = implied.items()
             _choose(detected, framework, items, implied=True)
     _python(root, detected, collected, pyproject)

@@ -239,14 +239,14 @@ def ngc_satisfies(specifier: str, shipped: str) -> bool:
     >>> ngc_satisfies("", "2.5.0a0")
     True
     """
-    from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 
     try:
         build = Version(shipped)
-    except InvalidVersion:
+        wanted = SpecifierSet(specifier)
+    except (InvalidVersion, InvalidSpecifier):
         return False
-    wanted = SpecifierSet(specifier)
     base = Version(build.base_version)
     for item in wanted:
         if item.operator in ("==", "===") and not item.version.endswith(".*"):

@@ -78,19 +78,19 @@ def pins_unsatisfiable(
 
 
 def project_pins(spec: Spec) -> list[Pin]:
-    """The pins of the spec's dependency sources on what the image provides: the
-    framework's own packages, and those that compile against it (the image's version
-    counts where the matrix records one). Reading a source may raise SpecError (exit 3)."""
-    from gpuenv.project.dependencies import coupled_names, read_dependencies
-    from gpuenv.project.packages import COMPILES_AGAINST_TORCH
+    """Every version pin of the spec's dependency sources. Each is checked against what
+    an image provides where that is known: the framework's own version always, other
+    packages (torchvision, flash-attn, numpy, ...) where the row records them in `ships`;
+    so a pin the image's constraint file would refuse fails at lock time where the data
+    allows. Reading a source may raise SpecError (exit 3)."""
+    from gpuenv.project.dependencies import read_dependencies
     from gpuenv.project.sources import environment
 
     if spec.framework == "none" or not (spec.requirements or spec.packages):
         return []
-    names = coupled_names(spec.framework) | COMPILES_AGAINST_TORCH
     env = environment(None)
     out = []
     for dependency in read_dependencies(spec).dependencies:
-        if dependency.name in names and dependency.specifier and dependency.applies(env):
+        if dependency.specifier and not dependency.constraint and dependency.applies(env):
             out.append(Pin(dependency.name, dependency.specifier, dependency.where))
     return out

@@ -170,7 +170,7 @@ def init_project(
         )
     matrix = load_matrix()
     host = plan.host(matrix)
-    detected = detect_project(directory)
+    detected = detect_project(directory, overrides.framework)
     chosen_framework = overrides.framework or detected.framework
     if chosen_framework is None:
         chosen_framework = "pytorch"

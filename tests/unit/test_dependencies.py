@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuenv.cli import main
 from gpuenv.errors import SpecError
@@ -175,7 +177,8 @@ def test_why_poetry_and_wheel_url_pins_steer_resolution(tmp_path: Path) -> None:
 
     write(tmp_path, PROJECTS[2][1], "requirements: [pyproject.toml]\n")
     assert [(p.name, p.specifier) for p in project_pins(load_spec(str(tmp_path)))] == [
-        ("torch", "<3.0.0,>=2.3.0")
+        ("torch", "<3.0.0,>=2.3.0"),
+        ("numpy", "<1.27.0,>=1.26"),
     ]
     url = "torch @ https://download.pytorch.org/whl/cu121/torch-2.3.0%2Bcu121-cp310-cp310-linux_x86_64.whl"
     (tmp_path / "requirements.txt").write_text(url + "\n")
@@ -271,3 +274,146 @@ def test_install_script_leaves_pins_to_the_image_and_explains_a_conflict(tmp_pat
         "gpuenv: conflict: numpy==2.1.0 (requirements.txt:3): the image pins numpy==1.26.4 in "
         f"{tmp_path / 'constraint.txt'}; relax the pin or choose another image"
     ]
+
+
+LINES = st.sampled_from(
+    [
+        "numpy",
+        "torch==2.5.1",
+        "torch==",
+        "-r other.txt",
+        "-c pins.txt",
+        "-r ../x.txt",
+        "-e .",
+        "-e git+https://h/x.git#egg=x",
+        "--extra-index-url https://download.pytorch.org/whl/cpu",
+        "--hash=sha256:ab",
+        "x @ https://h/x-1.0-py3-none-any.whl",
+        "flash-attn==2.7",
+        "a; python_version < '3'",
+        "===weird",
+        "torchvision==0.20.1 \\",
+        "# c",
+        "",
+        "--unknown-option",
+        "tensorflow[and-cuda]",
+        "-f",
+        "jax[cpu]",
+        "\x00",
+        "é",
+    ]
+)
+SOURCES = {
+    "requirements.txt": st.lists(LINES, max_size=8).map("\n".join),
+    "other.txt": st.lists(LINES, max_size=4).map("\n".join),
+    "pyproject.toml": st.sampled_from(
+        [
+            "",
+            "[project",
+            '[project]\ndependencies = ["torch>=2", 3, "torch=="]\n',
+            '[tool.poetry.dependencies]\ntorch = "^2.3"\nx = {path = "x"}\ny = ["1", "2"]\n',
+            '[project]\nname = "p"\n[project.optional-dependencies]\na = "notalist"\n',
+            "[tool.uv]\nsources = 3\n",
+            '[build-system]\nrequires = "torch"\n',
+        ]
+    ),
+    "uv.lock": st.sampled_from(
+        [
+            "",
+            "version = 1\n",
+            '[[package]]\nname = "p"\nsource = { virtual = "." }\n'
+            'dependencies = [{ name = "q", marker = "bad marker" }, 3]\n',
+            "[[package]\n",
+        ]
+    ),
+    "environment.yml": st.sampled_from(
+        [
+            "",
+            "- a\n",
+            "dependencies: 3\n",
+            "dependencies:\n  - pytorch=1.0=py_0\n  - pip:\n"
+            "    - torch==\n    - -r other.txt\n  - 3\n",
+            "dependencies: [\n",
+        ]
+    ),
+}
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_arbitrary_dependency_files_give_a_result_or_a_located_error(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Whatever the files say, reading them, detecting and planning never crash: the
+    outcome is a plan or a SpecError (exit 3)."""
+    from gpuenv.project.dependencies import read_sources
+    from gpuenv.project.detect import detect_project
+
+    root = tmp_path_factory.mktemp("p")
+    chosen = data.draw(st.lists(st.sampled_from(sorted(SOURCES)), unique=True, min_size=1))
+    for name in chosen:
+        (root / name).write_text(data.draw(SOURCES[name]), encoding="utf-8")
+    sources = tuple(
+        n for n in chosen if n in ("requirements.txt", "pyproject.toml", "environment.yml")
+    )
+    try:
+        collected = read_sources(str(root), sources, extras=("a",))
+        collected.raise_problems()
+        plan_install(collected, "pytorch", "2.5.0a0+x").notes()
+    except SpecError as error:
+        assert error.exit_code == 3 and error.problems
+    try:
+        detect_project(str(root))
+    except SpecError as error:
+        assert error.exit_code == 3
+
+
+def test_what_an_image_ships_steers_resolution(tmp_path: Path) -> None:
+    """A row that records its torchvision is rejected when it cannot satisfy the pin."""
+    from dataclasses import replace
+
+    from gpuenv.resolution.pins import Pin, pin_reasons
+
+    write(tmp_path, {}, "")
+    from gpuenv.resolution.matrix import load_matrix
+
+    row = next(r for r in load_matrix().images_for("pytorch") if r.release == "24.10")
+    shipping = replace(row, ships=(("torchvision", "0.20.0a0+afc54f7"),))
+    assert pin_reasons(shipping, [Pin("torchvision", "==0.20.1", "requirements.txt:2")]) == []
+    assert pin_reasons(shipping, [Pin("torchvision", "==0.21.0", "requirements.txt:2")]) == [
+        "ships torchvision 0.20.0a0+afc54f7, not torchvision==0.21.0 (requirements.txt:2)"
+    ]
+    # A package NVIDIA pins in the image's constraint file, where the row records it.
+    numpy = replace(row, ships=(("numpy", "1.26.4"),))
+    assert pin_reasons(numpy, [Pin("numpy", "==2.1.0", "requirements.txt:3")]) == [
+        "ships numpy 1.26.4, not numpy==2.1.0 (requirements.txt:3)"
+    ]
+    # Unknown stays unknown: not a reason to reject (the build checks it in the image).
+    assert pin_reasons(row, [Pin("torchvision", "==0.21.0", "requirements.txt:2")]) == []
+    assert pin_reasons(row, [Pin("torch", "==2.5.1", "requirements.txt:1")]) == []
+
+
+def test_the_matrix_reads_ships(tmp_path: Path) -> None:
+    import shutil
+
+    from gpuenv.resolution.matrix import load_matrix
+
+    folder = tmp_path / "m"
+    shutil.copytree(REPO / "matrices", folder)
+    path = folder / "ngc-pytorch.yaml"
+    text = path.read_text()
+    text = text.replace(
+        '  - tag: "24.10-py3"\n',
+        '  - tag: "24.10-py3"\n    ships: {TorchVision: "0.20.0a0+afc54f7"}\n',
+        1,
+    )
+    path.write_text(text)
+    matrix = load_matrix(str(folder))
+    row = next(r for r in matrix.images_for("pytorch") if r.tag == "24.10-py3")
+    assert row.ships == (("torchvision", "0.20.0a0+afc54f7"),)
+    assert (
+        row.shipped("torchvision") == "0.20.0a0+afc54f7"
+        and row.shipped("torch") == row.framework_version
+    )

@@ -244,3 +244,27 @@ def test_why_an_unpinned_torchaudio_is_held_to_the_image_torch() -> None:
     (audio,) = [pin for pin in plan.image if pin.name == "torchaudio"]
     assert (audio.specifier, audio.hold) == ("", "2.5")
     assert "torchaudio" not in {d.name for d in plan.install}
+
+
+def test_framework_flag_picks_one_of_several_backends(tmp_path: Path) -> None:
+    import shutil
+
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+
+    shutil.copytree(DATA / "keras-team__keras", tmp_path / "keras")
+    runner = CliRunner()
+    host = ["--driver", "580.95.05", "--gpu", "RTX 4090"]
+    asked = runner.invoke(main, ["-C", str(tmp_path / "keras"), "init", *host])
+    assert asked.exit_code == 3 and "gpuenv init --framework" in asked.stderr
+    assert not (tmp_path / "keras" / "gpuenv.yaml").exists()
+    chosen = runner.invoke(
+        main, ["-C", str(tmp_path / "keras"), "init", "--framework", "jax", *host]
+    )
+    assert chosen.exit_code == 0, chosen.output
+    assert "framework: jax" in (tmp_path / "keras" / "gpuenv.yaml").read_text()
+    # The CPU-index torch of its test requirements is reported, not installed.
+    assert "whl/cpu serves framework builds for another CUDA: not used" in chosen.stderr
+    checked = runner.invoke(main, ["-C", str(tmp_path / "keras"), "check"])
+    assert "requirements.txt:10: torch is pytorch, not this image's framework" in checked.stderr

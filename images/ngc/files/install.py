@@ -46,7 +46,10 @@ def satisfies(specifier, shipped):
     base = Version(build.base_version)
     for item in SpecifierSet(specifier):
         if item.operator in ("==", "===") and not item.version.endswith(".*"):
-            pinned = Version(item.version)
+            try:
+                pinned = Version(item.version)
+            except InvalidVersion:
+                return False
             if pinned.is_prerelease or pinned.local is not None:
                 if not item.contains(build, prereleases=True):
                     return False
