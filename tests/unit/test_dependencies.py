@@ -417,3 +417,33 @@ def test_the_matrix_reads_ships(tmp_path: Path) -> None:
         row.shipped("torchvision") == "0.20.0a0+afc54f7"
         and row.shipped("torch") == row.framework_version
     )
+
+
+def test_install_script_holds_companions_and_builds_compiled_packages_late(tmp_path: Path) -> None:
+    """With pip replaced by a recorder: what install.py asks pip for, and in which order."""
+    env = fake_image(tmp_path, {"torch": "2.5.0a0+nv"}, "torch==2.5.0a0+nv\n")
+    folder = tmp_path / "requirements"
+    folder.mkdir()
+    (folder / "image.tsv").write_text("torchaudio\t\trequirements.txt:2\t2.5\n")
+    (folder / "install.txt").write_text("--no-index\nsix  # requirements.txt:1\n")
+    (folder / "late.txt").write_text("flash-attn==2.7.4  # requirements.txt:3\n")
+    fake_pip = tmp_path / "fakepip" / "pip"
+    fake_pip.mkdir(parents=True)
+    (fake_pip / "__init__.py").write_text("")
+    log = tmp_path / "pip.log"
+    (fake_pip / "__main__.py").write_text(
+        f"import sys\nopen({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+    )
+    env["PYTHONPATH"] = f"{tmp_path / 'fakepip'}:{env['PYTHONPATH']}"
+    script = REPO / "images" / "ngc" / "files" / "install.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(folder)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    keep = folder / "keep.txt"
+    assert keep.read_text() == "torch==2.5.0a0+nv\n"
+    assert log.read_text().splitlines() == [
+        f"install -c {keep} -r {folder / 'install.txt'}",
+        "install --no-deps torchaudio==2.5.*",
+        f"install --no-build-isolation --no-index -c {keep} flash-attn==2.7.4",
+    ]

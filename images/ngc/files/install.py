@@ -166,7 +166,8 @@ def main(folder):
     if late:
         print("gpuenv: installing without build isolation (they compile against the "
               "image's torch): " + " ".join(late), flush=True)
-        pip("--no-build-isolation", *constraints, *late)
+        options = [line for line in lines(folder, "install.txt") if line.startswith("-")]
+        pip("--no-build-isolation", *options, *constraints, *late)
 
 
 if __name__ == "__main__":
