@@ -320,8 +320,8 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
             )
     except LockError as exc:
         items.append(CheckItem(LOCK_FILENAME, error=exc))
-    except SpecError as exc:
-        items.append(CheckItem("dependencies", error=exc))
+    except SpecError:
+        pass  # a dependency source cannot be read: the dependencies item reports it once
     if spec is not None and (spec.requirements or spec.packages):
         items.append(_dependencies_item(spec, directory))
     host_file = env.get(HOST_FILE_ENV)
