@@ -34,6 +34,10 @@ STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
 # Stand-ins for `gpuenv matrix sync`: configs carrying NGC's own metadata (never run).
 SYNC_STANDIN_TAGS=(25.10-py3 26.11-py3)
 SYNC_STANDIN_VERSION=1  # bump when sync_standin_env changes
+# Stand-ins for building on an image that, like NGC PyTorch >= 25.03, carries NVIDIA-built
+# torch/torchvision and a pip constraint file (/etc/pip/constraint.txt via PIP_CONSTRAINT).
+DEPS_STANDIN_TAGS=(25.03-py3)
+DEPS_STANDIN_VERSION=1  # bump when deps_standin_images changes
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -212,6 +216,48 @@ sync_standin_images() {
   done
 }
 
+# A fake distribution as an NVIDIA build installs it: only its metadata (no code).
+fake_dist() {  # fake_dist FOLDER NAME VERSION
+  local info="$1/$2-$3.dist-info"
+  mkdir -p "$info"
+  printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: gpuenv test stand-in of an NVIDIA build\n' \
+    "$2" "$3" >"$info/METADATA"
+  printf 'stand-in\n' >"$info/INSTALLER"
+  : >"$info/RECORD"
+}
+
+deps_standin_images() {
+  local docker=(docker -H "unix://$RUN/gpu.sock") tag wheels="$STATE/wheelhouse"
+  for tag in "${DEPS_STANDIN_TAGS[@]}"; do
+    local ref="$REGISTRY/nvidia/pytorch:$tag" version context
+    version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.deps-stand-in-version"}}' \
+      "$ref" 2>/dev/null || true)
+    if [ "$version" != "$DEPS_STANDIN_VERSION" ]; then
+      log "building the dependency stand-in for nvcr.io/nvidia/pytorch:$tag"
+      context=$(mktemp -d)
+      cp -r "$wheels" "$context/wheelhouse"
+      rm -f "$context/wheelhouse/.complete"
+      # torch as the matrix row of 25.03 records it; torchvision of the series released with
+      # torch 2.7 (0.22), marked as a stand-in's build.
+      fake_dist "$context/dists" torch 2.7.0a0+7c8ec84dab
+      fake_dist "$context/dists" torchvision 0.22.0a0+standin
+      cat >"$context/Dockerfile" <<DOCKERFILE
+FROM gpuenv-test/bookworm-python:1
+COPY wheelhouse /opt/wheelhouse
+COPY dists/ /usr/local/lib/python3.11/dist-packages/
+RUN python3 -m pip install -q --no-index --find-links /opt/wheelhouse --break-system-packages numpy six
+RUN mkdir -p /etc/pip && python3 -m pip list --format=freeze 2>/dev/null | grep -iE '^(torch|torchvision|numpy)==' >/etc/pip/constraint.txt
+ENV NVIDIA_VISIBLE_DEVICES=all PIP_CONSTRAINT=/etc/pip/constraint.txt
+LABEL io.gpuenv.stand-in="nvcr.io/nvidia/pytorch:$tag" io.gpuenv.deps-stand-in-version="$DEPS_STANDIN_VERSION"
+DOCKERFILE
+      "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
+        die "building the stand-in $ref failed"
+      rm -rf "$context"
+    fi
+    "${docker[@]}" push -q "$ref" >/dev/null
+  done
+}
+
 forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
   # namespace LAUNCHER runs in (this one when none), to the registry's socket
   local name=$1 pidfile="$RUN/$1.pid"
@@ -285,6 +331,7 @@ up() {
   registry_reachable
   standin_images
   sync_standin_images
+  deps_standin_images
   slurm_up
   # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
   scancel --user=gpuenv-tester 2>/dev/null || true
@@ -297,6 +344,7 @@ GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
 GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_SYNC_STANDIN_TAGS="${SYNC_STANDIN_TAGS[*]}"
+GPUENV_TEST_DEPS_STANDIN_TAGS="${DEPS_STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
 GPUENV_TEST_USER_PYTHON=$TESTER_VENV/bin/python
 ENV

@@ -196,10 +196,13 @@ def init(
 ) -> None:
     """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
 
-    Detects the framework and its version from requirements*.txt, pyproject.toml or
-    environment.yml pins (torch==2.3.1 → pytorch "2.3"), the Python version from
-    .python-version or requires-python, and the host's driver and GPUs. Flags win
-    over what is detected. Never asks questions; refuses to overwrite without --force.
+    Reads the project's dependency sources (requirements.txt with its includes,
+    pyproject.toml with uv.lock, environment.yml) and names them in `requirements:`.
+    The framework is what they need (torch==2.3.1 → pytorch "2.3"; a [build-system]
+    pin; tf-keras → tensorflow); several frameworks fail and ask for --framework.
+    Python from .python-version, else conda's python=, else requires-python; the
+    host's driver and GPUs. Shows what it found and where. Flags win over what is
+    detected. Never asks questions; refuses to overwrite without --force.
     """
     from gpuenv.cli import ui
     from gpuenv.cli.views import show_resolution
@@ -246,8 +249,8 @@ def init(
 @json_option("every item checked, and the first error")
 @click.pass_obj
 def check(obj: Context, as_json: bool) -> None:
-    """Validate the matrices, gpuenv.yaml (and the files it names) and gpuenv.lock,
-    reporting every problem.
+    """Validate the matrices, gpuenv.yaml, gpuenv.lock and the dependency sources,
+    reporting every problem, and what the build will leave to the image.
 
     Exits with the code of the first kind of problem found (8 a file that cannot be
     read, 6 matrix, 3 spec, 5 lock, 7 host file), 0 when all is well.
@@ -271,6 +274,7 @@ def check(obj: Context, as_json: bool) -> None:
                         "ok": item.error is None,
                         "message": item.ok if item.error is None else item.error.message,
                         "error": error_fields(item.error) if item.error is not None else None,
+                        "warnings": list(item.warnings),
                     }
                     for item in outcome.items
                 ],
@@ -282,5 +286,7 @@ def check(obj: Context, as_json: bool) -> None:
             report(item.error)
         elif item.ok:
             ui.success(item.ok)
+        for warning in item.warnings:
+            ui.warn(warning)
     if outcome.exit_code:
         sys.exit(outcome.exit_code)

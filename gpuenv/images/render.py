@@ -11,28 +11,28 @@ GPUs it asks for) does not change the tag, and a second build finds the image.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import os
-import re
 import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
-from gpuenv.errors import BuildError
 from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
 from gpuenv.project.spec import Spec
-from gpuenv.resolution.lock import Lock, requirements_hashes
+from gpuenv.resolution.lock import Lock
+
+if TYPE_CHECKING:
+    from gpuenv.project.dependencies import InstallPlan
 
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
 
 
 class _Template(string.Template):
@@ -51,6 +51,7 @@ class BuildPlan:
     tag: str
     labels: dict[str, str] = field(default_factory=dict)
     baked: bool = False
+    sources: tuple[str, ...] = ()  # the dependency files the requirements were read from
 
     def context(self) -> bytes:
         """The build context as an uncompressed tar: Dockerfile plus every file."""
@@ -90,52 +91,35 @@ def base_reference(lock: Lock, pull_repository: str) -> str:
     return f"{pull_repository}:{reference.tag}"
 
 
-def _requirement_files(spec: Spec) -> list[str]:
-    files = [name for name, digest in requirements_hashes(spec).items() if digest != "missing"]
-    for name in files:
-        if not _SAFE_PATH.match(name):
-            raise BuildError(
-                f"requirements file '{name}' has characters gpuenv does not copy into images",
-                hint="rename it using letters, digits, . _ + - and /",
-            )
-    return files
+def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
+    """What the build installs with pip (maybe nothing, when the sources only hold
+    comments), or None when the spec names no dependency source.
+    SpecError (exit 3) for a source that cannot be read, or Python requirements on an
+    image without Python."""
+    from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
+
+    if not (spec.requirements or spec.packages):
+        return None
+    python = lock.resolved.get("python")
+    python = python if isinstance(python, str) else None
+    collected = read_dependencies(spec, python)
+    framework = str(lock.resolved.get("framework") or "none")
+    version = lock.resolved.get("framework_version")
+    plan = plan_install(collected, framework, version if isinstance(version, str) else None, python)
+    if not plan.empty:
+        needs_python(spec, lock.image, python, framework)
+    return plan
 
 
-# The distributions an NGC image's framework build provides: a requirement on them would
-# replace NVIDIA's CUDA build with a PyPI one (or fail), so gpuenv leaves them to the image.
-FRAMEWORK_DISTRIBUTIONS = {
-    "pytorch": {"torch"},
-    "tensorflow": {"tensorflow", "tensorflow-gpu", "tensorflow-cpu", "tf-nightly"},
-    "jax": {"jax", "jaxlib"},
-}
-
-
-def without_framework(text: str, framework: str) -> tuple[str, list[str]]:
-    """Requirements text with the framework's own pins commented out, and those pins.
-
-    >>> text, dropped = without_framework("numpy\\ntorch==2.4.0\\n", "pytorch")
-    >>> dropped
-    ['torch==2.4.0']
-    >>> text.splitlines()[1]
-    "# gpuenv: torch==2.4.0  (the image provides NVIDIA's build)"
-    """
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    provided = FRAMEWORK_DISTRIBUTIONS.get(framework, set())
-    kept, dropped = [], []
-    for line in text.splitlines():
-        requirement = line.split(" #", 1)[0].strip()
-        name = None
-        if requirement and not requirement.startswith(("#", "-")):
-            with contextlib.suppress(InvalidRequirement):
-                name = canonicalize_name(Requirement(requirement).name)
-        if name in provided:
-            kept.append(f"# gpuenv: {line.strip()}  (the image provides NVIDIA's build)")
-            dropped.append(requirement)
-        else:
-            kept.append(line)
-    return "\n".join(kept) + ("\n" if text.endswith("\n") else ""), dropped
+def plan_files(plan: InstallPlan) -> dict[str, str]:
+    """The files install.py reads (images/ngc/files/install.py), by name."""
+    install = [*plan.options] + [f"{d.line()}  # {d.where}" for d in plan.install]
+    return {
+        "image.tsv": "".join(f"{pin.line()}\n" for pin in plan.image),
+        "install.txt": "".join(f"{line}\n" for line in install),
+        "late.txt": "".join(f"{d.line()}  # {d.where}\n" for d in plan.no_isolation),
+        "constraints.txt": "".join(f"{d.line()}\n" for d in plan.constraints),
+    }
 
 
 def _support_files() -> list[ContextFile]:
@@ -161,34 +145,20 @@ def plan_build(
     steps: list[str] = []
     if spec.apt:
         steps.append(_template("apt.in").substitute(packages=_json_args(spec.apt)))
-    requirement_files = _requirement_files(spec)
-    framework = str(lock.resolved.get("framework") or "none")
-    if requirement_files:
-        for name in requirement_files:
-            path = os.path.join(spec.project_dir, name)
-            text, dropped = without_framework(
-                Path(path).read_text(encoding="utf-8", errors="replace"), framework
+    plan = python_plan(spec, lock)
+    if plan is not None and not plan.empty:
+        for text in plan.notes():
+            steps.append(_template("note.in").substitute(text=" ".join(text.splitlines())))
+        for name, data in plan_files(plan).items():
+            files.append(ContextFile(f"requirements/{name}", data=data.encode()))
+        steps.append(
+            _template("copy.in").substitute(
+                source=json.dumps("requirements/"), target=json.dumps(f"{REQUIREMENTS_DIR}/")
             )
-            if dropped:
-                version = lock.resolved.get("framework_version") or "its own build"
-                steps.append(
-                    _template("note.in").substitute(
-                        text=f"{name}: {', '.join(dropped)} left to the image ({version})"
-                    )
-                )
-            files.append(ContextFile(f"requirements/{name}", data=text.encode(), origin=path))
-            steps.append(
-                _template("copy.in").substitute(
-                    source=json.dumps(f"requirements/{name}"),
-                    target=json.dumps(f"{REQUIREMENTS_DIR}/{name}"),
-                )
-            )
-        arguments: list[str] = []
-        for name in spec.requirements:
-            arguments += ["-r", f"{REQUIREMENTS_DIR}/{name}"]
-        steps.append(_template("requirements.in").substitute(arguments=_json_args(arguments)))
-    if spec.packages:
-        steps.append(_template("packages.in").substitute(packages=_json_args(spec.packages)))
+        )
+        steps.append(
+            _template("requirements.in").substitute(arguments=_json_args([REQUIREMENTS_DIR]))
+        )
     if bake:
         files.extend(project_files(spec.project_dir))
         steps.append(_template("bake.in").substitute())
@@ -213,7 +183,8 @@ def plan_build(
     }
     # Labels go last, outside the hash: they describe the image, they are not its content.
     dockerfile += _template("labels.in").substitute(labels=_label_arguments(labels))
-    return BuildPlan(dockerfile, canonical_dockerfile, tuple(files), tag, labels, bake)
+    sources = tuple(os.path.join(spec.project_dir, f) for f in plan.files) if plan else ()
+    return BuildPlan(dockerfile, canonical_dockerfile, tuple(files), tag, labels, bake, sources)
 
 
 def label_value(value: str) -> str:

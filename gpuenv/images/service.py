@@ -139,7 +139,7 @@ def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
     """The files whose change can change the image: spec, lock, and what is copied in."""
     paths = [project.spec.path or "", project.lock_path]
     copied = [f.origin or f.path for f in plan.files]
-    return [p for p in paths if p] + [p for p in copied if p]
+    return [p for p in paths if p] + [p for p in copied if p] + list(plan.sources)
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,20 @@ def _build_failure(progress: BuildProgress) -> BuildError:
     tail = [line for line in progress.tail if line != progress.error][-15:]
     hint = None
     text = "\n".join(tail)
+    conflicts = [
+        line.removeprefix("gpuenv: conflict: ")
+        for line in progress.tail
+        if line.startswith("gpuenv: conflict: ")
+    ]
+    if conflicts:
+        # install.py checked the project's pins against the image before pip ran: its
+        # lines are the explanation, one per package.
+        return BuildError(
+            "the project's requirements conflict with the image: " + "; ".join(conflicts),
+            step=progress.step,
+            hint="relax those pins (or remove them: the image provides the package), or pin "
+            "an image that ships what they ask for (`version:` in gpuenv.yaml)",
+        )
     if "(constraint)" in text:
         hint = (
             "a requirement asks for another version of the image's own framework build; "

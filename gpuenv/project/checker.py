@@ -20,6 +20,7 @@ class Checker:
         self.doc = doc
         self.project_dir = project_dir
         self.problems: list[Problem] = list(doc.duplicates)
+        self.seen_requirements: tuple[str, ...] = ()  # the valid `requirements` entries
 
     def add(self, path: YamlPath, message: str) -> None:
         self.problems.append(self.doc.problem(path, message))

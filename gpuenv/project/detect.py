@@ -1,8 +1,19 @@
 """What a project folder already says about its environment, and the gpuenv.yaml init writes.
 
-`gpuenv init` reads the pins people already have (requirements*.txt, pyproject.toml,
-environment.yml, .python-version) so the first spec matches the code: ``torch==2.3.1``
-becomes ``framework: pytorch`` with ``version: "2.3"``.
+`gpuenv init` reads the dependency sources people already have (requirements.txt with its
+includes, pyproject.toml with uv.lock, environment.yml) and `.python-version`, so the first
+spec matches the code. The framework is what the project really needs:
+
+1. a direct requirement on it (``torch==2.3.1``, ``jax[cuda12]``, conda's ``pytorch=1.11``,
+   or a ``[build-system]`` requirement such as ``torch>=2.5.1``), else
+2. a package that needs exactly one framework (``tf-keras`` -> tensorflow, ``flax`` ->
+   jax, ``torchvision`` -> pytorch; multi-backend libraries such as transformers count
+   for none).
+
+Several frameworks is an error that asks for ``--framework``, never a guess. Variant
+files (``requirements_flax.txt``) are not installed, so they are not evidence either.
+Python: ``.python-version`` (the interpreter the developer runs), else conda's
+``python=``, else ``requires-python``.
 """
 
 from __future__ import annotations
@@ -13,24 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from gpuenv.errors import Problem, SpecError
+from gpuenv.project.packages import FRAMEWORK_PACKAGES, IMPLIES
+from gpuenv.project.pyproject import table
+from gpuenv.project.sources import Collected, Dependency, environment
 from gpuenv.project.spec import GpuRequest, default_name
 
-# Distribution names (normalized) -> framework, in the order a tie is broken.
-FRAMEWORK_PACKAGES = {
-    "torch": "pytorch",
-    "pytorch": "pytorch",  # conda's name
-    "jax": "jax",
-    "jaxlib": "jax",
-    "tensorflow": "tensorflow",
-    "tensorflow-gpu": "tensorflow",
-    "tensorflow-cpu": "tensorflow",
-    "tf-nightly": "tensorflow",
-}
-PRIORITY = ("pytorch", "jax", "tensorflow")
+ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
 
 
 @dataclass
@@ -38,13 +40,10 @@ class Detected:
     framework: str | None = None
     version: str | None = None
     python: str | None = None
-    requirements: list[str] = field(default_factory=list)
-    found: list[str] = field(default_factory=list)  # "requirements.txt: torch==2.3.1"
-    also: list[str] = field(default_factory=list)  # other frameworks seen
-
-
-def _normalize(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+    requirements: list[str] = field(default_factory=list)  # the sources gpuenv.yaml names
+    found: list[str] = field(default_factory=list)  # "requirements.txt:3: torch==2.3.1"
+    also: list[str] = field(default_factory=list)  # what was read and will not be done
+    framework_from: str | None = None  # where the framework (and its pin) came from
 
 
 def version_from_specifier(text: str) -> str | None:
@@ -73,117 +72,189 @@ def _python_series(text: str) -> str | None:
     return ".".join(str(n) for n in release[:2]) if len(release) >= 2 else None
 
 
-def _requirement_lines(path: Path) -> list[str]:
-    lines = []
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        if line and not line.startswith(("#", "-")):
-            lines.append(line)
-    return lines
-
-
-class _Finder:
-    def __init__(self) -> None:
-        self.detected = Detected()
-        self.frameworks: dict[str, tuple[str | None, str]] = {}
-
-    def requirement(self, text: str, where: str) -> None:
-        try:
-            requirement = Requirement(text)
-        except InvalidRequirement:
-            return
-        framework = FRAMEWORK_PACKAGES.get(_normalize(requirement.name))
-        if framework and framework not in self.frameworks:
-            version = version_from_specifier(str(requirement.specifier))
-            self.frameworks[framework] = (version, f"{where}: {text}")
-
-    def conda(self, text: str, where: str) -> None:
-        name, _, version = text.partition("=")
-        name = name.strip()
-        version = version.lstrip("=").strip()
-        if name == "python" and version:
-            self.python(version, where)
-            return
-        framework = FRAMEWORK_PACKAGES.get(_normalize(name))
-        if framework and framework not in self.frameworks:
-            series = version_from_specifier(f"=={version}") if version else None
-            self.frameworks[framework] = (series, f"{where}: {text}")
-
-    def python(self, text: str, where: str, *, series: bool = True) -> None:
-        if self.detected.python is None:
-            value = _python_series(text) if series else text.strip()
-            if value:
-                self.detected.python = value
-                self.detected.found.append(f"{where}: python {text.strip()}")
-
-    def finish(self) -> Detected:
-        chosen = next((f for f in PRIORITY if f in self.frameworks), None)
-        if chosen:
-            version, where = self.frameworks[chosen]
-            self.detected.framework = chosen
-            self.detected.version = version
-            self.detected.found.insert(0, where)
-            self.detected.also = [f for f in self.frameworks if f != chosen]
-        return self.detected
-
-
-def detect_project(project_dir: str) -> Detected:
-    """Framework, version, Python and requirements files from the files a project has."""
-    root = Path(project_dir)
-    finder = _Finder()
-    requirement_files = sorted(
-        root.glob("requirements*.txt"), key=lambda p: (p.name != "requirements.txt", p.name)
-    )
-    for path in requirement_files:
-        for line in _requirement_lines(path):
-            finder.requirement(line, path.name)
+def default_sources(root: Path) -> list[str]:
+    """The dependency files a project installs: requirements.txt, a pyproject.toml that
+    declares dependencies (or has a uv.lock), environment.yml."""
+    out = []
     if (root / "requirements.txt").is_file():
-        finder.detected.requirements.append("requirements.txt")
-    _pyproject(root / "pyproject.toml", finder)
-    for name in ("environment.yml", "environment.yaml"):
-        _environment(root / name, finder)
+        out.append("requirements.txt")
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        out.append("pyproject.toml")
+    out += [name for name in ENVIRONMENT_FILES if (root / name).is_file()][:1]
+    return out
+
+
+def _declares(data: dict[str, Any], root: Path) -> bool:
+    project = table(data, "project")
+    poetry = table(table(data, "tool"), "poetry")
+    return bool(
+        project.get("dependencies") or poetry.get("dependencies") or (root / "uv.lock").is_file()
+    )
+
+
+def _evidence(items: list[tuple[str, Dependency]]) -> dict[str, list[Dependency]]:
+    out: dict[str, list[Dependency]] = {}
+    for framework, dependency in items:
+        out.setdefault(framework, []).append(dependency)
+    return out
+
+
+def _ambiguous(frameworks: dict[str, list[Dependency]], why: str) -> SpecError:
+    problems = []
+    for framework, items in frameworks.items():
+        first = items[0]
+        file, _, line = first.where.partition(":")
+        problems.append(
+            Problem(
+                file,
+                int(line) if line.isdigit() else None,
+                None,
+                None,
+                f"{first.requirement} {why} {framework}",
+            )
+        )
+    names = " or ".join(sorted(frameworks))
+    return SpecError(
+        problems,
+        hint=f"this project uses several frameworks: choose one with "
+        f"`gpuenv init --framework {names.split(' or ')[0]}` ({names})",
+    )
+
+
+def detect_project(project_dir: str, chosen: str | None = None) -> Detected:
+    """Framework, version, Python and dependency sources from the files a project has;
+    SpecError (exit 3) for a file gpuenv cannot read, or for several frameworks unless
+    `chosen` (``--framework``) picks one of them."""
+    from gpuenv.project.dependencies import read_sources
+    from gpuenv.project.pyproject import build_requirements, declared_requirements
+
+    root = Path(project_dir)
+    detected = Detected()
+    sources = default_sources(root)
+    pyproject: dict[str, Any] = {}
+    if "pyproject.toml" in sources:
+        try:
+            pyproject = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+            pyproject = {}  # read_sources reports it, located
+        else:
+            if not _declares(pyproject, root):
+                sources.remove("pyproject.toml")
+    collected = read_sources(project_dir, tuple(sources))
+    collected.raise_problems()
+    detected.requirements = [s for s in sources]
+    linux = environment(None)
+    deps = [d for d in collected.dependencies if not d.constraint and d.applies(linux)]
+    building = build_requirements(project_dir, "pyproject.toml", pyproject)
+    declared = declared_requirements(project_dir, "pyproject.toml", pyproject)
+    direct = [
+        (FRAMEWORK_PACKAGES[d.name], d)
+        for d in [*declared, *deps, *building]
+        if d.name in FRAMEWORK_PACKAGES and d.applies(linux)
+    ]
+    for name, (version, where) in collected.conda.items():
+        if name in FRAMEWORK_PACKAGES:
+            from packaging.requirements import InvalidRequirement, Requirement
+
+            text = "torch" if name == "pytorch" else name
+            try:
+                requirement = Requirement(f"{text}=={version}" if version else text)
+            except InvalidRequirement:
+                requirement = Requirement(text)
+            direct.append((FRAMEWORK_PACKAGES[name], Dependency(requirement, where)))
+    frameworks = _evidence(direct)
+    gpu = {
+        fw: items
+        for fw, items in frameworks.items()
+        if not all(_cpu_only(d, collected) for d in items)
+    }
+    if gpu and len(gpu) < len(frameworks):
+        detected.also.extend(
+            f"{items[0].where}: {items[0].requirement} is a CPU-only build of {fw}: not the "
+            "framework of the image"
+            for fw, items in frameworks.items()
+            if fw not in gpu
+        )
+        frameworks = gpu
+    if len(frameworks) > 1 and chosen in frameworks:
+        frameworks = {chosen: frameworks[chosen]}
+    if len(frameworks) > 1 and not chosen:
+        raise _ambiguous(frameworks, "needs")
+    if len(frameworks) == 1:
+        ((framework, items),) = frameworks.items()
+        _choose(detected, framework, items, implied=False)
+    elif not frameworks:
+        implied = _evidence([(IMPLIES[d.name], d) for d in deps if d.name in IMPLIES])
+        if len(implied) > 1 and chosen in implied:
+            implied = {chosen: implied[chosen]}
+        if len(implied) > 1 and not chosen:
+            raise _ambiguous(implied, "implies")
+        if len(implied) == 1:
+            ((framework, items),) = implied.items()
+            _choose(detected, framework, items, implied=True)
+    _python(root, detected, collected, pyproject)
+    detected.also += [str(flag) for flag in collected.flags]
+    detected.also += _unused(root, sources)
+    return detected
+
+
+def _cpu_only(dependency: Dependency, collected: Collected) -> bool:
+    """``tensorflow-cpu``, ``jax[cpu]``, or torch from a CPU wheel index."""
+    if dependency.name == "tensorflow-cpu" or "cpu" in dependency.requirement.extras:
+        return True
+    file = dependency.where.partition(":")[0]
+    return dependency.name == "torch" and file in collected.cpu_index_files
+
+
+def _choose(detected: Detected, framework: str, items: list[Dependency], *, implied: bool) -> None:
+    detected.framework = framework
+    pinned = [d for d in items if d.specifier and d.name in FRAMEWORK_PACKAGES]
+    if pinned and not implied:
+        specifiers = ",".join(dict.fromkeys(d.specifier for d in pinned))
+        detected.version = version_from_specifier(specifiers)
+        detected.framework_from = f"{pinned[0].where}: {pinned[0].requirement}"
+    else:
+        first = items[0]
+        what = "needs" if not implied else "implies"
+        detected.framework_from = f"{first.where}: {first.requirement} ({what} {framework})"
+    detected.found.insert(0, detected.framework_from)
+
+
+def _python(root: Path, detected: Detected, collected: Collected, data: dict[str, Any]) -> None:
     version_file = root / ".python-version"
     if version_file.is_file():
-        lines = version_file.read_text(encoding="utf-8", errors="replace").split()
-        if lines:
-            finder.python(lines[0], ".python-version")
-    return finder.finish()
-
-
-def _pyproject(path: Path, finder: _Finder) -> None:
-    if not path.is_file():
+        words = version_file.read_text(encoding="utf-8", errors="replace").split()
+        series = _python_series(words[0]) if words else None
+        if series:
+            detected.python = series
+            detected.found.append(f".python-version: python {words[0]}")
+            return
+    conda = collected.conda.get("python")
+    if conda and _python_series(conda[0]):
+        detected.python = _python_series(conda[0])
+        detected.found.append(f"{conda[1]}: python={conda[0]}")
         return
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return
-    project = data.get("project", {})
-    if not isinstance(project, dict):
-        return
-    for dependency in project.get("dependencies", []) or []:
-        if isinstance(dependency, str):
-            finder.requirement(dependency, "pyproject.toml")
+    project = table(data, "project")
     requires = project.get("requires-python")
-    if isinstance(requires, str):
-        finder.python(requires, "pyproject.toml requires-python", series=False)
+    if isinstance(requires, str) and requires.strip():
+        detected.python = requires.strip()
+        detected.found.append(f"pyproject.toml requires-python: {requires.strip()}")
 
 
-def _environment(path: Path, finder: _Finder) -> None:
-    if not path.is_file():
-        return
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError):
-        return
-    if not isinstance(data, dict):
-        return
-    for item in data.get("dependencies", []) or []:
-        if isinstance(item, str):
-            finder.conda(item, path.name)
-        elif isinstance(item, dict):
-            for pip_item in item.get("pip", []) or []:
-                if isinstance(pip_item, str):
-                    finder.requirement(pip_item, f"{path.name} (pip)")
+def _unused(root: Path, sources: list[str]) -> list[str]:
+    out = []
+    variants = sorted(p.name for p in root.glob("requirements*.txt") if p.name not in sources)
+    if variants:
+        out.append(
+            f"not installed: {', '.join(variants)} (name a file in `requirements:` to install it)"
+        )
+    if (root / "setup.py").is_file():
+        out.append(
+            "setup.py: dependencies declared in code are not read (list them in "
+            "requirements.txt or pyproject.toml)"
+        )
+    return out
 
 
 def _q(value: Any) -> str:

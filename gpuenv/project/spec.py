@@ -44,6 +44,7 @@ FIELDS = (
     "cuda",
     "base",
     "requirements",
+    "extras",
     "packages",
     "apt",
     "env",
@@ -118,6 +119,7 @@ class Spec:
     cuda: str | None = None
     base: str = "ngc"
     requirements: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()  # optional dependency groups of pyproject.toml to install
     packages: tuple[str, ...] = ()
     apt: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -141,7 +143,7 @@ class Spec:
 
     def to_data(self) -> dict[str, Any]:
         """The spec's meaning as plain data: what the spec hash covers (not comments)."""
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "framework": self.framework,
             "version": self.version,
@@ -160,6 +162,9 @@ class Spec:
                 for m in self.mounts
             ],
         }
+        if self.extras:  # only when set: specs without it keep the digest they had
+            data["extras"] = list(self.extras)
+        return data
 
     def digest(self) -> str:
         """A hash of the spec's meaning: reformatting or comments do not change it."""
@@ -191,6 +196,7 @@ def spec_from_data(data: Mapping[str, Any], project_dir: str, path: str | None) 
         cuda=data["cuda"],
         base=data["base"],
         requirements=tuple(data["requirements"]),
+        extras=tuple(data.get("extras", ())),
         packages=tuple(data["packages"]),
         apt=tuple(data["apt"]),
         env=tuple(sorted(data["env"].items())),

@@ -110,6 +110,7 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     field_of("cuda", lambda v: check.constraint("cuda", v))
     field_of("base", lambda v: check.choice("base", v, FAMILIES))
     field_of("requirements", lambda v: _requirements(check, v))
+    field_of("extras", lambda v: _extras(check, v))
     field_of("packages", lambda v: _packages(check, v))
     field_of("apt", lambda v: _apt(check, v))
     field_of("env", lambda v: _env(check, v))
@@ -166,6 +167,22 @@ def _requirements(check: Checker, value: Any) -> tuple[str, ...] | None:
             from pathlib import PurePosixPath
 
             out.append(PurePosixPath(text).as_posix())
+    check.seen_requirements = tuple(out)
+    return tuple(out)
+
+
+def _extras(check: Checker, value: Any) -> tuple[str, ...] | None:
+    """Names of optional dependency groups (PEP 621 extras, PEP 735 groups, Poetry)."""
+    from packaging.utils import canonicalize_name
+
+    out = []
+    for path, text in check.string_list(("extras",), value, "optional dependency group names"):
+        if not _NAME.match(text.lower()):
+            check.add(path, f"'{text}' is not an optional dependency group name")
+        else:
+            out.append(canonicalize_name(text))
+    if out and not any(r.endswith(".toml") for r in check.seen_requirements):
+        check.add(("extras",), "selects groups of pyproject.toml, but 'requirements' names none")
     return tuple(out)
 
 

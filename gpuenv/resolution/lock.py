@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -19,7 +18,7 @@ import yaml
 from gpuenv import __version__
 from gpuenv.common.files import atomic_write, file_hash
 from gpuenv.errors import LockError, file_error
-from gpuenv.project.spec import Spec, inside_project
+from gpuenv.project.spec import Spec
 
 if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
     from gpuenv.resolution.host import Host
@@ -35,8 +34,6 @@ HEADER = """\
 # `gpuenv lock --upgrade` moves to the newest image that fits, and
 # `gpuenv lock --check` (for CI) fails when gpuenv.yaml no longer matches it.
 """
-
-_INCLUDE = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)[\s=]+(\S+)")
 
 
 @dataclass(frozen=True)
@@ -80,26 +77,16 @@ class Lock:
 
 
 def requirements_hashes(spec: Spec) -> dict[str, str]:
-    """Hashes of the spec's requirements files and those they include (-r / -c)."""
-    out: dict[str, str] = {}
-    pending = list(spec.requirements)
-    while pending:
-        relative = pending.pop(0)
-        if relative in out:
-            continue
-        path = os.path.join(spec.project_dir, relative)
-        if not os.path.isfile(path) or not inside_project(spec.project_dir, relative):
-            out[relative] = "missing"
-            continue
-        out[relative] = file_hash(path)
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                match = _INCLUDE.match(line)
-                if match:
-                    included = (Path(relative).parent / match.group(1)).as_posix()
-                    if inside_project(spec.project_dir, included):
-                        pending.append(os.path.normpath(included))
-    return out
+    """Hashes of every file the spec's dependencies are read from: the requirements files
+    and what they include (-r / -c), pyproject.toml and the uv.lock beside it,
+    environment.yml. A file that cannot be followed is a located SpecError (exit 3)."""
+    from gpuenv.project.dependencies import read_dependencies
+
+    collected = read_dependencies(spec)
+    return {
+        relative: file_hash(os.path.join(spec.project_dir, relative))
+        for relative in collected.files
+    }
 
 
 def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: str = "") -> Lock:

@@ -111,6 +111,7 @@ def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
                 note=rows.text((*path, "note"), entry.get("note")) or "",
                 source=_where(doc, path),
                 platforms=_platforms(rows, path, entry.get("platforms", [])),
+                ships=_ships(rows, path, entry.get("ships", {})),
             )
         )
     return out
@@ -121,6 +122,21 @@ def _platforms(rows: MatrixRows, path: YamlPath, value: Any) -> tuple[str, ...]:
     for bad in (p for p in listed if p not in PLATFORMS):
         rows.add((*path, "platforms"), f"'{bad}' is not one of {', '.join(PLATFORMS)}")
     return tuple(p for p in listed if p in PLATFORMS)
+
+
+def _ships(rows: MatrixRows, path: YamlPath, value: Any) -> tuple[tuple[str, ...], ...]:
+    """``ships: {torchvision: 0.20.0a0+afc54f7}`` -> (name, version) pairs (names normalized)."""
+    from packaging.utils import canonicalize_name
+
+    if not isinstance(value, dict):
+        rows.add((*path, "ships"), "expected a mapping of package: version")
+        return ()
+    out = []
+    for name, version in value.items():
+        text = rows.version((*path, "ships", str(name)), version)
+        if text is not None:
+            out.append((canonicalize_name(str(name)), text))
+    return tuple(sorted(out))
 
 
 def _where(doc: YamlDocument, path: YamlPath) -> str:

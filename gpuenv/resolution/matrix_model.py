@@ -32,7 +32,7 @@ IMAGE_FIELDS = (
     "note",
 )
 # Fields a row may leave out (older files, rows whose value nobody knows).
-OPTIONAL_IMAGE_FIELDS = ("platforms",)
+OPTIONAL_IMAGE_FIELDS = ("platforms", "ships")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,17 @@ class ImageRow:
     note: str
     source: str
     platforms: tuple[str, ...] = ()  # linux/amd64, linux/arm64; () when not known
+    # (distribution, version) of packages NVIDIA builds into the image besides the
+    # framework (torchvision, triton, flash-attn...); absent ones are not known.
+    ships: tuple[tuple[str, ...], ...] = ()
+
+    def shipped(self, name: str) -> str | None:
+        """The version of `name` the image ships: the framework's own, or from `ships`."""
+        from gpuenv.project.packages import FRAMEWORK_PACKAGES
+
+        if FRAMEWORK_PACKAGES.get(name) == self.framework and name not in ("jaxlib",):
+            return self.framework_version
+        return next((version for package, version in self.ships if package == name), None)
 
     @property
     def image(self) -> str:

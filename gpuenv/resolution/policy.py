@@ -26,6 +26,7 @@ from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.resolution.host import HostPlan
 
 if TYPE_CHECKING:
+    from gpuenv.project.spec import Spec
     from gpuenv.resolution.lock import Lock
     from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
@@ -134,7 +135,9 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
                 )
             )
     prefer = existing.image if existing is not None and not upgrade else None
-    resolution = resolve(spec, matrix, host, prefer=prefer)
+    from gpuenv.resolution.pins import project_pins
+
+    resolution = resolve(spec, matrix, host, prefer=prefer, pins=project_pins(spec))
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
     new_lock = lock_from_resolution(resolution, matrix.version, digest)
@@ -197,14 +200,14 @@ def _init_project(
         )
     matrix = load_matrix()
     host = plan.host(matrix)
-    detected = detect_project(directory)
+    detected = detect_project(directory, overrides.framework)
     chosen_framework = overrides.framework or detected.framework
     if chosen_framework is None:
         chosen_framework = "pytorch"
         notify(
             Note(
                 "info",
-                "no framework pinned in requirements*.txt, pyproject.toml or environment.yml; "
+                "no framework found in requirements.txt, pyproject.toml or environment.yml; "
                 "using pytorch",
             )
         )
@@ -221,11 +224,17 @@ def _init_project(
     spec = parse_spec_text(text, directory)
     for found in detected.found:
         notify(Note("step", f"found {found}"))
-    if detected.also:
-        also = ", ".join(detected.also)
-        notify(Note("warn", f"also found {also}; gpuenv.yaml uses {chosen_framework}"))
+    if detected.framework and not same_framework:
+        notify(
+            Note("warn", f"found {detected.framework_from}; gpuenv.yaml uses {chosen_framework}")
+        )
+    for note in detected.also:
+        notify(Note("warn", note))
+    from gpuenv.resolution.pins import project_pins
+
+    pins = project_pins(spec)
     try:
-        resolution = resolve(spec, matrix, host)
+        resolution = resolve(spec, matrix, host, pins=pins)
     except ResolutionError:
         atomic_write(spec_path, text)
         notify(
@@ -246,6 +255,7 @@ class CheckItem:
     subject: str
     ok: str | None = None
     error: GpuenvError | None = None
+    warnings: tuple[str, ...] = ()  # what will not be done as written (shown, not fatal)
 
 
 @dataclass(frozen=True)
@@ -264,6 +274,35 @@ class CheckReport:
             errors, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9)
         )
         return first.exit_code
+
+
+def _dependencies_item(spec: Spec, directory: str) -> CheckItem:
+    """What the build will install, what it leaves to the image and what it will not do,
+    for the locked image (or the spec alone without a lock)."""
+    from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
+    from gpuenv.resolution.lock import LOCK_FILENAME, read_lock
+
+    try:
+        lock = read_lock(os.path.join(directory, LOCK_FILENAME))
+    except LockError:
+        lock = None
+    resolved = lock.resolved if lock is not None else {}
+    python = resolved.get("python") if isinstance(resolved.get("python"), str) else None
+    version = resolved.get("framework_version")
+    try:
+        collected = read_dependencies(spec, python)
+        plan = plan_install(
+            collected, spec.framework, version if isinstance(version, str) else None, python
+        )
+        if lock is not None and not plan.empty:
+            needs_python(spec, lock.image, python, spec.framework)
+    except SpecError as exc:
+        return CheckItem("dependencies", error=exc)
+    summary = (
+        f"dependencies: {len(collected.files)} file(s) read; {len(plan.install)} to install, "
+        f"{len(plan.image)} left to the image, {len(plan.no_isolation)} without build isolation"
+    )
+    return CheckItem("dependencies", ok=summary, warnings=tuple(plan.notes()))
 
 
 def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
@@ -342,6 +381,10 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
         items.append(CheckItem(LOCK_FILENAME, error=exc))
     except OSError as exc:
         items.append(CheckItem(LOCK_FILENAME, error=file_error(exc, "read")))
+    except SpecError:
+        pass  # a dependency source cannot be read: the dependencies item reports it once
+    if spec is not None and (spec.requirements or spec.packages):
+        items.append(_dependencies_item(spec, directory))
     host_file = env.get(HOST_FILE_ENV)
     if host_file:
         try:

@@ -42,6 +42,7 @@ from gpuenv.resolution.explain import (
 )
 from gpuenv.resolution.host import Gpu, Host
 from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
+from gpuenv.resolution.pins import Pin, pin_reasons, pins_unsatisfiable
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -354,7 +355,12 @@ def _gpu_checks(row: ImageRow, matrix: Matrix, gpus: Sequence[HostGpu]) -> list[
 
 
 def evaluate(
-    spec: Spec, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], rows: Sequence[ImageRow]
+    spec: Spec,
+    matrix: Matrix,
+    host: Host,
+    gpus: Sequence[HostGpu],
+    rows: Sequence[ImageRow],
+    pins: Sequence[Pin] = (),
 ) -> tuple[Candidate, ...]:
     """Every check of every row against the spec and the host.
 
@@ -371,6 +377,8 @@ def evaluate(
     out = []
     for row in rows:
         spec_rejections = spec_checks(row)
+        if pins:
+            spec_rejections += [Rejection("package", why) for why in pin_reasons(row, pins)]
         host_key = (
             row.cuda,
             row.min_driver,
@@ -394,16 +402,23 @@ def evaluate(
     return tuple(out)
 
 
-def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -> Resolution:
+def resolve(
+    spec: Spec,
+    matrix: Matrix,
+    host: Host,
+    prefer: str | None = None,
+    pins: Sequence[Pin] = (),
+) -> Resolution:
     """The newest image of the spec's framework that fits the spec and the host.
 
     `prefer` names an image (the one already locked): if it still fits, it is kept, so
-    editing an unrelated field of the spec never moves the image.
+    editing an unrelated field of the spec never moves the image. `pins` are the
+    project's pins on packages the image provides (`gpuenv.resolution.pins`).
     """
     rows = matrix.images_for(spec.framework, spec.base)
     all_gpus = classify_gpus(host, matrix)
     gpus = selected_gpus(spec, all_gpus)
-    candidates = evaluate(spec, matrix, host, gpus, rows)
+    candidates = evaluate(spec, matrix, host, gpus, rows, pins)
     jetson = [g for g in gpus if g.gpu_class == "embedded"]
     if jetson:
         error = not_for_jetson(jetson)
@@ -417,7 +432,9 @@ def resolve(spec: Spec, matrix: Matrix, host: Host, prefer: str | None = None) -
     chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
     chosen = chosen or next((c for c in candidates if c.ok), None)
     if chosen is None:
-        error = unresolvable(spec, host, candidates, gpus, matrix.notice(spec.framework))
+        error = pins_unsatisfiable(pins, candidates) or unresolvable(
+            spec, host, candidates, gpus, matrix.notice(spec.framework)
+        )
         error.candidates = candidates
         raise error
     return Resolution(spec, host, chosen, candidates, gpus, tuple(warnings_for(chosen, host, gpus)))

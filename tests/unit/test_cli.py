@@ -38,7 +38,7 @@ def test_init_writes_spec_and_lock(project: Path) -> None:
     result = run(project, "init", *RTX4090_OK)
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.06-py3"
-    assert "found requirements.txt: torch==2.4.0" in result.stderr
+    assert "found requirements.txt:1: torch==2.4.0" in result.stderr
     assert 'version: "2.4"' in (project / "gpuenv.yaml").read_text()
     assert "reference: nvcr.io/nvidia/pytorch:24.06-py3" in (project / "gpuenv.lock").read_text()
     assert run(project, "lock", "--check").exit_code == 0
@@ -183,7 +183,9 @@ def test_lock_check_and_update_cycle(project: Path) -> None:
     assert result.exit_code == 5 and "requirements file requirements.txt changed" in result.stderr
 
     # --upgrade moves to the newest image that fits; the digest of the old image is dropped.
+    # (the requirements pin torch too: they steer the image as much as the spec does)
     spec.write_text(spec.read_text().replace('version: "2.4"', 'version: ">=2.4"'))
+    (project / "requirements.txt").write_text("torch>=2.4.0\nnumpy\nscipy\n")
     result = run(project, "lock", "--upgrade", "--driver", "580.95.05", "--gpu", "RTX 4090")
     assert result.exit_code == 0
     assert "nvcr.io/nvidia/pytorch:24.06-py3 → nvcr.io/nvidia/pytorch:26.09-py3" in result.stderr

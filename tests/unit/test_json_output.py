@@ -156,8 +156,9 @@ def test_check_json_names_every_item(locked: Path) -> None:
     edit_lock(locked, "pytorch:24.06-py3", "pytorch:24.10-py3")
     result = run(locked, "check", "--json")
     report = validate_output("check", result.stdout)
-    assert [item["subject"] for item in report["items"]] == ["matrix", "gpuenv.yaml", "gpuenv.lock"]
-    assert [item["ok"] for item in report["items"]] == [True, True, False]
+    subjects = [item["subject"] for item in report["items"]]
+    assert subjects == ["matrix", "gpuenv.yaml", "gpuenv.lock", "dependencies"]
+    assert [item["ok"] for item in report["items"]] == [True, True, False, True]
     assert report["error"]["type"] == "LockError" and "--upgrade" in report["error"]["hint"]
 
 

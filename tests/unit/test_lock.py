@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.errors import LockError
+from gpuenv.errors import LockError, SpecError
 from gpuenv.project.validate import load_spec
 from gpuenv.resolution.lock import (
     LOCK_FILENAME,
@@ -121,10 +121,11 @@ def test_new_requirements_file(project: Path, matrix: Matrix) -> None:
     assert "requirements file dev.txt is new" in changes
 
 
-def test_includes_outside_the_project_are_not_followed(project: Path) -> None:
-    (project / "requirements.txt").write_text("-r ../../etc/passwd\n")
+def test_includes_outside_the_project_are_a_located_error(project: Path) -> None:
+    (project / "requirements.txt").write_text("numpy\n-r ../../etc/passwd\n")
     spec = load_spec(str(project))
-    assert set(requirements_hashes(spec)) == {"requirements.txt"}
+    with pytest.raises(SpecError, match=r"requirements.txt:2: includes '../../etc/passwd', "):
+        requirements_hashes(spec)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.errors import SpecError
 from gpuenv.project.detect import detect_project, render_spec
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_spec_text
@@ -16,7 +17,8 @@ from gpuenv.project.validate import parse_spec_text
         ({"requirements.txt": "torch==2.3.1+cu121\n"}, "pytorch", "2.3", None),
         ({"requirements.txt": "torch>=2.1,<2.5  # pinned\n"}, "pytorch", "<2.5,>=2.1", None),
         ({"requirements.txt": "torch\n"}, "pytorch", None, None),
-        ({"requirements-gpu.txt": "tensorflow==2.15.0\n"}, "tensorflow", "2.15", None),
+        # A variant file is not installed, so it is no evidence either.
+        ({"requirements-gpu.txt": "tensorflow==2.15.0\n"}, None, None, None),
         ({"requirements.txt": "tensorflow[and-cuda]==2.17.0\n"}, "tensorflow", "2.17", None),
         ({"requirements.txt": "jax[cuda12]==0.4.30\n"}, "jax", "0.4", None),
         (
@@ -43,7 +45,6 @@ from gpuenv.project.validate import parse_spec_text
         ),
         ({"environment.yml": "dependencies:\n  - pip:\n    - jax==0.4.26\n"}, "jax", "0.4", None),
         ({"README.md": "hello"}, None, None, None),
-        ({"pyproject.toml": "not [valid toml"}, None, None, None),
     ],
 )
 def test_detection(
@@ -59,13 +60,19 @@ def test_detection(
     assert (detected.framework, detected.version, detected.python) == (framework, version, python)
 
 
-def test_priority_and_also(tmp_path: Path) -> None:
+def test_several_frameworks_ask_instead_of_guessing(tmp_path: Path) -> None:
     (tmp_path / "requirements.txt").write_text("tensorflow==2.15\ntorch==2.3.1\n")
-    detected = detect_project(str(tmp_path))
-    assert detected.framework == "pytorch"
-    assert detected.also == ["tensorflow"]
-    assert detected.requirements == ["requirements.txt"]
-    assert detected.found[0] == "requirements.txt: torch==2.3.1"
+    with pytest.raises(SpecError) as error:
+        detect_project(str(tmp_path))
+    assert "requirements.txt:1: tensorflow==2.15 needs tensorflow" in error.value.message
+    assert "requirements.txt:2: torch==2.3.1 needs pytorch" in error.value.message
+    assert "gpuenv init --framework" in (error.value.hint or "")
+
+
+def test_an_unparsable_pyproject_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = \n")
+    with pytest.raises(SpecError, match=r"pyproject.toml:2: is not valid TOML"):
+        detect_project(str(tmp_path))
 
 
 @pytest.mark.parametrize("version", [None, "2.3", ">=2.1,<2.5"])
@@ -92,4 +99,4 @@ def test_rendered_spec_is_valid_and_means_what_was_chosen(
     )
     assert spec.requirements == ("requirements.txt",)
     assert spec.shm_size == 8 * 1024**3
-    assert "# Detected when this file was written: requirements.txt: torch==2.3.1." in text
+    assert "# Detected when this file was written: requirements.txt:1: torch==2.3.1." in text

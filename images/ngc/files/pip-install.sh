@@ -1,15 +1,12 @@
 #!/bin/sh
-# Installs pip requirements given as arguments into an NGC image:
-# - the image's own framework builds (NVIDIA's torch, tensorflow, jax...) are kept:
-#   a requirement that would replace them fails instead of silently pulling a
-#   different CUDA build from PyPI;
-# - no pip cache is left in the layer.
+# Installs the project's Python dependencies (the files gpuenv wrote into the folder given
+# as the argument) with the image's own Python: install.py checks every pin against the
+# image first (NVIDIA's builds and its pip constraint file are kept), then runs pip.
 # Arguments are passed as separate words (Dockerfile exec form): no shell parses them.
 set -eu
-keep=/tmp/gpuenv-keep-framework.txt
-python3 -m pip list --format=freeze 2>/dev/null \
-  | grep -iE '^(torch|torchvision|torchaudio|tensorflow|jax|jaxlib|triton)==' >"$keep" || true
-PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
-  PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1 \
-  python3 -m pip install --constraint "$keep" "$@"
-rm -f "$keep"
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "gpuenv: conflict: this image has no python3, so it cannot install Python requirements" \
+    "(choose a framework image, or drop the requirements)" >&2
+  exit 3
+fi
+exec python3 /usr/local/lib/gpuenv/install.py "$@"

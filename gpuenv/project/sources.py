@@ -1,0 +1,351 @@
+"""A project's dependency sources read into located requirements: requirements files with
+their -r/-c includes (this module), pyproject.toml, uv.lock and environment.yml
+(`gpuenv.project.pyproject`).
+
+Every requirement keeps where it was written (``requirements.txt:3``), so that what gpuenv
+decides about it (left to the image, installed, flagged) can say so. A file gpuenv cannot
+follow (an include outside the project, a missing one, a line pip could not parse) is a
+located SpecError (exit 3), never a silent drop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from gpuenv.errors import Problem, SpecError, file_error
+from gpuenv.project.packages import framework_index, normalize
+from gpuenv.project.spec import inside_project
+
+# The Linux environment NGC images are: markers are evaluated against it (the Python
+# version is the image's when known, see `environment`).
+LINUX = {
+    "os_name": "posix",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "platform_python_implementation": "CPython",
+    "implementation_name": "cpython",
+}
+# pip options that are safe to pass on (they select where and how packages come from).
+_KEPT_OPTIONS = (
+    "--pre",
+    "--no-index",
+    "--prefer-binary",
+    "--only-binary",
+    "--no-binary",
+    "--trusted-host",
+)
+_INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
+_INCLUDE_OPTIONS = {"-r": False, "--requirement": False, "-c": True, "--constraint": True}
+OPTION = re.compile(r"^(-[a-zA-Z]|--[a-z-]+)(?:[ =]\s*(.*))?$")
+_WHEEL_VERSION = re.compile(r"/(?P<name>[A-Za-z0-9_.]+)-(?P<version>[0-9][^-/]*)-[^/]*\.whl$")
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One requirement of the project, as written, and where."""
+
+    requirement: Requirement
+    where: str  # "requirements.txt:3"
+    constraint: bool = False  # from a -c file: limits versions, installs nothing
+
+    @property
+    def name(self) -> str:
+        return normalize(self.requirement.name)
+
+    @property
+    def specifier(self) -> str:
+        """The version specifier; for a wheel URL, ``==`` the version in its file name."""
+        if self.requirement.url:
+            from urllib.parse import unquote
+
+            from packaging.version import InvalidVersion, Version
+
+            match = _WHEEL_VERSION.search(self.requirement.url)
+            try:  # the release a wheel is a build of: torch-2.3.0+cu121 -> ==2.3.0
+                return f"=={Version(unquote(match['version'])).public}" if match else ""
+            except InvalidVersion:
+                return ""
+        return str(self.requirement.specifier)
+
+    def applies(self, environment: dict[str, str]) -> bool:
+        marker = self.requirement.marker
+        return marker is None or marker.evaluate({**environment, "extra": ""})
+
+    def line(self) -> str:
+        return str(self.requirement)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something gpuenv read and will not do as written, with why."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass
+class Collected:
+    """What the sources say: requirements, pip options kept, flags, and every file read."""
+
+    dependencies: list[Dependency] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # relative paths, in reading order
+    problems: list[Problem] = field(default_factory=list)
+    conda: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (version, where)
+    cpu_index_files: set[str] = field(default_factory=set)  # files naming a CPU wheel index
+
+    def flag(self, where: str, message: str) -> None:
+        if all(f.where != where or f.message != message for f in self.flags):
+            self.flags.append(Flag(where, message))
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            raise SpecError(
+                self.problems,
+                hint="fix the file at that line (gpuenv reads every requirement it installs)",
+            )
+
+
+def environment(python: str | None) -> dict[str, str]:
+    """Marker values for an NGC image with this Python (``3.12``; 3.12 when unknown)."""
+    version = python or "3.12"
+    parts = version.split(".")
+    short = ".".join(parts[:2])
+    full = version if len(parts) >= 3 else f"{short}.0"
+    return {**LINUX, "python_version": short, "python_full_version": full}
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) with comments removed and continuations joined."""
+    out: list[tuple[int, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = "" if raw.lstrip().startswith("#") else raw
+        line = re.split(r"(^|\s)#", line, maxsplit=1)[0].rstrip()
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        pending += line
+        if pending.strip():
+            out.append((start, pending.strip()))
+        pending = ""
+    if pending.strip():
+        out.append((start, pending.strip()))
+    return out
+
+
+def parse_requirement(text: str) -> Requirement:
+    """A PEP 508 requirement from a requirements-file line, without per-line options
+    (``--hash=...``, ``--config-settings``); InvalidRequirement when pip could not read it
+    either (``torch==``)."""
+    cleaned = re.sub(r"\s--?[a-z][a-z-]*(=\S+|\s+\S+)?", "", f" {text}").strip()
+    if not cleaned:
+        raise InvalidRequirement(f"'{text}' names no package")
+    return Requirement(cleaned)
+
+
+def read_requirements_file(project_dir: str, relative: str, into: Collected) -> None:
+    """Read `relative` and everything it includes into `into` (problems collected)."""
+    _read(project_dir, PurePosixPath(relative).as_posix(), into, constraint=False, chain=())
+
+
+def _read(
+    project_dir: str, relative: str, into: Collected, *, constraint: bool, chain: tuple[str, ...]
+) -> None:
+    if relative in into.files:
+        return
+    path = os.path.join(project_dir, relative)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError:
+        into.problems.append(Problem(relative, None, None, None, "is not UTF-8 text"))
+        return
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        into.problems.append(
+            Problem(relative, None, None, None, f"cannot read: {exc.strerror or exc}")
+        )
+        return
+    except OSError as exc:  # permissions, I/O: the environment's problem, exit 8
+        raise file_error(exc, "read", path) from None
+    into.files.append(relative)
+    for number, line in _logical_lines(text):
+        where = f"{relative}:{number}"
+        option = OPTION.match(line) if line.startswith("-") else None
+        if option:
+            read_option(
+                project_dir,
+                relative,
+                number,
+                option[1],
+                (option[2] or "").strip(),
+                into,
+                constraint=constraint,
+                chain=(*chain, relative),
+            )
+            continue
+        if _is_local_path(line):
+            into.flag(
+                where,
+                f"'{line}' is a local path: not installed at build time "
+                "(the project is mounted at /workspace when it runs)",
+            )
+            continue
+        try:
+            requirement = parse_requirement(line)
+        except InvalidRequirement as exc:
+            first = str(exc).splitlines()[0]
+            into.problems.append(
+                Problem(
+                    relative, number, None, None, f"'{line}' is not a valid requirement: {first}"
+                )
+            )
+            continue
+        into.dependencies.append(Dependency(requirement, where, constraint=constraint))
+
+
+def _is_local_path(line: str) -> bool:
+    return line.startswith((".", "/", "~")) or line.startswith("file:")
+
+
+def read_option(
+    project_dir: str,
+    relative: str,
+    number: int,
+    name: str,
+    value: str,
+    into: Collected,
+    *,
+    constraint: bool,
+    chain: tuple[str, ...],
+) -> None:
+    where = f"{relative}:{number}"
+    if name in _INCLUDE_OPTIONS:
+        _include(
+            project_dir,
+            relative,
+            number,
+            value,
+            into,
+            constraint=constraint or _INCLUDE_OPTIONS[name],
+            chain=chain,
+        )
+    elif name in _INDEX_OPTIONS:
+        if framework_index(value):
+            if value.rstrip("/").endswith("/cpu"):
+                into.cpu_index_files.add(relative)
+            into.flag(
+                where,
+                f"{name} {value} serves framework builds for another CUDA: not used "
+                "(the image's own framework build is kept)",
+            )
+        elif name in ("-i", "--index-url"):
+            into.options.append(f"--index-url={value}")
+        elif name in ("-f", "--find-links"):
+            into.options.append(f"--find-links={value}")
+        else:
+            into.options.append(f"--extra-index-url={value}")
+    elif name in ("-e", "--editable"):
+        if _is_local_path(value):
+            into.flag(
+                where,
+                f"-e {value} is the project itself (or a folder of it): not "
+                "installed at build time (it is mounted at /workspace when it runs)",
+            )
+            return
+        try:
+            requirement = parse_requirement(_egg_requirement(value))
+        except InvalidRequirement:
+            into.problems.append(
+                Problem(
+                    relative,
+                    number,
+                    None,
+                    None,
+                    f"-e {value}: gpuenv cannot tell which package this is "
+                    "(add #egg=NAME or write NAME @ URL)",
+                )
+            )
+            return
+        into.dependencies.append(Dependency(requirement, where, constraint))
+    elif name in _KEPT_OPTIONS:
+        into.options.append(f"{name}={value}" if value else name)
+    else:
+        into.problems.append(
+            Problem(
+                relative,
+                number,
+                None,
+                None,
+                f"pip option {name} is not supported in requirements gpuenv installs",
+            )
+        )
+
+
+def _egg_requirement(value: str) -> str:
+    """``git+https://host/x.git@v1#egg=x`` -> ``x @ git+https://host/x.git@v1``."""
+    match = re.search(r"[#&]egg=([A-Za-z0-9_.-]+)", value)
+    if not match:
+        return value
+    return f"{match[1]} @ {value.split('#', 1)[0]}"
+
+
+def _include(
+    project_dir: str,
+    relative: str,
+    number: int,
+    target: str,
+    into: Collected,
+    *,
+    constraint: bool,
+    chain: tuple[str, ...],
+) -> None:
+    what = "constraints file" if constraint else "requirements file"
+    if not target:
+        into.problems.append(Problem(relative, number, None, None, f"names no {what}"))
+        return
+    if target.startswith(("http://", "https://")):
+        into.problems.append(
+            Problem(
+                relative,
+                number,
+                None,
+                None,
+                f"includes {target}: gpuenv installs files of the project "
+                "only (download it into the project)",
+            )
+        )
+        return
+    included = os.path.normpath((PurePosixPath(relative).parent / target).as_posix())
+    if os.path.isabs(target) or not inside_project(project_dir, included):
+        into.problems.append(
+            Problem(
+                relative,
+                number,
+                None,
+                None,
+                f"includes '{target}', which is outside the project folder "
+                "(copy it into the project and include that copy)",
+            )
+        )
+        return
+    if not os.path.isfile(os.path.join(project_dir, included)):
+        into.problems.append(
+            Problem(relative, number, None, None, f"includes '{target}', which does not exist")
+        )
+        return
+    if included in chain:
+        return
+    _read(project_dir, PurePosixPath(included).as_posix(), into, constraint=constraint, chain=chain)

@@ -1,0 +1,174 @@
+"""Installs a project's Python dependencies into an NGC image, as gpuenv planned them.
+
+Run by the image's own python3 at build time (so it needs nothing but pip). It reads the
+files gpuenv wrote into FOLDER:
+
+  image.tsv        packages the image provides: NAME, the project's specifier, where the
+                   pin was written, and the series to install when the image lacks it
+  install.txt      requirements pip installs (pip options first)
+  late.txt         requirements that compile against the image's torch: installed last,
+                   without build isolation (unless the image ships them)
+  constraints.txt  the project's own -c constraints
+
+and checks, before pip runs, every pin against what the image has: the versions of its
+installed distributions and the pins of its pip constraint files (PIP_CONSTRAINT, e.g. NGC
+PyTorch's /etc/pip/constraint.txt). A conflict is printed as one line, starting with
+"gpuenv: conflict:", naming the package, the project's pin and the image's version, and
+the build stops. NVIDIA's builds match a pin "in the NGC sense": an exact pin ==X.Y.Z is
+satisfied by any build of the X.Y series (0.20.0a0+afc54f7 for ==0.20.1), any other
+specifier by the release the build precedes. This mirrors gpuenv.project.packages.
+"""
+
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+try:
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+except ImportError:  # every pip vendors it
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.specifiers import SpecifierSet
+    from pip._vendor.packaging.utils import canonicalize_name
+    from pip._vendor.packaging.version import InvalidVersion, Version
+
+KEPT = ("torch", "torchvision", "torchaudio", "torchtext", "triton", "tensorflow", "jax", "jaxlib")
+
+
+def satisfies(specifier, shipped):
+    try:
+        build = Version(shipped)
+    except InvalidVersion:
+        return False
+    base = Version(build.base_version)
+    for item in SpecifierSet(specifier):
+        if item.operator in ("==", "===") and not item.version.endswith(".*"):
+            try:
+                pinned = Version(item.version)
+            except InvalidVersion:
+                return False
+            if pinned.is_prerelease or pinned.local is not None:
+                if not item.contains(build, prereleases=True):
+                    return False
+            elif pinned.release[:2] != build.release[:2]:
+                return False
+        elif not item.contains(base, prereleases=True):
+            return False
+    return True
+
+
+def lines(folder, name):
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle if line.strip()]
+
+
+def requirement(line):
+    """(Requirement, where) of an `install.txt` line ``REQ  # where``; None for options."""
+    if line.startswith("-"):
+        return None
+    text, _, where = line.partition("  # ")
+    return Requirement(text), where or "?"
+
+
+def constraint_pins():
+    pins = {}
+    for path in os.environ.get("PIP_CONSTRAINT", "").split():
+        try:
+            with open(path, encoding="utf-8") as handle:
+                for raw in handle:
+                    text = raw.split("#", 1)[0].strip()
+                    if "==" not in text or text.startswith("-"):
+                        continue
+                    name, _, version = text.partition("==")
+                    pins[canonicalize_name(name.split("[")[0])] = (version.strip(), path)
+        except OSError:
+            continue
+    return pins
+
+
+def pip(*args):
+    env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1", PIP_NO_CACHE_DIR="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", PIP_NO_INPUT="1")
+    print("gpuenv: pip install " + " ".join(args), flush=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", *args], env=env)
+    if done.returncode:
+        sys.exit(done.returncode)
+
+
+def main(folder):
+    installed = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            installed.setdefault(canonicalize_name(name), dist.version)
+    pinned = constraint_pins()
+    conflicts, companions = [], []
+    for line in lines(folder, "image.tsv"):
+        name, specifier, where, hold = (line.split("\t") + ["", "", ""])[:4]
+        have = installed.get(name)
+        wanted = f"{name}{specifier}" if specifier else f"{name} (unpinned)"
+        if have is not None:
+            if satisfies(specifier, have):
+                print(f"gpuenv: {wanted} ({where}): left to the image ({name} {have})")
+            else:
+                conflicts.append(f"{name}{specifier} ({where}): the image has {name} {have} "
+                                 "(NVIDIA's build, kept); pin that series or choose another image")
+        elif hold and satisfies(specifier, f"{hold}.0"):
+            print(f"gpuenv: {wanted} ({where}): not in the image; installing {name}=={hold}.* "
+                  "(the build for the image's torch) without dependencies")
+            companions.append(f"{name}=={hold}.*")
+        else:
+            held = f"; the build for the image's torch is {hold}.*" if hold else ""
+            conflicts.append(f"{wanted} ({where}): the image has no {name}{held}; gpuenv "
+                             "does not install another build of it over NVIDIA's framework")
+    late = []
+    for source in ("install.txt", "late.txt"):
+        for line in lines(folder, source):
+            parsed = requirement(line)
+            if parsed is None:
+                continue
+            req, where = parsed
+            name = canonicalize_name(req.name)
+            if name in pinned:
+                version, path = pinned[name]
+                if req.url or not satisfies(str(req.specifier), version):
+                    conflicts.append(f"{req} ({where}): the image pins {name}=={version} in "
+                                     f"{path}; relax the pin or choose another image")
+                continue
+            if source == "late.txt":
+                have = installed.get(name)
+                if have is not None and not req.url and satisfies(str(req.specifier), have):
+                    print(f"gpuenv: {req} ({where}): left to the image ({name} {have})")
+                    continue
+                late.append(str(req))
+    if conflicts:
+        for text in conflicts:
+            print(f"gpuenv: conflict: {text}", flush=True)
+        sys.exit(3)
+    keep = os.path.join(folder, "keep.txt")
+    with open(keep, "w", encoding="utf-8") as handle:
+        for name in KEPT:
+            if name in installed:
+                handle.write(f"{name}=={installed[name]}\n")
+    constraints = ["-c", keep]
+    if lines(folder, "constraints.txt"):
+        constraints += ["-c", os.path.join(folder, "constraints.txt")]
+    if any(requirement(line) for line in lines(folder, "install.txt")):
+        pip(*constraints, "-r", os.path.join(folder, "install.txt"))
+    if companions:
+        pip("--no-deps", *companions)
+    if late:
+        print("gpuenv: installing without build isolation (they compile against the "
+              "image's torch): " + " ".join(late), flush=True)
+        options = [line for line in lines(folder, "install.txt") if line.startswith("-")]
+        pip("--no-build-isolation", *options, *constraints, *late)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
