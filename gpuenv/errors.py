@@ -24,6 +24,7 @@ EXIT_NO_RUNTIME = 13
 EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
+EXIT_EXPORTER = 20
 EXIT_INTERRUPTED = 130
 
 
@@ -51,6 +52,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_START, "the engine would not start the container"),
     ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
     ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
+    ExitCode(EXIT_EXPORTER, "gpuenv exporter cannot listen on the address it was given"),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )
 COMMAND_EXIT_NOTE = "gpuenv run / shell exit with the command's own exit code once it has started."
@@ -217,3 +219,9 @@ class GpusBusy(GpuenvError):
     """Not enough free GPUs on this host (and no --wait, or it timed out)."""
 
     exit_code = EXIT_GPUS_BUSY
+
+
+class ExporterError(GpuenvError):
+    """`gpuenv exporter` cannot serve (the address is taken, not local, not permitted)."""
+
+    exit_code = EXIT_EXPORTER

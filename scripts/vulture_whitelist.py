@@ -21,3 +21,9 @@ baked  # noqa: B018
 DataclassInstance  # noqa: B018
 # PEP 562 module attribute hook (ui.err / ui.out, made on first use).
 __getattr__  # noqa: B018
+# NVML readings kept on Gpu for --json, the exporter and the next issue (MIG).
+gpu_instance  # noqa: B018
+compute_instance  # noqa: B018
+shutdown_temperature_c  # noqa: B018
+mig_mode  # noqa: B018
+mig_devices  # noqa: B018
