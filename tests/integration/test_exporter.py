@@ -21,7 +21,7 @@ import pytest
 
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 
-from .conftest import GPUENV, Project, _missing
+from .conftest import GPUENV, REPO, Project, _missing
 from .test_shared import _container, _popen
 
 pytestmark = pytest.mark.integration
@@ -165,8 +165,9 @@ def test_prometheus_scrapes_the_exporter_with_the_right_labels(
         assert checked.returncode == 0, checked.stdout + checked.stderr
         _, start = prometheus
         server = start(address)
+        assert run.poll() is None, f"the run ended early: {run.communicate()}"
         held = wait_for(
-            "Prometheus has the run's GPU",
+            f"Prometheus has the run's GPU (run still going: {run.poll() is None})",
             lambda: query(server, f'gpuenv_gpu_utilization_ratio{{project="{project.name}"}}'),
         )
         (series,) = held
@@ -194,6 +195,12 @@ def test_prometheus_scrapes_the_exporter_with_the_right_labels(
         ]
         reasons = query(server, 'gpuenv_gpu_clocks_event_reason{reason="sw_thermal_slowdown"} == 1')
         assert [s["metric"]["gpu"] for s in reasons] == ["0"]
+        # Every expression of the documented Grafana dashboard runs and finds series.
+        dashboard = json.loads((REPO / "docs" / "reference" / "grafana-dashboard.json").read_text())
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                found = query(server, target["expr"].replace("$instance", ".*"))
+                assert found, f"dashboard panel {panel['title']!r} finds nothing"
     finally:
         run.send_signal(signal.SIGTERM)
         run.communicate(timeout=60)

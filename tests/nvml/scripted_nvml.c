@@ -2,7 +2,8 @@
  * nvml.h (PyPI nvidia-nvml-dev), so every signature is the one the real library exports,
  * and loaded by the real nvidia-ml-py (pynvml dlopens "libnvidia-ml.so.1": put this
  * folder on LD_LIBRARY_PATH). What it reports comes from the JSON file named by
- * GPUENV_TEST_NVML, reread whenever that file changes (see tests/nvml/README.md).
+ * GPUENV_TEST_NVML, reread whenever that file changes (docs/development/index.md,
+ * "The scripted NVML").
  *
  * A reading the script does not give answers NVML_ERROR_NOT_SUPPORTED, as on a GPU that
  * lacks the sensor; "lost" and "fail" script NVML_ERROR_GPU_IS_LOST and any other error.
