@@ -109,8 +109,8 @@ def test_usage_adds_up_the_runs_of_this_test(
     # Another user's run: their own rows for them, everyone's for root.
     uid = 4242
     os.chown(project.path, uid, uid)
-    host = describe(tmp_path / "host.json")
-    os.chmod(tmp_path, 0o755)
+    host = describe(state / "host.json")  # where that user can read it
+    os.chmod(host, 0o644)
     user_env = installed_for_users.env(
         {
             **{k: v for k, v in project.env.items() if k not in nvml.env},
