@@ -3,6 +3,7 @@ here only and only when the command runs; the samples come from gpuenv.sharing.m
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -48,8 +49,6 @@ class GpuCollector:
         from gpuenv.sharing.monitor import list_runs
 
         with self.lock:
-            import os
-
             self.listener.drain()
             described = os.environ.get(HOST_FILE_ENV)
             host = load_host_file(described) if described else detect_nvml(self.listener.xids)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 
-from .conftest import Installed, Project
+from .conftest import Installed, Project, docker
 from .test_shared import _container, _popen, describe
 
 pytestmark = pytest.mark.integration
@@ -62,14 +62,14 @@ def test_usage_adds_up_the_runs_of_this_test(
     project.ok("stop", container[:12])
     stopped.communicate(timeout=60)
     killed = _popen(project, "run", "--gpus", "device=0", "--", "sleep", "300")
-    _container(project)
+    orphan = docker("inspect", "-f", "{{.Name}}", _container(project)).stdout.strip().lstrip("/")
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=10)
     time.sleep(1)
     reaper = project.ok("run", "--gpus", "device=1", "--", "true")  # removes the orphan
     # The test engine is shared: another checkout's gpuenv may have removed the orphan
     # first (and an older one records nothing); then it stays unrecorded, and says so.
-    reaped_here = "left behind by a gpuenv run that was killed" in reaper.stderr
+    reaped_here = f"removed {orphan}, left behind by a gpuenv run that was killed" in reaper.stderr
 
     seen = records(state)
     assert len(seen) == 5
@@ -117,6 +117,7 @@ def test_usage_adds_up_the_runs_of_this_test(
             "GPUENV_HOST_FILE": host,
             "HOME": "/tmp",
             "XDG_CACHE_HOME": f"/tmp/gpuenv-test-cache-{uid}",
+            "GPUENV_DATA_DIR": str(state / f"data-{uid}"),
         }
     )
     docker_gid = grp.getgrnam("docker").gr_gid
