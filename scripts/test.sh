@@ -19,13 +19,13 @@ echo "• architecture (import-linter contracts) and dead code (vulture)" >&2
 echo "• docs (mkdocs build --strict: broken links, anchors and pages missing from nav fail)" >&2
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .cache/site
 
-echo "• the scripted NVML the tests load (tests/nvml/, gcc against NVIDIA's nvml.h)" >&2
-tests/nvml/build.sh >/dev/null
-
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 use_services
+echo "• the scripted NVML the tests load (tests/nvml/, gcc against NVIDIA's nvml.h)" >&2
+tests/nvml/build.sh >/dev/null
+
 # Integration tests fail (never skip) when a service does not answer.
 export GPUENV_REQUIRE_DOCKER=1
 
