@@ -292,3 +292,37 @@ def test_a_run_leaves_its_record_and_a_reaped_one_its_end(tmp_path: Path) -> Non
     old = runs["deadbeef00000000"]
     assert old.state == "ended" and old.exit is None and old.end is not None
     assert "removed old_run, left behind by a gpuenv run that was killed" in notices
+
+
+def test_the_usage_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+
+    log = UsageLog(str(tmp_path))
+    now = time.time()
+    for project, hours, gpus in (
+        ("llm", 2, [("GPU-0", A100), ("GPU-1", H100)]),
+        ("vision", 1, [("GPU-2", A100)]),
+    ):
+        run_id = log.begin(project, gpus, start=now - hours * HOUR)
+        log.finish(run_id, 0, end=now)
+    config = tmp_path / "host.yaml"
+    config.write_text(f"currency: EUR\ngpu_hour_prices:\n  {A100}: 2\n  {H100}: 4\n")
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("GPUENV_HOST_CONFIG", str(config))
+    result = CliRunner().invoke(main, ["usage", "--by", "project", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["rows"] == [
+        {"key": "llm", "runs": 1, "gpu_hours": 4.0, "cost": 12.0},
+        {"key": "vision", "runs": 1, "gpu_hours": 1.0, "cost": 2.0},
+    ]
+    table = CliRunner().invoke(main, ["usage", "--by", "gpu", "--since", "90m"], terminal_width=100)
+    assert table.exit_code == 0
+    rows = [line.split("│")[1:-1] for line in table.output.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in row] for row in rows]
+    # Since 90 minutes ago: llm 1.5 h on each of its GPUs, vision 1 h.
+    assert cells == [[A100, "2", "2.50", "5.00 EUR"], [H100, "1", "1.50", "6.00 EUR"]]
+    bad = CliRunner().invoke(main, ["usage", "--since", "soon"])
+    assert bad.exit_code == 2 and "--since 'soon'" in bad.output
