@@ -124,3 +124,21 @@ def test_ps_top_and_doctor_report_health_with_remedies(
         "detail": "2 GPUs: no slowdown, link, ECC or bus problem NVML reports",
         "remedy": "",
     } in healthy
+
+
+def test_an_old_driver_nvml_reports_is_refused_before_starting(
+    nvml_project: tuple[Project, ScriptedNvml],
+) -> None:
+    """The twin of test_run's host-file case: the driver as NVML reports it."""
+    project, nvml = nvml_project
+    nvml.write(
+        scenario(
+            gpu(0, name="NVIDIA GeForce RTX 4090", brand=15, compute_capability="8.9"),
+            driver="535.104.05",
+            cuda=12020,
+        )
+    )
+    result = project.gpuenv("run", "--", "true")
+    assert result.returncode == 4
+    assert "needs driver ≥ 545 (this host has 535.104.05)" in result.stderr
+    assert project.gpuenv("run", "--force", "--", "true").returncode == 0
