@@ -304,6 +304,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     trace(__func__);
     load();
+    /* No script: a machine with NVIDIA's library but no driver loaded. */
+    if (!getenv("GPUENV_TEST_NVML")) return NVML_ERROR_DRIVER_NOT_LOADED;
     failure = get("init_error");
     if (failure) return error_named(failure);
     initialized++;

@@ -234,3 +234,10 @@ def test_a_broken_script_says_so(nvml: ScriptedNvml) -> None:
     nvml.write(json.loads('{"driver": "550.54.15", "gpus": []}'))
     host = detect_nvml()
     assert not isinstance(host, str) and host.gpus == ()
+
+
+def test_without_a_script_the_driver_is_not_loaded(
+    nvml: ScriptedNvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUENV_TEST_NVML")
+    assert detect_nvml() == "NVML: Driver Not Loaded"
