@@ -26,6 +26,7 @@ EXIT_NO_RUNTIME = 13
 EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
+EXIT_EXPORTER = 20
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
@@ -59,6 +60,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_START, "the engine would not start the container"),
     ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
     ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
+    ExitCode(EXIT_EXPORTER, "gpuenv exporter cannot listen on the address it was given"),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
     ExitCode(EXIT_BROKEN_PIPE, "stdout was closed early (its reader, e.g. head, quit): as SIGPIPE"),
 )
@@ -309,3 +311,9 @@ def file_error(
         path=where,
         hint=hint.format(action=action, path=shown, folder=parent) if hint else None,
     )
+
+
+class ExporterError(GpuenvError):
+    """`gpuenv exporter` cannot serve (the address is taken, not local, not permitted)."""
+
+    exit_code = EXIT_EXPORTER

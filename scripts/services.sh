@@ -323,7 +323,7 @@ up() {
   need_root
   install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
     busybox:busybox-static docker-compose:docker-compose socat:socat ip:iproute2 \
-    nsenter:util-linux
+    nsenter:util-linux prometheus:prometheus promtool:prometheus gcc:gcc
   mkdir -p "$STATE" "$RUN" .cache
   netns_up
   dockerd_up gpu yes

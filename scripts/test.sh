@@ -23,6 +23,9 @@ echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 use_services
+echo "• the scripted NVML the tests load (tests/nvml/, gcc against NVIDIA's nvml.h)" >&2
+tests/nvml/build.sh >/dev/null
+
 # Integration tests fail (never skip) when a service does not answer.
 export GPUENV_REQUIRE_DOCKER=1
 

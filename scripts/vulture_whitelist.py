@@ -23,3 +23,9 @@ DataclassInstance  # noqa: B018
 __getattr__  # noqa: B018
 # rich calls Console.on_broken_pipe when stdout closes (overridden in gpuenv.cli.ui).
 on_broken_pipe  # noqa: B018
+# NVML readings kept on Gpu for --json, the exporter and the next issue (MIG).
+gpu_instance  # noqa: B018
+compute_instance  # noqa: B018
+shutdown_temperature_c  # noqa: B018
+mig_mode  # noqa: B018
+mig_devices  # noqa: B018

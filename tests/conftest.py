@@ -49,3 +49,16 @@ def reseal(lock_path: Path) -> None:
     data.pop(INTEGRITY_KEY, None)
     data[INTEGRITY_KEY] = integrity(data)
     lock_path.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=100))
+
+
+@pytest.fixture
+def nvml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The scripted NVML (tests/nvml/), loaded by this process's real nvidia-ml-py."""
+    from tests.scripted_nvml import ScriptedNvml
+
+    scripted = ScriptedNvml(tmp_path)
+    scripted.load_in_process()
+    for key, value in scripted.env.items():
+        if key != "LD_LIBRARY_PATH":
+            monkeypatch.setenv(key, value)
+    return scripted

@@ -33,6 +33,8 @@ COMMANDS = {
     "stop": "gpuenv.cli.run.stop",
     "top": "gpuenv.cli.sharing.top",
     "doctor": "gpuenv.cli.sharing.doctor",
+    "exporter": "gpuenv.cli.exporter.exporter",
+    "usage": "gpuenv.cli.usage.usage",
     "submit": "gpuenv.cli.cluster.submit",
     "jobs": "gpuenv.cli.cluster.jobs",
     "export": "gpuenv.cli.cluster.export",
@@ -70,6 +72,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Image:   gpuenv build           (pulls the base, pins its digest, builds)
     Run:     gpuenv run train.py    (as you, the project at /workspace)
     Share:   gpuenv ps | top | stop (who uses which GPU)
+    Watch:   gpuenv exporter | usage (Prometheus metrics, GPU-hours)
     Scale:   gpuenv push | submit | jobs | export kubernetes|compose
     Fix:     gpuenv doctor
     Check:   gpuenv check

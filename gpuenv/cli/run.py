@@ -89,7 +89,8 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
     from gpuenv.run.container import invoking_identity
     from gpuenv.run.launch import RunRequest, Services, Terminal, launch, oom_advice
     from gpuenv.run.session import stdin_is_input
-    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.claims import ClaimStore, state_dir
+    from gpuenv.sharing.usage import UsageLog
 
     def notice(text: str) -> None:
         if not quiet:
@@ -102,7 +103,9 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
         obj.directory,
         request,
         engine(),
-        services=Services(detect_host, ClaimStore, invoking_identity),
+        services=Services(
+            detect_host, ClaimStore, invoking_identity, usage_log=lambda: UsageLog(state_dir())
+        ),
         terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
         environ=os.environ,
         view=view_factory(quiet),
@@ -162,17 +165,27 @@ def _runs(show_all: bool) -> list[RunInfo]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 def ps(show_all: bool, as_json: bool) -> None:
-    """List the gpuenv runs on this host: project, user, GPUs, command, image, uptime."""
+    """List the gpuenv runs on this host: project, user, GPUs, command, image, uptime,
+    and the health of the GPUs each one holds (a throttled or failing GPU slows or
+    breaks the run on it; `gpuenv top` shows every GPU)."""
     from gpuenv.cli import ui
-    from gpuenv.cli.views import runs_table
+    from gpuenv.cli.views import health_lines, runs_table
+    from gpuenv.resolution.host import detect_host
+    from gpuenv.sharing.monitor import run_health
 
     runs = _runs(show_all)
+    host = detect_host() if any(r.state == "running" for r in runs) else None
+    health = {run.id: [f.to_data() for f in run_health(run, host)] if host else [] for run in runs}
     if as_json:
-        ui.data([r.to_data() for r in runs])
+        ui.data([{**r.to_data(), "health": health[r.id]} for r in runs])
     elif not runs:
         ui.info("no gpuenv runs on this host")
     else:
         ui.table(runs_table(runs))
+        # Findings are messages, not rows: on stderr, so a piped table stays plain rows.
+        for run in runs:
+            for line in health_lines(health[run.id]):
+                ui.err.print(f"{ui.escape(run.name)}: {line}")
 
 
 @click.command()

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def _top_data() -> tuple[Host, list[GpuRow]]:
+    from gpuenv.errors import GpuenvError
     from gpuenv.resolution.host import detect_host
     from gpuenv.sharing.claims import ClaimStore
     from gpuenv.sharing.monitor import gpu_rows, list_runs
@@ -26,7 +27,11 @@ def _top_data() -> tuple[Host, list[GpuRow]]:
         claims = ClaimStore().claims()
     except Exception:  # a read-only or missing state folder: show the GPUs anyway
         claims = []
-    return host, gpu_rows(host, claims, list_runs(engine()))
+    try:
+        runs = list_runs(engine())
+    except GpuenvError:  # no engine here: the GPUs and their claims still show
+        runs = []
+    return host, gpu_rows(host, claims, runs)
 
 
 @click.command()
@@ -34,13 +39,17 @@ def _top_data() -> tuple[Host, list[GpuRow]]:
 @click.option("--json", "as_json", is_flag=True, help="One snapshot as JSON (implies --once).")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
 def top(once: bool, as_json: bool, interval: float) -> None:
-    """A live view of every GPU: utilization, memory, temperature, power, and which run,
-    container and user holds it (NVML's process IDs mapped to containers through their
-    cgroups). GPUs used by processes outside gpuenv are shown as such."""
+    """A live view of every GPU: utilization, memory, temperature, power, health, and
+    which run, container and user holds it (NVML's process IDs mapped to containers
+    through their cgroups). GPUs used by processes outside gpuenv are shown as such.
+
+    Health: thermal, power-cap and hardware slowdowns, a temperature near the GPU's own
+    slowdown threshold, a PCIe link below the card's width or generation, uncorrected
+    ECC errors and a GPU that fell off the bus, each with what to do."""
     import time
 
     from gpuenv.cli import ui
-    from gpuenv.cli.views import top_table
+    from gpuenv.cli.views import health_lines, top_table, top_view
 
     host, rows = _top_data()
     if not host.gpus:
@@ -56,15 +65,18 @@ def top(once: bool, as_json: bool, interval: float) -> None:
         return
     if once:
         ui.table(top_table(host, rows))
+        # Findings are messages, not rows: on stderr, so a piped table stays plain rows.
+        for line in health_lines([finding for row in rows for finding in row.health]):
+            ui.err.print(line)
         return
     from rich.live import Live
 
-    with Live(top_table(host, rows), console=ui.out, auto_refresh=False) as live:
+    with Live(top_view(host, rows), console=ui.out, auto_refresh=False) as live:
         try:
             while True:
                 time.sleep(interval)
                 host, rows = _top_data()
-                live.update(top_table(host, rows), refresh=True)
+                live.update(top_view(host, rows), refresh=True)
         except KeyboardInterrupt:
             pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
@@ -99,7 +100,7 @@ def runs_table(runs: Any) -> Table:
 
 def top_table(host: Any, rows: list[Any]) -> Any:
     table = Table(title=host.describe(), title_justify="left")
-    for column in ("GPU", "name", "util", "memory", "temp", "power", "held by / used by"):
+    for column in ("GPU", "name", "util", "memory", "temp", "power", "health", "held by / used by"):
         table.add_column(column, overflow="fold")
 
     def number(value: Any, unit: str) -> str:
@@ -130,6 +131,37 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             memory,
             number(row.temperature_c, "°C"),
             power,
-            "\n".join(users) or "[green]free[/]",
+            health_cell(row.health),
+            "\n".join(users) or _unused(row.health),
         )
     return table
+
+
+def _unused(findings: list[dict[str, Any]]) -> str:
+    return "[red]unusable[/]" if any(f["kind"] == "lost" for f in findings) else "[green]free[/]"
+
+
+HEALTH_STYLES = {"info": "cyan", "warn": "yellow", "fail": "red"}
+
+
+def health_cell(findings: list[dict[str, Any]]) -> str:
+    """The findings' short names, coloured by severity; "ok" without any."""
+    if not findings:
+        return "[green]ok[/]"
+    return "\n".join(
+        f"[{HEALTH_STYLES[f['severity']]}]{f['kind'].replace('_', ' ')}[/]" for f in findings
+    )
+
+
+def health_lines(findings: list[dict[str, Any]]) -> list[str]:
+    """One line per finding, with its remedy, for below a table."""
+    return [
+        f"[{HEALTH_STYLES[f['severity']]}]{escape(f['message'])}[/]: {escape(f['remedy'])}"
+        for f in findings
+    ]
+
+
+def top_view(host: Any, rows: list[Any]) -> Group:
+    """The GPU table, then each health finding with its remedy."""
+    lines = health_lines([finding for row in rows for finding in row.health])
+    return Group(top_table(host, rows), *lines)

@@ -5,3 +5,4 @@ from __future__ import annotations
 
 LABEL_PREFIX = "io.gpuenv"
 RUN_LABEL = f"{LABEL_PREFIX}.run"
+USAGE_LABEL = f"{LABEL_PREFIX}.usage"  # "<uid>/<usage id>": where the run's usage records are

@@ -8,173 +8,25 @@ flags (`--driver`, `--gpu`) or by the JSON file named in GPUENV_HOST_FILE.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import HostError, UsageError, file_error
+
+# The data types live in gpuenv.resolution.machine; most callers import them from here.
+from gpuenv.resolution.machine import Gpu as Gpu
+from gpuenv.resolution.machine import GpuProcess as GpuProcess
+from gpuenv.resolution.machine import Host as Host
+from gpuenv.resolution.machine import MigDevice as MigDevice
 
 if TYPE_CHECKING:
     from gpuenv.resolution.matrix import Matrix
 
 HOST_FILE_ENV = "GPUENV_HOST_FILE"
 NVIDIA_SMI_FIELDS = ("index", "uuid", "name", "compute_cap", "memory.total", "driver_version")
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A process using a GPU, by host PID (NVML's view)."""
-
-    pid: int
-    used_memory_mib: int | None = None
-
-
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str
-    uuid: str | None = None
-    compute_capability: str | None = None
-    memory_total_mib: int | None = None
-    brand: str | None = None  # NVML's brand (tesla, geforce_rtx, nvidia_rtx, ...)
-    # Live state, for reservations and `gpuenv top` (None when unknown).
-    utilization: int | None = None  # percent
-    memory_used_mib: int | None = None
-    temperature_c: int | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    processes: tuple[GpuProcess, ...] = ()
-
-    @property
-    def key(self) -> str:
-        """How claims and device requests name it: the UUID where known."""
-        return self.uuid or str(self.index)
-
-
-@dataclass(frozen=True)
-class Host:
-    """A driver (None when there is none) and the GPUs; `source` says how we know."""
-
-    driver: str | None
-    gpus: tuple[Gpu, ...] = ()
-    source: str = "none"
-    cuda_driver: str | None = None  # the newest CUDA the driver supports (NVML)
-    note: str | None = None  # why detection found nothing, for `--explain` and doctor
-    platform: str | None = None  # linux/amd64 | linux/arm64; None when not known
-
-    def to_data(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "driver": self.driver,
-            "cuda_driver": self.cuda_driver,
-            "platform": self.platform,
-            "gpus": [
-                {k: v for k, v in asdict(gpu).items() if v not in (None, [], ())}
-                for gpu in self.gpus
-            ],
-        }
-
-    def describe(self) -> str:
-        """One line: ``driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through NVML)``."""
-        driver = f"driver {self.driver}" if self.driver else "no NVIDIA driver"
-        names: dict[str, int] = {}
-        for gpu in self.gpus:
-            names[gpu.name] = names.get(gpu.name, 0) + 1
-        gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
-        how = {
-            "nvml": "detected through NVML",
-            "nvidia-smi": "detected through nvidia-smi",
-            "flags": "described on the command line",
-            "none": "detected: no NVIDIA GPU",
-            "lock": "as recorded in gpuenv.lock",
-        }.get(self.source, f"described in {self.source.removeprefix('file:')}")
-        return f"{driver}, {gpus or 'no GPUs'} ({how})"
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _brands(pynvml: Any) -> dict[int, str]:
-    return {
-        getattr(pynvml, name): name.removeprefix("NVML_BRAND_").lower()
-        for name in dir(pynvml)
-        if name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT"
-    }
-
-
-def detect_nvml() -> Host | str:
-    """The host as NVML sees it, or the reason NVML is not usable."""
-    try:
-        import pynvml
-    except ImportError:
-        return "the NVML bindings (nvidia-ml-py) are not installed"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return f"NVML: {exc}"
-    try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        try:
-            cuda_int = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-            cuda_driver: str | None = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
-        except pynvml.NVMLError:
-            cuda_driver = None
-        brands = _brands(pynvml)
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            try:
-                brand: str | None = brands.get(pynvml.nvmlDeviceGetBrand(handle))
-            except pynvml.NVMLError:
-                brand = None
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append(
-                Gpu(
-                    index=index,
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    compute_capability=f"{major}.{minor}",
-                    memory_total_mib=int(memory.total) // 2**20,
-                    brand=brand,
-                    memory_used_mib=int(memory.used) // 2**20,
-                    **_nvml_state(pynvml, handle),
-                )
-            )
-        return Host(driver, tuple(gpus), "nvml", cuda_driver)
-    except pynvml.NVMLError as exc:
-        return f"NVML: {exc}"
-    finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
-
-
-def _nvml_state(pynvml: Any, handle: Any) -> dict[str, Any]:
-    """Utilization, temperature, power and processes: whatever this GPU reports."""
-    state: dict[str, Any] = {}
-    readers: dict[str, Callable[[], Any]] = {
-        "utilization": lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
-        "temperature_c": lambda: int(
-            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
-        ),
-        "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
-        "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
-    }
-    for key, read in readers.items():
-        with contextlib.suppress(pynvml.NVMLError):
-            state[key] = read()
-    processes = []
-    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        with contextlib.suppress(pynvml.NVMLError, AttributeError):
-            for process in getattr(pynvml, getter)(handle):
-                used = getattr(process, "usedGpuMemory", None)
-                processes.append(GpuProcess(int(process.pid), int(used) // 2**20 if used else None))
-    state["processes"] = tuple(processes)
-    return state
 
 
 def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> Host:
@@ -239,6 +91,8 @@ def detect_host() -> Host:
     described = os.environ.get(HOST_FILE_ENV)
     if described:
         return load_host_file(described)
+    from gpuenv.resolution.nvml import detect_nvml
+
     reasons = []
     for detect in (detect_nvml, detect_nvidia_smi):
         found = detect()
@@ -309,6 +163,21 @@ def check_platform(value: Any, where: str) -> str | None:
     return str(value)
 
 
+# Health readings a host file may describe too (docs/reference/host.md).
+HEALTH_NUMBERS = (
+    "clocks_event_reasons",
+    "slowdown_temperature_c",
+    "shutdown_temperature_c",
+    "sm_clock_mhz",
+    "sm_clock_max_mhz",
+    "memory_clock_mhz",
+    "pcie_gen",
+    "pcie_gen_max",
+    "pcie_width",
+    "pcie_width_max",
+    "ecc_corrected",
+    "ecc_uncorrected",
+)
 _GPU_KEYS = {
     "index",
     "name",
@@ -322,6 +191,10 @@ _GPU_KEYS = {
     "power_w",
     "power_limit_w",
     "processes",
+    *HEALTH_NUMBERS,
+    "pci_bus_id",
+    "lost",
+    "xids",
 }
 
 
@@ -351,11 +224,23 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
     if memory is not None and not isinstance(memory, int):
         raise HostError(f"{where}: 'memory_total_mib' must be a whole number")
     numbers: dict[str, Any] = {}
-    for key in ("utilization", "memory_used_mib", "temperature_c", "power_w", "power_limit_w"):
+    for key in (
+        "utilization",
+        "memory_used_mib",
+        "temperature_c",
+        "power_w",
+        "power_limit_w",
+        *HEALTH_NUMBERS,
+    ):
         value = item.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise HostError(f"{where}: '{key}' must be a number")
         numbers[key] = value
+    lost, xids = item.get("lost"), item.get("xids") or []
+    if lost is not None and not isinstance(lost, str):
+        raise HostError(f"{where}: 'lost' must be a text saying why (e.g. \"GPU is lost\")")
+    if not isinstance(xids, list) or not all(type(x) is int for x in xids):
+        raise HostError(f"{where}: 'xids' must be a list of XID numbers")
     processes = []
     raw_processes = item.get("processes") or []
     if not isinstance(raw_processes, list):
@@ -372,6 +257,9 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         memory_total_mib=memory,
         brand=item.get("brand"),
         processes=tuple(processes),
+        pci_bus_id=item.get("pci_bus_id"),
+        lost=lost,
+        xids=tuple(xids),
         **numbers,
     )
 

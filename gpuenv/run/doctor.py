@@ -150,7 +150,30 @@ def _driver(checks: list[Check]) -> object:
         )
     else:
         checks.append(Check("NVIDIA driver", "ok", host.describe()))
+        _health(host.gpus, checks)
     return host
+
+
+def _health(gpus: Any, checks: list[Check]) -> None:
+    """One check per health finding (an info one is ok, with what it saw); ok if none."""
+    from gpuenv.sharing.health import assess_all
+
+    findings = assess_all(gpus)
+    status = {"info": "ok", "warn": "warn", "fail": "fail"}
+    for finding in findings:
+        checks.append(
+            Check(
+                f"GPU {finding.gpu} health",
+                status[finding.severity],
+                finding.message,
+                finding.remedy,
+            )
+        )
+    if gpus and not findings:
+        noun = "GPU" if len(gpus) == 1 else f"{len(gpus)} GPUs"
+        checks.append(
+            Check("GPU health", "ok", f"{noun}: no slowdown, link, ECC or bus problem NVML reports")
+        )
 
 
 def _lock(directory: str, host: object, checks: list[Check]) -> None:

@@ -9,11 +9,14 @@ in the unit tests.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.errors import GpuenvError, GpuRuntimeMissing, UsageError
 
 if TYPE_CHECKING:
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
     from gpuenv.resolution.host import Host
     from gpuenv.run.session import Outcome
     from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.gpus import Grant
+    from gpuenv.sharing.usage import UsageLog
 
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
@@ -60,6 +65,7 @@ class Services:
     detect_host: Callable[[], Host]
     claim_store: Callable[[], ClaimStore]
     identity: Callable[[], Any] = field(default=lambda: None)
+    usage_log: Callable[[], UsageLog | None] = field(default=lambda: None)
 
 
 def memory_limit(memory: str | None) -> int | None:
@@ -83,13 +89,46 @@ def oom_advice(memory: str | None) -> str:
     return f"the command was killed because it ran out of memory (OOM); {advice}"
 
 
-def _reap(engine: Engine) -> list[str]:
+def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
     from gpuenv.run.session import reap_orphans
 
+    def ended(label: str, exit_code: int | None, end: float | None) -> None:
+        if log is not None:
+            with contextlib.suppress(GpuenvError, OSError):
+                log.finish_for(label, exit_code, end)
+
     try:
-        return reap_orphans(engine)
+        return reap_orphans(engine, ended)
     except GpuenvError:
         return []  # the run itself reports an unreachable engine
+
+
+def _gpus_used(granted: Grant, host: Host) -> list[tuple[str, str]]:
+    """The granted GPUs with their models, for the usage record."""
+    models = {gpu.key: gpu.name for gpu in host.gpus} | {str(g.index): g.name for g in host.gpus}
+    if granted.mode == "all":
+        return [(gpu.key, gpu.name) for gpu in host.gpus]
+    if granted.mode == "none":
+        return []
+    return [(key, models.get(key, "unknown")) for key in granted.devices]
+
+
+def _begin_usage(
+    log: UsageLog | None,
+    project: str,
+    gpus: list[tuple[str, str]],
+    notice: Callable[[str], None],
+) -> tuple[str | None, str | None]:
+    """The run's usage id and its container label; a record that cannot be written is
+    said, and never stops the run."""
+    if log is None:
+        return None, None
+    try:
+        usage_id = log.begin(project, gpus)
+    except (GpuenvError, OSError) as exc:
+        notice(f"GPU usage not recorded: {getattr(exc, 'message', exc)}")
+        return None, None
+    return usage_id, f"{os.getuid()}/{usage_id}"
 
 
 def launch(
@@ -124,7 +163,8 @@ def launch(
     command = ["bash", "-l"] if request.shell else command_for(request.arguments)
     # Orphans of killed runs are removed alongside: it costs the run no time.
     reaped: list[str] = []
-    reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine)), daemon=True)
+    log = services.usage_log()
+    reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine, log)), daemon=True)
     reaper.start()
     image = image_for_run(directory, engine, view)
     spec, locked, tag = image.spec, image.locked, image.tag
@@ -143,6 +183,8 @@ def launch(
 
         store = services.claim_store()
         granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)
+    usage_id, usage_label = _begin_usage(log, spec.name, _gpus_used(granted, host), notice)
+    outcome: Outcome | None = None
     try:
         if not request.force and host.driver is not None and granted.mode != "none":
             from gpuenv.resolution.matrix import load_matrix
@@ -152,6 +194,8 @@ def launch(
         identity = None if request.root or terminal.uid == 0 else services.identity()
         variables = environment(spec, request.env, request.env_files, environ)
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
+        if usage_label:
+            run_labels[USAGE_LABEL] = usage_label
         config = container_config(
             spec,
             tag,
@@ -195,3 +239,6 @@ def launch(
     finally:
         if store is not None:
             store.release(claimed)
+        if log is not None and usage_id is not None:
+            with contextlib.suppress(GpuenvError, OSError):
+                log.finish(usage_id, outcome.exit_code if outcome else None)

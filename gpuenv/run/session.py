@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from gpuenv.common.files import file_from_archive
-from gpuenv.common.labels import RUN_LABEL
+from gpuenv.common.labels import RUN_LABEL, USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
@@ -48,8 +48,12 @@ def stdin_is_input() -> bool:
     return sys.stdin.isatty() or stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def reap_orphans(api: ContainerEngine) -> list[str]:
-    """Remove run containers whose gpuenv process (on this host) is gone."""
+def reap_orphans(
+    api: ContainerEngine,
+    ended: Callable[[str, int | None, float | None], None] | None = None,
+) -> list[str]:
+    """Remove run containers whose gpuenv process (on this host) is gone. `ended` gets
+    each one's usage label, exit code and end (None, None: it was still running)."""
     removed = []
     hostname = socket.gethostname()
     for container in api.containers(RUN_LABEL):
@@ -63,10 +67,30 @@ def reap_orphans(api: ContainerEngine) -> list[str]:
         start = process_start(pid)
         if start and start == labels.get("io.gpuenv.pid-start", start):
             continue
+        exit_code, end = (
+            _ended(api, container) if container.get("State") != "running" else (None, None)
+        )
         api.remove(container["Id"])
+        if ended is not None and labels.get(USAGE_LABEL):
+            ended(labels[USAGE_LABEL], exit_code, end)
         names = container.get("Names") or [container["Id"][:12]]
         removed.append(str(names[0]).lstrip("/"))
     return removed
+
+
+def _ended(api: ContainerEngine, container: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    """A stopped container's exit code and when it finished (Docker's FinishedAt)."""
+    import calendar
+    import time
+
+    state = api.inspect(container["Id"]).get("State") or {}
+    finished = str(state.get("FinishedAt") or "")[:19]
+    try:
+        end: float | None = float(calendar.timegm(time.strptime(finished, "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        end = None
+    code = state.get("ExitCode")
+    return (int(code) if isinstance(code, int) else None), end
 
 
 def _demultiplex(buffer: bytearray, write: Callable[[int, bytes], None]) -> None:

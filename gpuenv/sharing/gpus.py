@@ -116,6 +116,8 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
     by_key = {gpu.key: gpu for gpu in host.gpus}
 
     def holder(gpu: Gpu) -> str:
+        if gpu.lost:
+            return f"GPU {gpu.index}: fell off the bus ({gpu.lost})"
         if gpu.key in held:
             return f"GPU {gpu.index}: held by {held[gpu.key].describe()}"
         pids = ", ".join(str(p.pid) for p in gpu.processes)
@@ -123,7 +125,7 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
 
     if request.mode == "count":
         assert request.count is not None
-        free = [g for g in host.gpus if g.key not in held and not g.processes]
+        free = [g for g in host.gpus if g.key not in held and not g.processes and not g.lost]
         if len(free) < request.count:
             taken = "; ".join(holder(g) for g in host.gpus if g not in free)
             raise GpusBusy(
@@ -136,7 +138,7 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
         keys = [g.key for g in chosen]
         return Grant("devices", tuple(keys)), keys
     keys = list(granted.devices) if granted.mode == "devices" else list(by_key)
-    busy = [by_key[k] for k in keys if k in held and k in by_key]
+    busy = [by_key[k] for k in keys if k in by_key and (k in held or by_key[k].lost)]
     if busy:
         raise GpusBusy(
             "; ".join(holder(g) for g in busy),

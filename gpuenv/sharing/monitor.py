@@ -13,6 +13,7 @@ from gpuenv.common.labels import RUN_LABEL
 from gpuenv.errors import UsageError
 from gpuenv.resolution.host import Host
 from gpuenv.sharing.claims import Claim
+from gpuenv.sharing.health import Finding, assess
 from gpuenv.sharing.procfs import container_of, process_owner
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class GpuRow:
     power_limit_w: float | None
     claimed_by: dict[str, Any] | None = None
     users: list[dict[str, Any]] = field(default_factory=list)
+    health: list[dict[str, Any]] = field(default_factory=list)  # gpuenv.sharing.health
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,6 +139,7 @@ def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> li
             claimed_by=(
                 {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
             ),
+            health=[finding.to_data() for finding in assess(gpu)],
         )
         for process in gpu.processes:
             container = container_of(process.pid)
@@ -165,3 +168,14 @@ def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> li
                 )
         rows.append(row)
     return rows
+
+
+def run_health(run: RunInfo, host: Host) -> list[Finding]:
+    """The health findings on the GPUs a run holds (by UUID or index; "all": every GPU)."""
+    held = {key.strip() for key in run.gpus.split(",")}
+    gpus = [
+        gpu
+        for gpu in host.gpus
+        if "all" in held or gpu.key in held or str(gpu.index) in held or gpu.uuid in held
+    ]
+    return [finding for gpu in gpus for finding in assess(gpu)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpuenv"
-HEAVY = ("rich", "docker", "yaml", "packaging", "pynvml", "http.client")
+HEAVY = ("rich", "docker", "yaml", "packaging", "pynvml", "http.client", "prometheus_client")
 
 
 def _loaded_after(argv: list[str]) -> tuple[str, set[str]]:

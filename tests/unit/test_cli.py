@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpuenv.cli import main
+from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 
 from ..conftest import reseal
 
@@ -241,6 +242,19 @@ def test_bad_host_file_exit_7(project: Path, tmp_path_factory: pytest.TempPathFa
     )
     assert result.exit_code == 7
     assert "must be a quoted version" in result.stderr
+
+
+def test_nvml_host_is_used(project: Path, nvml: ScriptedNvml) -> None:
+    """The twin of test_host_file_is_used: the same host, detected through NVML."""
+    nvml.write(scenario(gpu(0), driver="535.104.05", cuda=12020))
+    result = run(project, "resolve", "--framework", "pytorch", "--version", "2.4")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:24.07-py3"
+    assert "forward compatibility" in result.stderr
+    explained = run(project, "resolve", "--framework", "pytorch", "--version", "2.4", "--explain")
+    assert (
+        "driver 535.104.05, NVIDIA A100-SXM4-80GB (detected through NVML)" in explained.output
+    )  # the table title (stderr when piped)
 
 
 def test_host_file_is_used(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -102,6 +102,31 @@ def test_host_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert host.gpus[1].uuid == "GPU-abc"
 
 
+def test_host_file_health_readings(tmp_path: Path) -> None:
+    """The readings NVML gives for health, described: the same findings follow."""
+    from gpuenv.sharing.health import assess
+
+    data = {
+        "driver": "550.54.15",
+        "gpus": [
+            {
+                "name": "A100",
+                "temperature_c": 88,
+                "slowdown_temperature_c": 85,
+                "clocks_event_reasons": 32,
+            },
+            {"name": "A100", "pcie_width": 8, "pcie_width_max": 16, "xids": [79]},
+            {"name": "A100", "lost": "GPU is lost"},
+        ],
+    }
+    host = load_host_file(write(tmp_path, data))
+    assert [[f.kind for f in assess(g)] for g in host.gpus] == [
+        ["thermal"],
+        ["xid", "pcie_width"],
+        ["lost"],
+    ]
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -122,6 +147,12 @@ def test_host_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         ({"gpus": ["A100"]}, "GPUs are listed but no 'driver'"),
         ({"driver": "535.1", "gpu": []}, "unknown keys gpu"),
+        ({"driver": "535.1", "gpus": [{"name": "A100", "lost": True}]}, "'lost' must be a text"),
+        ({"driver": "535.1", "gpus": [{"name": "A100", "xids": "79"}]}, "'xids' must be a list"),
+        (
+            {"driver": "535.1", "gpus": [{"name": "A100", "pcie_width": "x16"}]},
+            "'pcie_width' must be a number",
+        ),
     ],
 )
 def test_bad_host_files(tmp_path: Path, data: object, message: str) -> None:

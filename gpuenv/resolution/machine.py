@@ -1,0 +1,105 @@
+"""What a host is, as data: the driver, the GPUs and their live readings. Where they
+come from (NVML, nvidia-smi, a host file, flags) is gpuenv.resolution.host's business."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process using a GPU, by host PID (NVML's view)."""
+
+    pid: int
+    used_memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG instance of a GPU, as NVML lists it."""
+
+    uuid: str
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    memory_total_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str | None = None
+    compute_capability: str | None = None
+    memory_total_mib: int | None = None
+    brand: str | None = None  # NVML's brand (tesla, geforce_rtx, nvidia_rtx, ...)
+    # Live state, for reservations and `gpuenv top` (None when unknown).
+    utilization: int | None = None  # percent
+    memory_used_mib: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    # Health, for `top`, `doctor`, `ps` and the exporter (gpuenv.sharing.health).
+    clocks_event_reasons: int | None = None  # NVML's bit mask of why clocks are held down
+    slowdown_temperature_c: int | None = None  # the GPU's own slowdown threshold
+    shutdown_temperature_c: int | None = None
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    ecc_corrected: int | None = None  # volatile counts: since the driver was loaded
+    ecc_uncorrected: int | None = None
+    pci_bus_id: str | None = None
+    lost: str | None = None  # why NVML cannot reach the GPU (it fell off the bus)
+    xids: tuple[int, ...] = ()  # XID errors NVML reported while gpuenv listened
+    mig_mode: bool | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """How claims and device requests name it: the UUID where known."""
+        return self.uuid or str(self.index)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A driver (None when there is none) and the GPUs; `source` says how we know."""
+
+    driver: str | None
+    gpus: tuple[Gpu, ...] = ()
+    source: str = "none"
+    cuda_driver: str | None = None  # the newest CUDA the driver supports (NVML)
+    note: str | None = None  # why detection found nothing, for `--explain` and doctor
+    platform: str | None = None  # linux/amd64 | linux/arm64; None when not known
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "driver": self.driver,
+            "cuda_driver": self.cuda_driver,
+            "platform": self.platform,
+            "gpus": [
+                {k: v for k, v in asdict(gpu).items() if v not in (None, [], ())}
+                for gpu in self.gpus
+            ],
+        }
+
+    def describe(self) -> str:
+        """One line: ``driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through NVML)``."""
+        driver = f"driver {self.driver}" if self.driver else "no NVIDIA driver"
+        names: dict[str, int] = {}
+        for gpu in self.gpus:
+            names[gpu.name] = names.get(gpu.name, 0) + 1
+        gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
+        how = {
+            "nvml": "detected through NVML",
+            "nvidia-smi": "detected through nvidia-smi",
+            "flags": "described on the command line",
+            "none": "detected: no NVIDIA GPU",
+            "lock": "as recorded in gpuenv.lock",
+        }.get(self.source, f"described in {self.source.removeprefix('file:')}")
+        return f"{driver}, {gpus or 'no GPUs'} ({how})"

@@ -1,0 +1,257 @@
+"""The host as NVML sees it, through NVIDIA's bindings (nvidia-ml-py).
+
+Each reading a GPU does not support is left unknown; a GPU NVML cannot reach (fallen off
+the bus: NVML_ERROR_GPU_IS_LOST) is still listed, marked lost, so one bad card never
+hides the others. The tests run all of this against a scripted libnvidia-ml.so.1
+(tests/nvml/), through these same calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gpuenv.resolution.machine import Gpu, GpuProcess, Host, MigDevice
+
+# Errors that mean "this GPU is unusable", not "this reading is unsupported".
+_GONE = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _brands(pynvml: Any) -> dict[int, str]:
+    return {
+        getattr(pynvml, name): name.removeprefix("NVML_BRAND_").lower()
+        for name in dir(pynvml)
+        if name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT"
+    }
+
+
+def _gone(pynvml: Any, exc: Exception) -> bool:
+    return any(getattr(exc, "value", None) == getattr(pynvml, name, -1) for name in _GONE)
+
+
+@contextlib.contextmanager
+def session(pynvml: Any) -> Iterator[None]:
+    """nvmlInit … nvmlShutdown (NVML counts them: a long-lived caller may hold one open)."""
+    pynvml.nvmlInit()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def detect_nvml(xids: Callable[[int], tuple[int, ...]] | None = None) -> Host | str:
+    """The host as NVML sees it, or the reason NVML is not usable. `xids` gives the XID
+    errors seen on a GPU index (the exporter listens for them; a snapshot cannot)."""
+    try:
+        import pynvml
+    except ImportError:
+        return "the NVML bindings (nvidia-ml-py) are not installed"
+    try:
+        with session(pynvml):
+            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            try:
+                cuda_int = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+                cuda_driver: str | None = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
+            except pynvml.NVMLError:
+                cuda_driver = None
+            brands = _brands(pynvml)
+            gpus = []
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                try:
+                    gpu = _gpu(pynvml, index, brands)
+                except pynvml.NVMLError as exc:
+                    if not _gone(pynvml, exc):
+                        raise
+                    gpu = Gpu(index, "unknown (lost)", lost=str(exc))
+                if xids is not None:
+                    from dataclasses import replace
+
+                    gpu = replace(gpu, xids=xids(index))
+                gpus.append(gpu)
+            return Host(driver, tuple(gpus), "nvml", cuda_driver)
+    except pynvml.NVMLError as exc:
+        return f"NVML: {exc}"
+
+
+def _gpu(pynvml: Any, index: int, brands: dict[int, str]) -> Gpu:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    name = _text(pynvml.nvmlDeviceGetName(handle))
+    uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
+    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+    state = _readings(pynvml, handle)
+    try:
+        brand: str | None = brands.get(pynvml.nvmlDeviceGetBrand(handle))
+    except pynvml.NVMLError as exc:
+        if _gone(pynvml, exc):
+            raise
+        brand = None
+    memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return Gpu(
+        index=index,
+        name=name,
+        uuid=uuid,
+        compute_capability=f"{major}.{minor}",
+        memory_total_mib=int(memory.total) // 2**20,
+        brand=brand,
+        memory_used_mib=int(memory.used) // 2**20,
+        processes=_processes(pynvml, handle),
+        mig_devices=_mig_devices(pynvml, handle, state.get("mig_mode")),
+        **state,
+    )
+
+
+def _readings(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """Every reading this GPU supports; a lost GPU raises, an unsupported one is skipped."""
+    sensor, threshold = pynvml.NVML_TEMPERATURE_GPU, pynvml.nvmlDeviceGetTemperatureThreshold
+    clock, max_clock = pynvml.nvmlDeviceGetClockInfo, pynvml.nvmlDeviceGetMaxClockInfo
+    ecc = pynvml.nvmlDeviceGetTotalEccErrors
+    readers: dict[str, Callable[[], Any]] = {
+        "utilization": lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        "temperature_c": lambda: int(pynvml.nvmlDeviceGetTemperature(handle, sensor)),
+        "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
+        "power_limit_w": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000,
+        "clocks_event_reasons": lambda: int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+        "slowdown_temperature_c": lambda: int(
+            threshold(handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+        ),
+        "shutdown_temperature_c": lambda: int(
+            threshold(handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+        ),
+        "sm_clock_mhz": lambda: int(clock(handle, pynvml.NVML_CLOCK_SM)),
+        "sm_clock_max_mhz": lambda: int(max_clock(handle, pynvml.NVML_CLOCK_SM)),
+        "memory_clock_mhz": lambda: int(clock(handle, pynvml.NVML_CLOCK_MEM)),
+        "pcie_gen": lambda: int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+        "pcie_gen_max": lambda: int(pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+        "pcie_width": lambda: int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+        "pcie_width_max": lambda: int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+        "ecc_corrected": lambda: int(
+            ecc(handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC)
+        ),
+        "ecc_uncorrected": lambda: int(
+            ecc(handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+        ),
+        "pci_bus_id": lambda: _text(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+        "mig_mode": lambda: pynvml.nvmlDeviceGetMigMode(handle)[0] == pynvml.NVML_DEVICE_MIG_ENABLE,
+    }
+    state: dict[str, Any] = {}
+    for key, read in readers.items():
+        try:
+            state[key] = read()
+        except pynvml.NVMLError as exc:
+            if _gone(pynvml, exc):
+                raise
+    return state
+
+
+def _processes(pynvml: Any, handle: Any) -> tuple[GpuProcess, ...]:
+    processes = []
+    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        with contextlib.suppress(pynvml.NVMLError, AttributeError):
+            for process in getattr(pynvml, getter)(handle):
+                used = getattr(process, "usedGpuMemory", None)
+                processes.append(GpuProcess(int(process.pid), int(used) // 2**20 if used else None))
+    return tuple(processes)
+
+
+def _mig_devices(pynvml: Any, handle: Any, enabled: bool | None) -> tuple[MigDevice, ...]:
+    """The MIG instances of a GPU in MIG mode, by MIG index (NVML lists up to the max)."""
+    if not enabled:
+        return ()
+    devices = []
+    with contextlib.suppress(pynvml.NVMLError):
+        for index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except pynvml.NVMLError_NotFound:
+                continue
+            devices.append(_mig_device(pynvml, mig))
+    return tuple(devices)
+
+
+def _mig_device(pynvml: Any, mig: Any) -> MigDevice:
+    values: dict[str, Any] = {}
+    readers: dict[str, Callable[[], Any]] = {
+        "gpu_instance": lambda: int(pynvml.nvmlDeviceGetGpuInstanceId(mig)),
+        "compute_instance": lambda: int(pynvml.nvmlDeviceGetComputeInstanceId(mig)),
+        "memory_total_mib": lambda: int(pynvml.nvmlDeviceGetMemoryInfo(mig).total) >> 20,
+    }
+    for key, read in readers.items():
+        with contextlib.suppress(pynvml.NVMLError):
+            values[key] = read()
+    return MigDevice(_text(pynvml.nvmlDeviceGetUUID(mig)), **values)
+
+
+class NvmlListener:
+    """A long-lived NVML session (the exporter's): NVML stays initialized between
+    readings, and XID errors are counted as NVML reports them (an event set on every GPU
+    that supports XID events; a snapshot cannot see past ones)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[int, int], int] = {}
+        self.note: str | None = None
+        self._pynvml: Any = None
+        self._events: Any = None
+        self._indices: dict[int, int] = {}  # handle address -> GPU index
+
+    def start(self) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            self.note = "the NVML bindings (nvidia-ml-py) are not installed"
+            return
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            self.note = f"NVML: {exc}"
+            return
+        self._pynvml = pynvml
+        with contextlib.suppress(pynvml.NVMLError):
+            self._events = pynvml.nvmlEventSetCreate()
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                with contextlib.suppress(pynvml.NVMLError):
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                    pynvml.nvmlDeviceRegisterEvents(
+                        handle, pynvml.nvmlEventTypeXidCriticalError, self._events
+                    )
+                    self._indices[_address(handle)] = index
+
+    def drain(self) -> None:
+        """Count the XID events that arrived since the last call (never waits)."""
+        pynvml = self._pynvml
+        if pynvml is None or self._events is None:
+            return
+        while True:
+            try:
+                event = pynvml.nvmlEventSetWait_v2(self._events, 0)
+            except pynvml.NVMLError:
+                return
+            index = self._indices.get(_address(event.device))
+            if index is not None and event.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                key = (index, int(event.eventData))
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def xids(self, index: int) -> tuple[int, ...]:
+        return tuple(sorted(xid for (gpu, xid) in self.counts if gpu == index))
+
+    def stop(self) -> None:
+        pynvml = self._pynvml
+        if pynvml is None:
+            return
+        with contextlib.suppress(pynvml.NVMLError):
+            if self._events is not None:
+                pynvml.nvmlEventSetFree(self._events)
+            pynvml.nvmlShutdown()
+        self._pynvml = None
+
+
+def _address(handle: Any) -> int:
+    """What a device handle points to: two handles of one GPU point to the same."""
+    import ctypes
+
+    return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)

@@ -1,0 +1,187 @@
+"""What `gpuenv exporter` serves, as data: metric families of per-GPU samples from a
+Host, its health findings and who holds each GPU. Pure (no prometheus_client here:
+gpuenv.cli.exporter turns these into its metric families).
+
+Label cardinality stays bounded: a GPU's index and UUID, and where a gpuenv run holds
+it, the run's project, user and name; never a command line or a process ID.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpuenv.sharing.health import assess
+
+if TYPE_CHECKING:
+    from gpuenv.resolution.machine import Gpu, Host
+    from gpuenv.sharing.claims import Claim
+    from gpuenv.sharing.monitor import RunInfo
+
+GPU_LABELS = ("gpu", "uuid", "project", "user", "run")
+PREFIX = "gpuenv_gpu_"
+MIB = 2**20
+MHZ = 1_000_000
+
+# NVML's clock event reasons by name (nvml.h nvmlClocksEventReason*), each a 0/1 series.
+CLOCK_EVENT_REASONS = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+    ("display_clock_setting", 0x100),
+)
+
+
+@dataclass(frozen=True)
+class Holder:
+    project: str
+    user: str
+    run: str = ""
+
+
+@dataclass
+class Family:
+    name: str
+    help: str
+    kind: str  # gauge | counter
+    labels: tuple[str, ...]
+    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+
+def holders(claims: Sequence[Claim], runs: Sequence[RunInfo]) -> dict[str, Holder]:
+    """Who holds each GPU (by key): the run on it, else the live claim on it."""
+    held: dict[str, Holder] = {}
+    for claim in claims:
+        held[claim.gpu] = Holder(claim.project, claim.user)
+    for run in runs:
+        if run.state != "running":
+            continue
+        user = run.user.rsplit(" (", 1)[0]  # "alice (1000)": the name is enough
+        for key in run.gpus.split(","):
+            if key.strip() and key.strip() != "all":
+                held[key.strip()] = Holder(run.project, user, run.name)
+    return held
+
+
+# name, help, reading (None: not reported, no sample)
+READINGS: tuple[tuple[str, str, Callable[[Gpu], float | None]], ...] = (
+    (
+        "utilization_ratio",
+        "Fraction of the last sample period a kernel ran (NVML utilization.gpu / 100).",
+        lambda g: None if g.utilization is None else g.utilization / 100,
+    ),
+    (
+        "memory_used_bytes",
+        "GPU memory in use.",
+        lambda g: None if g.memory_used_mib is None else g.memory_used_mib * MIB,
+    ),
+    (
+        "memory_total_bytes",
+        "GPU memory in all.",
+        lambda g: None if g.memory_total_mib is None else g.memory_total_mib * MIB,
+    ),
+    ("temperature_celsius", "GPU core temperature.", lambda g: g.temperature_c),
+    (
+        "slowdown_temperature_celsius",
+        "The temperature at which this GPU slows itself down (NVML threshold).",
+        lambda g: g.slowdown_temperature_c,
+    ),
+    ("power_watts", "Power draw.", lambda g: g.power_w),
+    ("power_limit_watts", "Enforced power limit.", lambda g: g.power_limit_w),
+    (
+        "sm_clock_hertz",
+        "Current SM clock.",
+        lambda g: None if g.sm_clock_mhz is None else g.sm_clock_mhz * MHZ,
+    ),
+    (
+        "sm_clock_max_hertz",
+        "Maximum SM clock.",
+        lambda g: None if g.sm_clock_max_mhz is None else g.sm_clock_max_mhz * MHZ,
+    ),
+    (
+        "memory_clock_hertz",
+        "Current memory clock.",
+        lambda g: None if g.memory_clock_mhz is None else g.memory_clock_mhz * MHZ,
+    ),
+    ("pcie_link_generation", "Current PCIe link generation.", lambda g: g.pcie_gen),
+    (
+        "pcie_link_generation_max",
+        "Highest PCIe generation card and slot support.",
+        lambda g: g.pcie_gen_max,
+    ),
+    ("pcie_link_width", "Current PCIe link width (lanes).", lambda g: g.pcie_width),
+    (
+        "pcie_link_width_max",
+        "Widest PCIe link card and slot support.",
+        lambda g: g.pcie_width_max,
+    ),
+)
+
+
+def families(
+    host: Host, held: Mapping[str, Holder], xid_counts: Mapping[tuple[int, int], int]
+) -> list[Family]:
+    """Every family with this scrape's samples; `xid_counts` is (GPU index, XID) -> count."""
+    info = Family(
+        PREFIX + "info",
+        "A GPU: its model and the driver.",
+        "gauge",
+        ("gpu", "uuid", "name", "driver"),
+    )
+    up = Family(
+        PREFIX + "up", "1 if NVML can reach the GPU, 0 if it fell off the bus.", "gauge", GPU_LABELS
+    )
+    readings = [Family(PREFIX + name, text, "gauge", GPU_LABELS) for name, text, _ in READINGS]
+    reasons = Family(
+        PREFIX + "clocks_event_reason",
+        "1 while NVML reports this reason for holding the clocks down.",
+        "gauge",
+        (*GPU_LABELS, "reason"),
+    )
+    ecc = Family(
+        PREFIX + "ecc_errors",
+        "ECC errors since the driver loaded (NVML volatile counts).",
+        "gauge",
+        (*GPU_LABELS, "type"),
+    )
+    health = Family(
+        PREFIX + "health_problem",
+        "1 for each health problem gpuenv finds (see `gpuenv top`), by kind and severity.",
+        "gauge",
+        (*GPU_LABELS, "kind", "severity"),
+    )
+    xids = Family(
+        PREFIX + "xid_errors",
+        "XID errors NVML reported since the exporter started.",
+        "counter",
+        (*GPU_LABELS, "xid"),
+    )
+    for gpu in host.gpus:
+        holder = held.get(gpu.key, Holder("", ""))
+        labels = (str(gpu.index), gpu.uuid or "", holder.project, holder.user, holder.run)
+        info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, host.driver or ""), 1))
+        up.samples.append((labels, 0 if gpu.lost else 1))
+        for family, (_, _, read) in zip(readings, READINGS, strict=True):
+            value = read(gpu)
+            if value is not None:
+                family.samples.append((labels, float(value)))
+        if gpu.clocks_event_reasons is not None:
+            for name, bit in CLOCK_EVENT_REASONS:
+                reasons.samples.append(
+                    ((*labels, name), 1 if gpu.clocks_event_reasons & bit else 0)
+                )
+        for kind, count in (("corrected", gpu.ecc_corrected), ("uncorrected", gpu.ecc_uncorrected)):
+            if count is not None:
+                ecc.samples.append(((*labels, kind), count))
+        for finding in assess(gpu):
+            health.samples.append(((*labels, finding.kind, finding.severity), 1))
+        for (index, xid), count in sorted(xid_counts.items()):
+            if index == gpu.index:
+                xids.samples.append(((*labels, str(xid)), count))
+    return [info, up, *readings, reasons, ecc, health, xids]

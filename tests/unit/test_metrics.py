@@ -1,0 +1,132 @@
+"""The exporter's samples (gpuenv/sharing/metrics.py) and its collector, read through
+prometheus_client's own text format, on the scripted NVML."""
+
+from __future__ import annotations
+
+import time
+
+from gpuenv.resolution.host import Gpu, Host
+from gpuenv.sharing.claims import Claim
+from gpuenv.sharing.metrics import Holder, families, holders
+from gpuenv.sharing.monitor import runs_from
+from tests.scripted_nvml import ScriptedNvml, gpu, scenario
+from tests.unit.test_monitor import containers
+
+
+def test_holders_prefer_the_run_over_the_claim() -> None:
+    claims = [
+        Claim("GPU-1", "alice", 1000, 1, "1", "h", "demo", time.time()),
+        Claim("GPU-2", "bob", 1001, 2, "2", "h", "other", time.time()),
+    ]
+    held = holders(claims, runs_from(containers()))
+    assert held == {
+        "GPU-1": Holder("demo", "alice", "brave_turing"),
+        "GPU-2": Holder("other", "bob", ""),
+    }
+
+
+def test_families_label_every_gpu_and_bound_their_labels() -> None:
+    host = Host(
+        "550.54.15",
+        (
+            Gpu(
+                0,
+                "A100",
+                uuid="GPU-0",
+                utilization=50,
+                temperature_c=87,
+                slowdown_temperature_c=85,
+                clocks_event_reasons=0x20 | 0x1,
+                ecc_uncorrected=0,
+                sm_clock_mhz=1100,
+            ),
+            Gpu(1, "unknown (lost)", lost="GPU is lost"),
+        ),
+        "nvml",
+    )
+    out = {
+        f.name: f
+        for f in families(host, {"GPU-0": Holder("demo", "alice", "brave_turing")}, {(0, 79): 2})
+    }
+    labels = ("0", "GPU-0", "demo", "alice", "brave_turing")
+    assert out["gpuenv_gpu_utilization_ratio"].samples == [(labels, 0.5)]
+    assert out["gpuenv_gpu_sm_clock_hertz"].samples == [(labels, 1.1e9)]
+    assert out["gpuenv_gpu_up"].samples == [(labels, 1), (("1", "", "", "", ""), 0)]
+    reasons = dict((s[0][-1], s[1]) for s in out["gpuenv_gpu_clocks_event_reason"].samples)
+    assert (
+        reasons["sw_thermal_slowdown"] == reasons["gpu_idle"] == 1 and reasons["sw_power_cap"] == 0
+    )
+    health = [s[0][-2:] for s in out["gpuenv_gpu_health_problem"].samples]
+    assert health == [("xid", "fail"), ("thermal", "warn"), ("lost", "fail")] or health == [
+        ("thermal", "warn"),
+        ("lost", "fail"),
+    ]
+    assert out["gpuenv_gpu_xid_errors"].samples == [((*labels, "79"), 2)]
+    for family in out.values():  # no pid, no command line: only these labels
+        assert set(family.labels) <= {
+            "gpu",
+            "uuid",
+            "project",
+            "user",
+            "run",
+            "name",
+            "driver",
+            "reason",
+            "type",
+            "kind",
+            "severity",
+            "xid",
+        }
+
+
+def test_the_collector_serves_nvml_readings(nvml: ScriptedNvml, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from prometheus_client import generate_latest
+    from prometheus_client.core import CollectorRegistry
+
+    from gpuenv.cli.exporter import GpuCollector
+    from gpuenv.resolution.nvml import NvmlListener
+
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(nvml.path.parent / "state"))
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # no engine: claims only
+    nvml.write(
+        scenario(
+            gpu(0, temperature_c=88, clocks_event_reasons=0x20),
+            gpu(1, pcie={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16}),
+            gpu(2, lost=True),
+        )
+    )
+    listener = NvmlListener()
+    listener.start()
+    try:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(GpuCollector(listener))
+        nvml.write(
+            scenario(
+                gpu(0, temperature_c=88, clocks_event_reasons=0x20, xids=[79]),
+                gpu(1, pcie={"gen": 4, "max_gen": 4, "width": 8, "max_width": 16}),
+                gpu(2, lost=True),
+            )
+        )
+        text = generate_latest(registry).decode()
+    finally:
+        listener.stop()
+    uuid0 = "GPU-00000000-1111-2222-3333-444444444444"
+    uuid1 = "GPU-00000001-1111-2222-3333-444444444444"
+    assert "gpuenv_exporter_nvml_up 1.0" in text
+    assert (
+        f'gpuenv_gpu_temperature_celsius{{gpu="0",project="",run="",user="",uuid="{uuid0}"}} 88.0'
+        in text
+    )
+    assert (
+        f'gpuenv_gpu_health_problem{{gpu="0",kind="thermal",project="",run="",severity="warn",user="",uuid="{uuid0}"}} 1.0'
+        in text
+    )
+    assert (
+        f'gpuenv_gpu_health_problem{{gpu="1",kind="pcie_width",project="",run="",severity="warn",user="",uuid="{uuid1}"}} 1.0'
+        in text
+    )
+    assert 'gpuenv_gpu_up{gpu="2",project="",run="",user="",uuid=""} 0.0' in text
+    assert (
+        f'gpuenv_gpu_xid_errors_total{{gpu="0",project="",run="",user="",uuid="{uuid0}",xid="79"}} 1.0'
+        in text
+    )
