@@ -17,6 +17,7 @@ EXIT_UNRESOLVABLE = 4
 EXIT_LOCK = 5
 EXIT_MATRIX = 6
 EXIT_HOST = 7
+EXIT_LOCKED = 9
 EXIT_ENGINE = 10
 EXIT_PULL = 11
 EXIT_BUILD = 12
@@ -24,6 +25,7 @@ EXIT_NO_RUNTIME = 13
 EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
+EXIT_STATE_UNSAFE = 17
 EXIT_INTERRUPTED = 130
 
 
@@ -44,6 +46,10 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_LOCK, "gpuenv.lock missing, damaged or out of date"),
     ExitCode(EXIT_MATRIX, "the compatibility matrix data is invalid"),
     ExitCode(EXIT_HOST, "the host description is invalid"),
+    ExitCode(
+        EXIT_LOCKED,
+        "another gpuenv process holds a lock (it is named; retry, or stop that process)",
+    ),
     ExitCode(EXIT_ENGINE, "the container engine is not reachable, not permitted or refused"),
     ExitCode(EXIT_PULL, "an image could not be pulled or pushed (unknown, refused, unreachable)"),
     ExitCode(EXIT_BUILD, "the project image failed to build"),
@@ -51,6 +57,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_START, "the engine would not start the container"),
     ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
     ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
+    ExitCode(
+        EXIT_STATE_UNSAFE, "the shared state folder is unsafe (a symbolic link, or another user's)"
+    ),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )
 COMMAND_EXIT_NOTE = "gpuenv run / shell exit with the command's own exit code once it has started."
@@ -217,3 +226,15 @@ class GpusBusy(GpuenvError):
     """Not enough free GPUs on this host (and no --wait, or it timed out)."""
 
     exit_code = EXIT_GPUS_BUSY
+
+
+class LockHeld(GpuenvError):
+    """Another process has held a gpuenv lock for longer than the timeout (it is named)."""
+
+    exit_code = EXIT_LOCKED
+
+
+class StateUnsafe(GpuenvError):
+    """The state folder, or a file in it, could let another user tamper with claims."""
+
+    exit_code = EXIT_STATE_UNSAFE

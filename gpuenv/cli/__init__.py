@@ -31,6 +31,10 @@ COMMANDS = {
     "shell": "gpuenv.cli.run.shell",
     "ps": "gpuenv.cli.run.ps",
     "stop": "gpuenv.cli.run.stop",
+    "logs": "gpuenv.cli.run.logs",
+    "attach": "gpuenv.cli.run.attach",
+    "wait": "gpuenv.cli.run.wait_command",
+    "rm": "gpuenv.cli.run.rm",
     "top": "gpuenv.cli.sharing.top",
     "doctor": "gpuenv.cli.sharing.doctor",
     "submit": "gpuenv.cli.cluster.submit",
@@ -69,6 +73,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Image:   gpuenv build           (pulls the base, pins its digest, builds)
     Run:     gpuenv run train.py    (as you, the project at /workspace)
     Share:   gpuenv ps | top | stop (who uses which GPU)
+    Detach:  gpuenv run -d | logs -f | attach | wait | rm
     Scale:   gpuenv push | submit | jobs | export kubernetes|compose
     Fix:     gpuenv doctor
     Check:   gpuenv check

@@ -15,16 +15,19 @@ if TYPE_CHECKING:
 
 
 def _top_data() -> tuple[Host, list[GpuRow]]:
+    from gpuenv.errors import GpuenvError
     from gpuenv.resolution.host import detect_host
     from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.monitor import gpu_rows, list_runs
+    from gpuenv.sharing.monitor import container_check, gpu_rows, list_runs
 
     host = detect_host()
     if not host.gpus:
         return host, []
     try:
-        claims = ClaimStore().claims()
-    except Exception:  # a read-only or missing state folder: show the GPUs anyway
+        store = ClaimStore(container_check=container_check(engine()))
+        claims = store.claims()
+        store.close()
+    except GpuenvError:  # an unsafe or unusable state folder: show the GPUs anyway
         claims = []
     return host, gpu_rows(host, claims, list_runs(engine()))
 

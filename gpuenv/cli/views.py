@@ -88,12 +88,15 @@ def images_table(rows: Any) -> Table:
 
 def runs_table(runs: Any) -> Table:
     table = Table(title_justify="left")
-    for column in ("run", "project", "user", "GPUs", "command", "image", "up"):
+    for column in ("run", "project", "user", "GPUs", "command", "image", "up", "state"):
         table.add_column(column, overflow="fold")
     for run in runs:
         # UUIDs are long: their first block is enough to tell GPUs apart on a table.
         gpus = ",".join(g[:12] if g.startswith("GPU-") else g for g in run.gpus.split(","))
-        table.add_row(run.name, run.project, run.user, gpus, run.command, run.image, run.uptime)
+        state = f"{run.state}, detached" if run.detached else run.state
+        table.add_row(
+            run.name, run.project, run.user, gpus, run.command, run.image, run.uptime, state
+        )
     return table
 
 

@@ -5,3 +5,4 @@ from __future__ import annotations
 
 LABEL_PREFIX = "io.gpuenv"
 RUN_LABEL = f"{LABEL_PREFIX}.run"
+DETACHED_LABEL = f"{LABEL_PREFIX}.detached"  # a run that outlives its gpuenv process

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuenv.engine.failures import pull_error, redact
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, ImageInfo
+from gpuenv.engine.protocol import Event, Frame, ImageInfo
 from gpuenv.errors import BuildError, EngineError, EngineRefused
 
 
@@ -183,11 +183,12 @@ class DockerEngine:
             result: dict[str, Any] = self.api.info()
         return result
 
-    def create(self, config: Mapping[str, Any]) -> str:
+    def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         # The API's own JSON, as the Unix-socket client sends it: no docker-py translation.
         with self._container_calls():
             url = self.api._url("/containers/create")
-            response = self.api._post_json(url, data=dict(config))
+            params = {"name": name} if name else None
+            response = self.api._post_json(url, data=dict(config), params=params)
             result = self.api._result(response, True)
         return str(result["Id"])
 
@@ -250,6 +251,25 @@ class DockerEngine:
             sock = self.api.attach_socket(container, params=params)
         # A raw socket over tcp://; ssh:// gives a socket-like channel.
         return getattr(sock, "_sock", sock), b""
+
+    def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+        # docker-py's logs() drops which stream a frame came from: read the frames
+        # off the response's socket, as its attach does (docker.utils.socket).
+        from docker.utils.socket import frames_iter
+
+        with self._container_calls():
+            tty = bool((self.api.inspect_container(container).get("Config") or {}).get("Tty"))
+            params = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
+            url = self.api._url("/containers/{0}/logs", container)
+            response = self.api._get(url, params=params, stream=True)
+            self.api._raise_for_status(response)
+        try:
+            sock = self.api._get_raw_response_socket(response)
+            self.api._disable_socket_timeout(sock)
+            for kind, data in frames_iter(sock, tty):
+                yield int(kind), bytes(data)
+        finally:
+            response.close()
 
 
 def _status(exc: Any) -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import GpuenvError, GpuRuntimeMissing, UsageError
+from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
@@ -39,6 +40,8 @@ class RunRequest:
     wait: float | None = None  # seconds to queue for GPUs; 0: no limit; None: no queue
     force: bool = False
     shell: bool = False
+    detach: bool = False  # -d: start, hand the GPU claims to the container, return
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,16 +111,22 @@ def launch(
     from gpuenv.run.container import (
         command_for,
         container_config,
+        detached_labels,
         environment,
         labels,
         preflight,
         without_gpus,
     )
-    from gpuenv.run.session import run_container
+    from gpuenv.run.session import Outcome, run_container, start_detached
     from gpuenv.sharing.gpus import grant, parse_gpus_option
 
     if request.shell and not terminal.tty:
         raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
+    if request.name and not request.detach:
+        raise UsageError("--name names a detached run: use it with -d")
+    if request.detach:
+        # Nobody is there to type into a run that outlives its terminal.
+        terminal = Terminal(tty=False, stdin=False, uid=terminal.uid)
     limit = memory_limit(request.memory)
     command = ["bash", "-l"] if request.shell else command_for(request.arguments)
     # Orphans of killed runs are removed alongside: it costs the run no time.
@@ -134,10 +143,18 @@ def launch(
     claimed: list[str] = []
     if host.gpus and granted.mode != "none":
         # A shared host: claim the GPUs under the lock before anything starts on them.
+        from gpuenv.sharing.monitor import container_check
         from gpuenv.sharing.reserve import reserve
 
         store = services.claim_store()
+        store.container_check = container_check(engine)
         granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)
+    beating = threading.Event()
+    if store is not None and not request.detach:
+        threading.Thread(
+            target=_heartbeat, args=(store, claimed, beating), daemon=True, name="heartbeat"
+        ).start()
+    started = ""
     try:
         if not request.force and host.driver is not None and granted.mode != "none":
             from gpuenv.resolution.matrix import load_matrix
@@ -147,6 +164,8 @@ def launch(
         identity = None if request.root or terminal.uid == 0 else services.identity()
         variables = environment(spec, request.env, request.env_files, environ)
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
+        if request.detach:
+            run_labels = detached_labels(run_labels)
         config = container_config(
             spec,
             tag,
@@ -161,7 +180,23 @@ def launch(
         if limit is not None:
             config["HostConfig"]["Memory"] = limit
 
+        def hand_over(container: str) -> None:
+            if store is not None:
+                with store.locked():
+                    claimed[:] = store.transfer(claimed, container)
+
         def start(container: dict[str, Any]) -> Outcome:
+            nonlocal started
+            if request.detach:
+                started = start_detached(
+                    engine,
+                    container,
+                    name=request.name,
+                    identity=identity,
+                    accounts=image.accounts,
+                    before_start=hand_over,
+                )
+                return Outcome(0, False, False, container=started)
             return run_container(
                 engine,
                 container,
@@ -187,5 +222,15 @@ def launch(
             notice(f"removed {name}, left behind by a gpuenv run that was killed")
         return outcome
     finally:
-        if store is not None:
+        beating.set()
+        if store is not None and not started:
             store.release(claimed)
+        if store is not None:
+            store.close()
+
+
+def _heartbeat(store: ClaimStore, claims: list[str], done: threading.Event) -> None:
+    """Refresh the run's claims while it runs: hosts sharing the state folder count a
+    claim of this host only while its heartbeat is fresh."""
+    while not done.wait(HEARTBEAT_INTERVAL):
+        store.touch(list(claims))

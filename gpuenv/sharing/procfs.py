@@ -32,15 +32,22 @@ def process_owner(pid: int) -> str:
     """The user name (or uid) a process runs as; '?' when it is gone."""
     import pwd
 
+    uid = process_uid(pid)
+    if uid is None:
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def process_uid(pid: int) -> int | None:
+    """The real uid a process runs as; None when it is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
             for line in handle:
                 if line.startswith("Uid:"):
-                    uid = int(line.split()[1])
-                    try:
-                        return pwd.getpwuid(uid).pw_name
-                    except KeyError:
-                        return str(uid)
-    except OSError:
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
         pass
-    return "?"
+    return None

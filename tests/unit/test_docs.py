@@ -88,7 +88,7 @@ def test_an_exit_code_table_in_the_readme_matches_too() -> None:
     [
         ("| 0 | success |\n| 1 | oops |", "1: 'oops' should be"),
         ("| 0 | success |", "1: missing"),
-        ("| 0 | success |\n| 9 | nine |", "9: not an exit code gpuenv has"),
+        ("| 0 | success |\n| 8 | eight |", "8: not an exit code gpuenv has"),
     ],
     ids=["changed meaning", "missing code", "unknown code"],
 )
