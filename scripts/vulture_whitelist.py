@@ -21,3 +21,5 @@ baked  # noqa: B018
 DataclassInstance  # noqa: B018
 # PEP 562 module attribute hook (ui.err / ui.out, made on first use).
 __getattr__  # noqa: B018
+# A claim's record on disk (asdict): who made it, for people reading the state folder.
+pid_start  # noqa: B018

@@ -27,7 +27,7 @@ from gpuenv.run.container import (
     accounts_archive,
     merge_accounts,
 )
-from gpuenv.sharing.procfs import process_start
+from gpuenv.sharing.procfs import process_gone
 
 _NO_DRIVER = "could not select device driver"
 
@@ -66,8 +66,7 @@ def reap_orphans(api: ContainerEngine) -> list[str]:
             pid = int(labels.get("io.gpuenv.pid", ""))
         except ValueError:
             continue
-        start = process_start(pid)
-        if start and start == labels.get("io.gpuenv.pid-start", start):
+        if not process_gone(pid, labels.get("io.gpuenv.pid-start", "")):
             continue
         api.remove(container["Id"])
         names = container.get("Names") or [container["Id"][:12]]

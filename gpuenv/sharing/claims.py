@@ -8,10 +8,11 @@ nobody removes another user's.
 A claim's owner is the owner of its file (fstat), whatever the file says; a file whose
 content disagrees with its owner, or that is not a plain JSON claim, is ignored and
 listed in `problems` (`gpuenv doctor` reports them). A claim counts while what holds it
-lives: its gpuenv process (same pid, same start time, same owner) or, for a detached
-run, its container (running, and its owner's). Claims written on another host count only
-in a folder the admin marked as shared between hosts, and only while their heartbeat
-(the file's mtime, refreshed by the run) is fresh.
+lives: its gpuenv process, which holds a write lock on the claim's file for as long as
+it runs (the kernel drops it when the process dies, SIGKILL included; no /proc needed),
+or, for a detached run, its container (running, and its owner's). Claims written on
+another host count only in a folder the admin marked as shared between hosts, and only
+while their heartbeat (the file's mtime, refreshed by the run) is fresh.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuenv.sharing.procfs import process_start, process_uid
+from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import (
     STATE_ENV,
     Folder,
+    hold,
+    is_held,
     lock_timeout,
     locked,
     open_state,
@@ -115,8 +118,10 @@ class ClaimStore:
         self.clock = clock
         self.problems: list[str] = []
         self.hostname = socket.gethostname()
+        self._held: dict[str, int] = {}  # our live claims and tickets: their locked fds
 
     def close(self) -> None:
+        """Close the folder; claims still held stay held (and live) until exit."""
         self.folder.close()
 
     @contextlib.contextmanager
@@ -134,9 +139,10 @@ class ClaimStore:
             return []
         return sorted(n for n in names if n.startswith(prefix) and n.endswith(".json"))
 
-    def _read(self, name: str) -> tuple[dict[str, Any], os.stat_result] | None:
-        """A file's JSON and its fstat, or None (a problem noted) when it is not a small
-        regular file of JSON: never through a link, never blocking on a FIFO."""
+    def _read(self, name: str) -> tuple[dict[str, Any], os.stat_result, bool] | None:
+        """A file's JSON, its fstat and whether a live process holds it, or None (a
+        problem noted) when it is not a small regular file of JSON: never through a
+        link, never blocking on a FIFO."""
         try:
             fd = os.open(
                 name,
@@ -158,6 +164,7 @@ class ClaimStore:
                 return None
             with os.fdopen(os.dup(fd), "rb") as handle:
                 raw = handle.read(MAX_FILE + 1)
+            held = is_held(fd)
         finally:
             os.close(fd)
         try:
@@ -167,37 +174,46 @@ class ClaimStore:
         except ValueError:
             self._problem(name, info, "is not valid JSON")
             return None
-        return data, info
+        return data, info, held
 
     def _problem(self, name: str, info: os.stat_result | None, what: str) -> None:
         owner = f" (owned by {owner_name(info.st_uid)})" if info is not None else ""
         self.problems.append(f"{os.path.join(self.directory, name)}{owner} {what}: ignored")
 
-    def _write(self, name: str, data: Mapping[str, object]) -> str:
+    def _write(self, name: str, data: Mapping[str, object], *, held: bool) -> str:
         """Write a new file: O_EXCL under a random temporary name, fsynced, renamed to
-        `name` (itself random: nobody can have made it first)."""
+        `name` (itself random: nobody can have made it first). With `held`, this process
+        keeps it locked (and open) until `release`: that is what makes it live."""
         temp = f".tmp.{secrets.token_hex(8)}"
         fd = os.open(
             temp,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
             0o644,
             dir_fd=self.folder.fd,
         )
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            if held:
+                hold(fd)
+            os.write(fd, json.dumps(data).encode())
+            os.fsync(fd)
             os.rename(temp, name, src_dir_fd=self.folder.fd, dst_dir_fd=self.folder.fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=self.folder.fd)
+            os.close(fd)
             raise
+        if held:
+            self._held[name] = fd
+        else:
+            os.close(fd)
         return name
 
     def _delete(self, name: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=self.folder.fd)
+        fd = self._held.pop(name, None)
+        if fd is not None:
+            os.close(fd)
 
     def touch(self, names: Sequence[str]) -> None:
         """The heartbeat: refresh the mtime of our own files."""
@@ -209,12 +225,6 @@ class ClaimStore:
 
     def _fresh(self, info: os.stat_result, expiry: float) -> bool:
         return self.clock() - info.st_mtime < expiry
-
-    def _process_lives(self, pid: int, start: str, owner: int) -> bool:
-        """The same process (pid and start time), and it runs as the file's owner."""
-        if pid <= 0 or not start or process_start(pid) != start:
-            return False
-        return owner == 0 or process_uid(pid) == owner
 
     def _consistent(self, name: str, data: Mapping[str, Any], info: os.stat_result) -> bool:
         try:
@@ -237,7 +247,7 @@ class ClaimStore:
             read = self._read(name)
             if read is None:
                 continue
-            data, info = read
+            data, info, held = read
             if not self._consistent(name, data, info):
                 continue
             try:
@@ -255,14 +265,14 @@ class ClaimStore:
             except (ValueError, TypeError) as exc:
                 self._problem(name, info, f"is not a gpuenv claim ({exc})")
                 continue
-            state = self._claim_state(claim, info)
+            state = self._claim_state(claim, info, held)
             if state == "live":
                 out.append(claim)
             elif state == "dead" and (info.st_uid == me or me == 0):
                 self._delete(name)
         return out
 
-    def _claim_state(self, claim: Claim, info: os.stat_result) -> str:
+    def _claim_state(self, claim: Claim, info: os.stat_result, held: bool) -> str:
         """live, dead (its holder is gone: delete it), or ignored (another host's)."""
         if claim.host != self.hostname:
             if self.folder.between_hosts and self._fresh(info, HEARTBEAT_EXPIRY):
@@ -272,7 +282,7 @@ class ClaimStore:
             if self.container_check is None:
                 return "live"  # cannot ask the engine here: count it
             return "live" if self.container_check(claim.container, info.st_uid) else "dead"
-        return "live" if self._process_lives(claim.pid, claim.pid_start, info.st_uid) else "dead"
+        return "live" if held else "dead"
 
     def add(self, gpus: Sequence[str], project: str, container: str = "") -> list[str]:
         """Record claims (call under `locked`); returns their names, for `release`. With
@@ -284,7 +294,7 @@ class ClaimStore:
         for gpu in gpus:
             claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
             name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{secrets.token_hex(6)}.json"
-            names.append(self._write(name, asdict(claim)))
+            names.append(self._write(name, asdict(claim), held=not container))
         return names
 
     def transfer(self, names: Sequence[str], container: str) -> list[str]:
@@ -294,7 +304,7 @@ class ClaimStore:
         project = ""
         for name in names:
             read = self._read(name)
-            if read is not None and read[1].st_uid == os.getuid():
+            if read is not None and read[1].st_uid == os.getuid() and name in self._held:
                 gpus.append(str(read[0].get("gpu")))
                 project = str(read[0].get("project") or "")
         handed = self.add(gpus, project, container=container)
@@ -310,11 +320,11 @@ class ClaimStore:
     def enqueue(self) -> str:
         me = _me()
         name = f"{TICKET_PREFIX}{time.time():017.6f}.{me['uid']}.{secrets.token_hex(6)}.json"
-        return self._write(name, {**me, "since": time.time()})
+        return self._write(name, {**me, "since": time.time()}, held=True)
 
     def waiters(self, before: str | None = None) -> list[Waiter]:
         """Live waiters queued before ticket `before` (all of them without it). A ticket
-        counts while its process lives, runs as the file's owner, and keeps it fresh."""
+        counts while its process holds it (a lock, as for claims) and keeps it fresh."""
         out = []
         me = os.getuid()
         for name in self._names(TICKET_PREFIX):
@@ -323,19 +333,17 @@ class ClaimStore:
             read = self._read(name)
             if read is None:
                 continue
-            data, info = read
+            data, info, held = read
             if not self._consistent(name, data, info):
                 continue
             try:
-                pid, start = _number(data, "pid"), _text(data, "pid_start")
+                pid = _number(data, "pid")
                 local = _text(data, "host") == self.hostname
             except ValueError as exc:
                 self._problem(name, info, f"is not a gpuenv queue ticket ({exc})")
                 continue
             fresh = self._fresh(info, TICKET_EXPIRY)
-            if (local and fresh and self._process_lives(pid, start, info.st_uid)) or (
-                not local and fresh and self.folder.between_hosts
-            ):
+            if (local and fresh and held) or (not local and fresh and self.folder.between_hosts):
                 out.append(Waiter(owner_name(info.st_uid), pid, info.st_mtime))
             elif local and (info.st_uid == me or me == 0):
                 self._delete(name)

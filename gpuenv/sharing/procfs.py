@@ -17,6 +17,29 @@ def process_start(pid: int) -> str:
         return ""
 
 
+def process_gone(pid: int, start: str) -> bool:
+    """Whether the process `pid` that started at `start` is certainly gone: no such pid,
+    or a pid reused by a process that started later. Where /proc is private (hardened
+    hosts) a pid that exists counts as alive: it cannot be told from its reuse.
+
+    >>> import os
+    >>> process_gone(os.getpid(), process_start(os.getpid()) or "?")
+    False
+    """
+    import errno
+    import os
+
+    if pid <= 0:
+        return True  # no process; and kill(0 or -1) would mean a group, or everyone
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the pid exists
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return True
+    now = process_start(pid)
+    return bool(now) and bool(start) and now != start
+
+
 def container_of(pid: int) -> str | None:
     """The Docker container a host process runs in, from its cgroup path."""
     try:

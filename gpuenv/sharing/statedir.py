@@ -18,6 +18,7 @@ import fcntl
 import os
 import pwd
 import stat
+import struct
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -137,7 +138,7 @@ def open_folder(path: str, *, create: bool) -> tuple[int, os.stat_result]:
             fd = child
             info = os.fstat(fd)
             _check_component(where, info, final)
-        if not os.access(f"/proc/self/fd/{fd}", os.W_OK | os.X_OK):
+        if not _writable(info):
             raise UsageError(
                 f"the gpuenv state folder {absolute} is not writable for you",
                 hint=f"{CREATE_HINT}; or set {STATE_ENV} to a folder of your own",
@@ -146,6 +147,19 @@ def open_folder(path: str, *, create: bool) -> tuple[int, os.stat_result]:
         os.close(fd)
         raise
     return fd, info
+
+
+def _writable(info: os.stat_result) -> bool:
+    """Whether we may add files to a folder, from its fstat (no path to race on)."""
+    me = os.getuid()
+    if me == 0:
+        return True
+    need = stat.S_IWOTH | stat.S_IXOTH
+    if info.st_uid == me:
+        need = stat.S_IWUSR | stat.S_IXUSR
+    elif info.st_gid in (os.getgid(), *os.getgroups()):
+        need = stat.S_IWGRP | stat.S_IXGRP
+    return info.st_mode & need == need
 
 
 def _between_hosts(fd: int, owner: int) -> bool:
@@ -193,29 +207,38 @@ def lock_timeout(env: Mapping[str, str] | None = None) -> float:
 
 
 def _open_lock(folder: Folder) -> int:
-    """The lock file, made with O_EXCL by whoever comes first; never through a link."""
+    """The lock file, made with O_EXCL by whoever comes first (mode 0666: a POSIX write
+    lock needs a descriptor open for writing); never through a link."""
     try:
-        return os.open(
+        fd = os.open(
             LOCK_NAME,
-            os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o644,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o666,
             dir_fd=folder.fd,
         )
     except FileExistsError:
         pass
+    else:
+        os.fchmod(fd, 0o666)  # the file we just made, through its descriptor (umask)
+        return fd
     where = os.path.join(folder.path, LOCK_NAME)
     try:
         fd = os.open(
-            LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd
+            LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder.fd
         )
     except OSError as exc:
-        if exc.errno != errno.ELOOP:
+        if exc.errno not in (errno.ELOOP, errno.EACCES):
             raise UsageError(f"cannot open {where}: {exc.strerror}") from None
         link = os.stat(LOCK_NAME, dir_fd=folder.fd, follow_symlinks=False)
+        what = (
+            "is a symbolic link"
+            if stat.S_ISLNK(link.st_mode)
+            else f"is not writable for all (mode {stat.S_IMODE(link.st_mode):o})"
+        )
         raise _unsafe(
             where,
-            f"is a symbolic link (owned by {owner_name(link.st_uid)}): gpuenv never follows one",
-            hint=f"its owner or root removes it: `rm {where}`",
+            f"{what} (owned by {owner_name(link.st_uid)}): gpuenv cannot lock it safely",
+            hint=f"its owner or root removes it (`rm {where}`); gpuenv makes it again",
         ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -225,23 +248,44 @@ def _open_lock(folder: Folder) -> int:
     return fd
 
 
-def lock_holder(fd: int) -> str:
-    """Who holds the flock on `fd`'s file, from /proc/locks: 'pid N (user: command)'."""
-    info = os.fstat(fd)
-    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+# struct flock on Linux: short l_type, l_whence; off_t l_start, l_len; pid_t l_pid.
+_FLOCK = "hhqqi4x"
+
+
+def hold(fd: int) -> None:
+    """Take an open-file-description write lock on our own new file: it lasts until the
+    descriptor is closed or the process dies (however it dies), and unlike a POSIX lock
+    survives this process opening and closing the file elsewhere."""
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+
+
+def is_held(fd: int) -> bool:
+    """Whether a live process holds a write lock on `fd`'s file. Asking about a read lock
+    reports only write locks, which need the file open for writing: its owner's (or
+    root's), not a lock anyone who can read it could take."""
+    query = struct.pack(_FLOCK, fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0)
     try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read().splitlines()
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, query)
+    except OSError:
+        return False
+    return bool(struct.unpack(_FLOCK, answer)[0] == fcntl.F_WRLCK)
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the lock on `fd`'s file: F_GETLK names the pid of a POSIX lock's holder
+    to any user (unlike flock, whose holders only /proc/locks lists, root-only on some
+    kernels): 'pid N (user: command)'."""
+    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        kind, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
     except OSError:
         return "an unknown process"
-    for line in lines:
-        fields = line.split()
-        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
-            continue
-        if fields[5] == device and fields[4].isdigit():
-            pid = int(fields[4])
-            return f"pid {pid} ({process_owner(pid)}: {_command(pid)})"
-    return "an unknown process"
+    if kind == fcntl.F_UNLCK or pid <= 0:
+        return "an unknown process (in another PID namespace?)"
+    owner, command = process_owner(pid), _command(pid)
+    if owner == "?":  # /proc is private on some hardened hosts
+        return f"pid {pid} (its user and command are not visible here)"
+    return f"pid {pid} ({owner}: {command})"
 
 
 def _command(pid: int) -> str:
@@ -255,17 +299,22 @@ def _command(pid: int) -> str:
 
 @contextlib.contextmanager
 def locked(folder: Folder, timeout: float) -> Iterator[None]:
-    """The folder's one lock (flock: the kernel drops it if the holder dies), waited for
-    at most `timeout` seconds; LockHeld names the holder. Whoever owns the lock file can
-    delete it: after locking, the name must still be the locked file, else lock again."""
+    """The folder's one lock (a POSIX write lock on claims.lock: the kernel drops it if
+    the holder dies), waited for at most `timeout` seconds; LockHeld names the holder.
+    Whoever owns the lock file can delete it: after locking, the name must still be the
+    locked file, else lock again. (A process holds the lock once: not for threads.)"""
     deadline = time.monotonic() + timeout
     while True:
         fd = _open_lock(folder)
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+
                 if time.monotonic() >= deadline:
                     holder = lock_holder(fd)
                     os.close(fd)
@@ -288,5 +337,5 @@ def locked(folder: Folder, timeout: float) -> Iterator[None]:
     try:
         yield
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -15,6 +15,7 @@ from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.reserve import reserve
+from gpuenv.sharing.statedir import hold
 
 
 def host(**busy: int) -> Host:
@@ -135,8 +136,15 @@ def test_queue_is_first_come_first_served(tmp_path: Path) -> None:
     assert store.first_in_queue(mine)
     older = Path(store.directory) / "queue.0000000001.000000.json"
     me = json.loads((Path(store.directory) / mine).read_text())
-    older.write_text(json.dumps(me))  # a live waiter (this process) who came first
-    assert not store.first_in_queue(mine)
+    older.write_text(json.dumps(me))
+    fd = os.open(older, os.O_RDWR)
+    hold(fd)  # a live waiter (this process) who came first
+    try:
+        assert not store.first_in_queue(mine)
+    finally:
+        os.close(fd)  # as if it died
+    assert store.first_in_queue(mine)
+    assert not older.exists()  # ours, dead: deleted
 
 
 def test_runs_without_wait_do_not_jump_the_queue(tmp_path: Path) -> None:

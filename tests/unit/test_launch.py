@@ -222,3 +222,36 @@ def test_a_detached_run_hands_its_claims_to_its_container(project: Path, state: 
 def test_name_needs_detach(project: Path, state: str) -> None:
     with pytest.raises(UsageError, match="--name names a detached run"):
         _launch(project, FakeEngine(), state, RunRequest(("train.py",), name="x"))
+
+
+def test_orphans_are_runs_whose_process_is_certainly_gone() -> None:
+    import os
+    import socket
+
+    from gpuenv.run.session import reap_orphans
+    from gpuenv.sharing.procfs import process_start
+
+    def run(name: str, pid: int, start: str, **labels: str) -> dict[str, object]:
+        return {
+            "Id": name,
+            "Names": [f"/{name}"],
+            "State": "running",
+            "Labels": {
+                "io.gpuenv.run": "1",
+                "io.gpuenv.host": socket.gethostname(),
+                "io.gpuenv.pid": str(pid),
+                "io.gpuenv.pid-start": start,
+                **labels,
+            },
+        }
+
+    me = os.getpid()
+    engine = FakeEngine(
+        listed=[
+            run("dead", 2**22 - 1, "1"),
+            run("alive", me, process_start(me)),
+            run("detached", 2**22 - 1, "1", **{"io.gpuenv.detached": "1"}),
+            run("elsewhere", 2**22 - 1, "1", **{"io.gpuenv.host": "another-host"}),
+        ]
+    )
+    assert reap_orphans(engine) == ["dead"]  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import socket
 import stat
+import struct
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 
 from gpuenv.errors import LockHeld, StateUnsafe
 from gpuenv.sharing.claims import HEARTBEAT_EXPIRY, TICKET_EXPIRY, ClaimStore
-from gpuenv.sharing.statedir import HOSTS_MARKER, LOCK_NAME, open_state
+from gpuenv.sharing.statedir import HOSTS_MARKER, LOCK_NAME, hold, open_state
 
 
 def test_a_symlinked_state_folder_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
@@ -36,6 +37,18 @@ def test_a_symlink_above_the_folder_is_refused(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(StateUnsafe, match=r"/link is a symbolic link"):
         ClaimStore(str(tmp_path / "link" / "state"))
+
+
+def test_the_lock_file_is_writable_for_all_and_a_private_one_is_refused(tmp_path: Path) -> None:
+    store = ClaimStore(str(tmp_path / "state"))
+    with store.locked():
+        pass
+    lock = Path(store.directory) / LOCK_NAME
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o666  # others can take the write lock
+    if os.getuid() != 0:  # root opens any file for writing
+        lock.chmod(0o644)
+        with pytest.raises(StateUnsafe, match="not writable for all"), store.locked():
+            pass
 
 
 @pytest.mark.parametrize(("mode", "refused"), [(0o777, True), (0o1777, False), (0o755, False)])
@@ -64,8 +77,8 @@ def test_a_symlinked_lock_is_refused_and_its_target_keeps_its_mode(tmp_path: Pat
 
 
 def _hold(lock: str, ready: multiprocessing.Event, done: multiprocessing.Event) -> None:  # type: ignore[valid-type]
-    fd = os.open(lock, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
     ready.set()  # type: ignore[attr-defined]
     done.wait(30)  # type: ignore[attr-defined]
 
@@ -105,9 +118,17 @@ def test_a_deleted_lock_file_is_made_again(tmp_path: Path) -> None:
         assert stat.S_ISREG(lock.lstat().st_mode)
 
 
-def _write(store: ClaimStore, name: str, data: object) -> Path:
+OPEN: list[int] = []  # descriptors that keep planted records held
+
+
+def _write(store: ClaimStore, name: str, data: object, *, held: bool = False) -> Path:
+    """Plant a record; `held`: a live process (this one) holds it, as gpuenv does."""
     path = Path(store.directory) / name
     path.write_text(json.dumps(data))
+    if held:
+        fd = os.open(path, os.O_RDWR)
+        hold(fd)
+        OPEN.append(fd)
     return path
 
 
@@ -124,14 +145,14 @@ def _claim(store: ClaimStore, **fields: object) -> dict[str, object]:
 def test_a_claim_that_says_it_is_someone_elses_is_ignored_and_reported(tmp_path: Path) -> None:
     store = ClaimStore(str(tmp_path / "state"))
     forged = _claim(store, uid=os.getuid() + 1, user="victim")
-    _write(store, "claim.GPU-0.forged.json", forged)
+    _write(store, "claim.GPU-0.forged.json", forged, held=True)
     assert store.claims() == []
     assert any("says it is uid" in p and "forged" in p for p in store.problems)
 
 
 def test_the_owner_shown_is_the_files_not_the_json(tmp_path: Path) -> None:
     store = ClaimStore(str(tmp_path / "state"))
-    _write(store, "claim.GPU-0.x.json", _claim(store, user="someone-else"))
+    _write(store, "claim.GPU-0.x.json", _claim(store, user="someone-else"), held=True)
     (claim,) = store.claims()
     assert claim.uid == os.getuid() and claim.user != "someone-else"
 
@@ -155,14 +176,15 @@ def test_malformed_files_are_ignored_and_reported(tmp_path: Path, plant) -> None
     assert len(store.problems) == 1 and "claim.GPU-0.bad.json" in store.problems[0]
 
 
-def test_a_claim_on_a_process_of_another_user_does_not_count(tmp_path: Path) -> None:
-    if os.getuid() == 0:
-        pytest.skip("root's claims may name any process")
+def test_a_claim_nobody_holds_does_not_count_whatever_process_it_names(tmp_path: Path) -> None:
     store = ClaimStore(str(tmp_path / "state"))
-    with open("/proc/1/stat") as handle:
-        start = handle.read().rsplit(")", 1)[1].split()[19]
-    _write(store, "claim.GPU-0.pid1.json", _claim(store, pid=1, pid_start=start))
-    assert store.claims() == []
+    path = _write(store, "claim.GPU-0.unheld.json", _claim(store))  # names this live process
+    reader = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.fcntl(reader, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, 0, 0, 0))
+        assert store.claims() == []  # a read lock (anyone can take one) is no holder
+    finally:
+        os.close(reader)
 
 
 def test_claims_of_other_hosts_count_only_where_shared_and_fresh(tmp_path: Path) -> None:
