@@ -206,12 +206,17 @@ def _credentials(checks: list[Check]) -> None:
         )
 
 
-def _state(checks: list[Check]) -> None:
+def _state(connect: Callable[[], Engine], checks: list[Check]) -> None:
     from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.monitor import container_check
     from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
     try:
-        store = ClaimStore()
+        engine = connect()
+    except GpuenvError:
+        engine = None  # reported by the engine check; detached runs' claims then count
+    try:
+        store = ClaimStore(container_check=container_check(engine) if engine else None)
         with store.locked():
             count = len(store.claims())
     except GpuenvError as exc:
@@ -254,7 +259,7 @@ def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
         lambda: _engine(connect, checks),
         lambda: _lock(directory, _driver(checks), checks),
         lambda: _credentials(checks),
-        lambda: _state(checks),
+        lambda: _state(connect, checks),
     ]
     for step in steps:
         step()

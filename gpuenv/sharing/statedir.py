@@ -294,7 +294,8 @@ def _command(pid: int) -> str:
             words = handle.read().split(b"\0")
     except OSError:
         return "?"
-    return " ".join(w.decode(errors="replace") for w in words if w)[:200] or "?"
+    text = " ".join(w.decode(errors="replace") for w in words if w)
+    return "".join(ch if ch.isprintable() else " " for ch in text)[:120].strip() or "?"
 
 
 @contextlib.contextmanager
