@@ -14,6 +14,7 @@ import pwd
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pytest
 
 from .conftest import Installed, Project, _missing, clear_leftovers
 from .conftest import docker as docker_cli
+from .test_engines import _Forward, _Server
 from .test_shared import UUIDS, describe
 
 pytestmark = pytest.mark.integration
@@ -442,3 +444,28 @@ def test_a_detached_run_stopped_frees_its_gpu(server: Server) -> None:
         assert mallory.gpuenv("run", "--gpus", "device=2", "--", "true").returncode == 0
     finally:
         docker("rm", "-f", name, check=False)
+
+
+@pytest.mark.parametrize("through", ["unix", "tcp"])
+def test_detached_run_logs_wait_and_rm(server: Server, engine: str, through: str) -> None:
+    """Both adapters (the Unix-socket client, docker-py on tcp://): create with a name,
+    logs with stdout and stderr apart, wait, rm."""
+    project = server.alice.project  # run as root here
+    if through == "tcp":
+        forwarder = _Server(("127.0.0.1", 0), type("F", (_Forward,), {"unix_path": engine[7:]}))
+        threading.Thread(target=forwarder.serve_forever, daemon=True).start()
+        engine = f"tcp://127.0.0.1:{forwarder.server_address[1]}"
+    name = f"{project.name}-{through}"
+    script = "echo out; echo err >&2; sleep 2; echo late; exit 4"
+    started = project.ok("run", "-d", "--name", name, "--", "sh", "-c", script, DOCKER_HOST=engine)
+    assert started.stdout.strip() == name
+    followed = project.ok("logs", "-f", name, DOCKER_HOST=engine)
+    assert followed.stdout == "out\nlate\n" and followed.stderr == "err\n"
+    assert project.gpuenv("wait", name, DOCKER_HOST=engine).returncode == 4
+    tail = project.ok("logs", "--tail", "1", name, DOCKER_HOST=engine)
+    assert tail.stdout == "late\n"
+    (run,) = json.loads(project.ok("ps", "--all", "--json", DOCKER_HOST=engine).stdout)
+    assert run["name"] == name and run["detached"] is True and run["state"] == "exited"
+    assert project.gpuenv("attach", name, DOCKER_HOST=engine).returncode == 2  # not running
+    project.ok("rm", name, DOCKER_HOST=engine)
+    assert json.loads(project.ok("ps", "--all", "--json", DOCKER_HOST=engine).stdout) == []
