@@ -37,6 +37,7 @@ COMMANDS = {
     "rm": "gpuenv.cli.run.rm",
     "top": "gpuenv.cli.sharing.top",
     "doctor": "gpuenv.cli.sharing.doctor",
+    "idle": "gpuenv.cli.sharing.idle",
     "submit": "gpuenv.cli.cluster.submit",
     "jobs": "gpuenv.cli.cluster.jobs",
     "export": "gpuenv.cli.cluster.export",

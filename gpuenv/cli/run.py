@@ -162,6 +162,35 @@ def _runs(show_all: bool) -> list[RunInfo]:
     return list_runs(engine(), show_all=show_all)
 
 
+def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
+    """Each run with its GPUs' idle time, where `gpuenv idle` keeps samples."""
+    import dataclasses
+    import time
+
+    from gpuenv.errors import GpuenvError
+    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.idle import known_state, run_idle
+
+    try:
+        store = ClaimStore()
+        state = known_state(store)
+        store.close()
+    except GpuenvError:
+        return runs
+    now = time.time()
+    warned = state.get("warned") or {}
+    return [
+        dataclasses.replace(
+            r,
+            idle_seconds=run_idle(state, r.gpus, now),
+            idle_warned=r.id in warned or f"pid {r.pid}" in warned,
+        )
+        if r.state == "running"
+        else r
+        for r in runs
+    ]
+
+
 @click.command()
 @click.option(
     "--all", "show_all", is_flag=True, help="Also runs that have stopped but not been removed."
@@ -173,7 +202,7 @@ def ps(show_all: bool, as_json: bool) -> None:
     from gpuenv.cli import ui
     from gpuenv.cli.views import runs_table
 
-    runs = _runs(show_all)
+    runs = _with_idle(_runs(show_all))
     if as_json:
         ui.data([r.to_data() for r in runs])
     elif not runs:

@@ -311,6 +311,21 @@ class ClaimStore:
         self.release(names)
         return handed
 
+    def read_record(self, name: str, owners: Sequence[int]) -> dict[str, Any] | None:
+        """A JSON record of the folder, if one of `owners` wrote it."""
+        read = self._read(name)
+        if read is None or read[1].st_uid not in owners:
+            return None
+        return read[0]
+
+    def write_record(self, name: str, data: Mapping[str, object]) -> None:
+        """Replace our own record `name` (atomically: a new file renamed over it). One
+        planted under that name by someone else stays: the record is then not kept."""
+        try:
+            self._write(name, data, held=False)
+        except PermissionError:
+            self.problems.append(f"{os.path.join(self.directory, name)} is not ours: not kept")
+
     def release(self, names: Sequence[str]) -> None:
         for name in names:
             self._delete(name)

@@ -33,6 +33,8 @@ class RunInfo:
     state: str
     pid: int | None
     detached: bool = False
+    idle_seconds: float | None = None  # its GPUs below the idle threshold (gpuenv idle)
+    idle_warned: bool = False  # the idle policy warned it: it is stopped unless it works
 
     @property
     def uptime(self) -> str:
@@ -138,6 +140,7 @@ class GpuRow:
     power_limit_w: float | None
     claimed_by: dict[str, Any] | None = None
     users: list[dict[str, Any]] = field(default_factory=list)
+    idle_seconds: float | None = None  # below the idle threshold this long (gpuenv idle)
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
