@@ -111,7 +111,7 @@ standin_images() {
     tar -C "$rootfs" -c . | "${docker[@]}" import - gpuenv-test/bookworm-python:1 >/dev/null
   fi
   local sock
-  for sock in "$RUN/gpu.sock" "$RUN/nogpu.sock"; do
+  for sock in "$RUN/gpu.sock" "$RUN/nogpu.sock" "$RUN/claims.sock"; do
     if ! docker -H "unix://$sock" image inspect gpuenv-test/busybox:1 >/dev/null 2>&1; then
       local bb
       bb=$(mktemp -d)
