@@ -26,6 +26,7 @@ EXIT_NO_RUNTIME = 13
 EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
+EXIT_STATE_UNSAFE = 17
 EXIT_EXPORTER = 20
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
@@ -60,6 +61,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_START, "the engine would not start the container"),
     ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
     ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
+    ExitCode(
+        EXIT_STATE_UNSAFE, "the shared state folder is unsafe (a symbolic link, or another user's)"
+    ),
     ExitCode(EXIT_EXPORTER, "gpuenv exporter cannot listen on the address it was given"),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
     ExitCode(EXIT_BROKEN_PIPE, "stdout was closed early (its reader, e.g. head, quit): as SIGPIPE"),
@@ -247,7 +251,7 @@ class FileAccessError(GpuenvError):
 
 
 class LockHeld(GpuenvError):
-    """Another gpuenv process holds a lock this command needs (it is named)."""
+    """Another process has held a gpuenv lock for longer than the timeout (it is named)."""
 
     exit_code = EXIT_LOCKED
 
@@ -317,3 +321,9 @@ class ExporterError(GpuenvError):
     """`gpuenv exporter` cannot serve (the address is taken, not local, not permitted)."""
 
     exit_code = EXIT_EXPORTER
+
+
+class StateUnsafe(GpuenvError):
+    """The state folder, or a file in it, could let another user tamper with claims."""
+
+    exit_code = EXIT_STATE_UNSAFE

@@ -3,7 +3,8 @@
 #   - a Docker engine on its own socket and data root, with a stand-in NVIDIA hook on
 #     its PATH so `--gpus` requests reach the daemon's nvidia device driver (see
 #     shared/notes/test-infrastructure.md); a second engine without the hook, as on a
-#     host without the NVIDIA Container Toolkit;
+#     host without the NVIDIA Container Toolkit; a third with the hook ('claims') for
+#     the shared-server tests alone;
 #   - an OCI registry holding stand-in NGC images (Debian bookworm + Python 3 + pip, pushed
 #     as nvidia/pytorch:<tag>), on a unix socket, reached as 127.0.0.1:5000 both from the
 #     engines and from the host (two socat forwarders);
@@ -12,8 +13,8 @@
 # debootstrap root, images, registry storage) is kept, so a second run is fast.
 #   - a Slurm controller and node (slurm-wlm, munge) with four GPUs as GRES on stand-in
 #     device files, whose jobs run containers on the first engine;
-#   - gpuenv-tester, a user in the docker group, and a Python with gpuenv's dependencies
-#     that this user can read (the tests install the checkout's gpuenv for it).
+#   - gpuenv-tester and gpuenv-tester2, users in the docker group, and a Python with gpuenv's dependencies
+#     that they can read (the tests install the checkout's gpuenv for it).
 # The engines and the registry run in network and mount namespaces of their own, with
 # only a loopback interface: they cannot touch the host's interfaces (a --bridge=none
 # dockerd deletes the docker0 of the namespace it runs in), its firewall, its mounts or
@@ -114,7 +115,7 @@ standin_images() {
     tar -C "$rootfs" -c . | "${docker[@]}" import - gpuenv-test/bookworm-python:1 >/dev/null
   fi
   local sock
-  for sock in "$RUN/gpu.sock" "$RUN/nogpu.sock"; do
+  for sock in "$RUN/gpu.sock" "$RUN/nogpu.sock" "$RUN/claims.sock"; do
     if ! docker -H "unix://$sock" image inspect gpuenv-test/busybox:1 >/dev/null 2>&1; then
       local bb
       bb=$(mktemp -d)
@@ -287,6 +288,9 @@ tester_up() {  # a user who is not root, and a Python with gpuenv's dependencies
   # A non-root user in the docker group: jobs and runs "as the submitting user" need one.
   id gpuenv-tester >/dev/null 2>&1 ||
     useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester
+  # A second one: shared-server tests play one user against another (claims, locks).
+  id gpuenv-tester2 >/dev/null 2>&1 ||
+    useradd --system --create-home --shell /bin/bash --groups docker gpuenv-tester2
   # The distribution's interpreter: another user may not be able to read the one .venv
   # was made from (pyenv's under /root), let alone a checkout in a private folder.
   local python=/usr/bin/python3 want
@@ -328,6 +332,10 @@ up() {
   netns_up
   dockerd_up gpu yes
   dockerd_up nogpu no
+  # The shared-server tests' own engine (with the stand-in hook): their runs live for
+  # seconds, and a test session that starts elsewhere clears gpuenv's containers from
+  # the engines it uses (conftest clear_leftovers).
+  dockerd_up claims yes
   registry_reachable
   standin_images
   sync_standin_images
@@ -339,6 +347,7 @@ up() {
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
+GPUENV_TEST_DOCKER_CLAIMS=unix://$RUN/claims.sock
 GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
 GPUENV_TEST_STATE=$STATE
@@ -346,6 +355,7 @@ GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_SYNC_STANDIN_TAGS="${SYNC_STANDIN_TAGS[*]}"
 GPUENV_TEST_DEPS_STANDIN_TAGS="${DEPS_STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
+GPUENV_TEST_USER2=gpuenv-tester2
 GPUENV_TEST_USER_PYTHON=$TESTER_VENV/bin/python
 ENV
   log "services ready ($ENV_FILE)"
@@ -357,6 +367,7 @@ engines_down() {
   stop "$RUN/registry.pid" registry
   stop "$RUN/gpu.pid" "dockerd 'gpu'"
   stop "$RUN/nogpu.pid" "dockerd 'nogpu'"
+  stop "$RUN/claims.pid" "dockerd 'claims'"
 }
 
 down() {
@@ -368,7 +379,7 @@ down() {
 
 status() {  # exit 0 when every service is running
   local pidfile
-  for pidfile in netns gpu nogpu registry registry-engines registry-host slurmctld slurmd; do
+  for pidfile in netns gpu nogpu claims registry registry-engines registry-host slurmctld slurmd; do
     alive "$RUN/$pidfile.pid" || return 1
   done
   netns_ready

@@ -29,3 +29,5 @@ compute_instance  # noqa: B018
 shutdown_temperature_c  # noqa: B018
 mig_mode  # noqa: B018
 mig_devices  # noqa: B018
+# A claim's record on disk (asdict): who made it, for people reading the state folder.
+pid_start  # noqa: B018

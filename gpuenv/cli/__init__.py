@@ -31,10 +31,15 @@ COMMANDS = {
     "shell": "gpuenv.cli.run.shell",
     "ps": "gpuenv.cli.run.ps",
     "stop": "gpuenv.cli.run.stop",
+    "logs": "gpuenv.cli.run.logs",
+    "attach": "gpuenv.cli.run.attach",
+    "wait": "gpuenv.cli.run.wait_command",
+    "rm": "gpuenv.cli.run.rm",
     "top": "gpuenv.cli.sharing.top",
     "doctor": "gpuenv.cli.sharing.doctor",
     "exporter": "gpuenv.cli.exporter.exporter",
     "usage": "gpuenv.cli.usage.usage",
+    "idle": "gpuenv.cli.sharing.idle",
     "submit": "gpuenv.cli.cluster.submit",
     "jobs": "gpuenv.cli.cluster.jobs",
     "export": "gpuenv.cli.cluster.export",
@@ -73,6 +78,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Run:     gpuenv run train.py    (as you, the project at /workspace)
     Share:   gpuenv ps | top | stop (who uses which GPU)
     Watch:   gpuenv exporter | usage (Prometheus metrics, GPU-hours)
+    Detach:  gpuenv run -d | logs -f | attach | wait | rm
     Scale:   gpuenv push | submit | jobs | export kubernetes|compose
     Fix:     gpuenv doctor
     Check:   gpuenv check

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -89,7 +90,8 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
     from gpuenv.run.container import invoking_identity
     from gpuenv.run.launch import RunRequest, Services, Terminal, launch, oom_advice
     from gpuenv.run.session import stdin_is_input
-    from gpuenv.sharing.claims import ClaimStore, state_dir
+    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.statedir import state_dir
     from gpuenv.sharing.usage import UsageLog
 
     def notice(text: str) -> None:
@@ -111,6 +113,12 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
         view=view_factory(quiet),
         notice=notice,
     )
+    if outcome.container:
+        name = str(engine().inspect(outcome.container).get("Name", outcome.container))
+        name = name.lstrip("/")
+        click.echo(name)
+        notice(f"started {name}, detached: `gpuenv logs -f {name}`, `gpuenv wait {name}`")
+        return
     if outcome.oom_killed:
         click.echo(f"gpuenv: {oom_advice(request.memory)}", err=True)
     sys.exit(outcome.exit_code)
@@ -118,6 +126,18 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @run_options
+@click.option(
+    "-d",
+    "--detach",
+    is_flag=True,
+    help="Start the run and return once it is running; it outlives this terminal and "
+    "holds its GPUs until its command ends (gpuenv logs, attach, wait, stop).",
+)
+@click.option(
+    "--name",
+    metavar="NAME",
+    help="Name a detached run (default: the engine picks one, shown by gpuenv ps).",
+)
 @click.argument(
     "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
 )
@@ -136,11 +156,17 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
     memory, NGC's ulimits and an init process are set. Ctrl-C stops the command (a second
     one kills it); the container is always removed; the exit code is the command's.
 
+    With -d the run is detached: gpuenv prints its name and returns once it runs, and
+    its GPUs are held by its container (released when the command ends, however it
+    ends). Its container stays after it ends, for `gpuenv logs` and `gpuenv wait`,
+    until `gpuenv rm`.
+
     \b
     Examples:
       gpuenv run train.py --lr 3e-4
       gpuenv run --gpus 0,2 -e WANDB_API_KEY train.py
       gpuenv run -- bash -lc 'nvidia-smi && python3 -c "import torch"'
+      gpuenv run -d --name long-train train.py && gpuenv logs -f long-train
     """
     _launch(obj, quiet, arguments=arguments, **options)
 
@@ -159,6 +185,35 @@ def _runs(show_all: bool) -> list[RunInfo]:
     return list_runs(engine(), show_all=show_all)
 
 
+def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
+    """Each run with its GPUs' idle time, where `gpuenv idle` keeps samples."""
+    import dataclasses
+    import time
+
+    from gpuenv.errors import GpuenvError
+    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.idle import known_state, run_idle
+
+    try:
+        store = ClaimStore()
+        state = known_state(store)
+        store.close()
+    except GpuenvError:
+        return runs
+    now = time.time()
+    warned = state.get("warned") or {}
+    return [
+        dataclasses.replace(
+            r,
+            idle_seconds=run_idle(state, r.gpus, now),
+            idle_warned=r.id in warned or f"pid {r.pid}" in warned,
+        )
+        if r.state == "running"
+        else r
+        for r in runs
+    ]
+
+
 @click.command()
 @click.option(
     "--all", "show_all", is_flag=True, help="Also runs that have stopped but not been removed."
@@ -167,13 +222,14 @@ def _runs(show_all: bool) -> list[RunInfo]:
 def ps(show_all: bool, as_json: bool) -> None:
     """List the gpuenv runs on this host: project, user, GPUs, command, image, uptime,
     and the health of the GPUs each one holds (a throttled or failing GPU slows or
-    breaks the run on it; `gpuenv top` shows every GPU)."""
+    breaks the run on it; `gpuenv top` shows every GPU), and whether each is detached
+    (`gpuenv run -d`). --all adds ended detached runs."""
     from gpuenv.cli import ui
     from gpuenv.cli.views import health_lines, runs_table
     from gpuenv.resolution.host import detect_host
     from gpuenv.sharing.monitor import run_health
 
-    runs = _runs(show_all)
+    runs = _with_idle(_runs(show_all))
     host = detect_host() if any(r.state == "running" for r in runs) else None
     health = {run.id: [f.to_data() for f in run_health(run, host)] if host else [] for run in runs}
     if as_json:
@@ -194,10 +250,69 @@ def stop(run_name: str) -> None:
     """Stop a gpuenv run (by name or id, as `gpuenv ps` shows): its owner, or root.
 
     The run's command gets SIGTERM, then SIGKILL after 10 s; its gpuenv process then
-    removes the container and releases its GPUs.
+    removes the container and releases its GPUs. A detached run's GPUs are free once it
+    has stopped; its container stays (`gpuenv logs`, `gpuenv rm`).
     """
     from gpuenv.cli import ui
     from gpuenv.sharing.monitor import stop_run
 
     run = stop_run(engine(), _runs(True), run_name, os.getuid())
     ui.success(f"stopped {run.name} ({run.project}, {run.user})")
+
+
+def _write(kind: int, data: bytes) -> None:
+    stream = sys.stderr.buffer if kind == 2 else sys.stdout.buffer
+    stream.write(data)
+    stream.flush()
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Go on printing output as it comes.")
+@click.option("--tail", default="all", metavar="N", help="Only the last N lines (default: all).")
+@click.argument("run_name", metavar="RUN")
+def logs(run_name: str, follow: bool, tail: str) -> None:
+    """Print a run's output (stdout and stderr, as it wrote them): its owner, or root.
+    With -f, follow it until the run ends (Ctrl-C stops following, not the run)."""
+    from gpuenv.run.detached import owned_run, stream_logs
+
+    if tail != "all" and not tail.isdigit():
+        raise click.BadParameter("a number of lines, or all", param_hint="--tail")
+    run = owned_run(_runs(True), run_name, os.getuid(), "read the output of")
+    with contextlib.suppress(KeyboardInterrupt):
+        stream_logs(engine(), run, follow=follow, tail=tail, write=_write)
+
+
+@click.command()
+@click.argument("run_name", metavar="RUN")
+def attach(run_name: str) -> None:
+    """Follow a running run's output from now on, and exit with its exit code when it
+    ends. Ctrl-C detaches: the run goes on. Its owner, or root."""
+    from gpuenv.run.detached import attach_run, owned_run
+
+    run = owned_run(_runs(True), run_name, os.getuid(), "attach to")
+    code = attach_run(
+        engine(), run, write=_write, notice=lambda text: click.echo(f"gpuenv: {text}", err=True)
+    )
+    sys.exit(0 if code is None else code)
+
+
+@click.command(name="wait")
+@click.argument("run_name", metavar="RUN")
+def wait_command(run_name: str) -> None:
+    """Wait until a run ends, and exit with its command's exit code."""
+    from gpuenv.run.detached import wait_run
+    from gpuenv.sharing.monitor import find_run
+
+    sys.exit(wait_run(engine(), find_run(_runs(True), run_name)))
+
+
+@click.command()
+@click.argument("run_name", metavar="RUN")
+def rm(run_name: str) -> None:
+    """Remove a detached run that has ended, with its output: its owner, or root."""
+    from gpuenv.cli import ui
+    from gpuenv.run.detached import owned_run, remove_run
+
+    run = owned_run(_runs(True), run_name, os.getuid(), "remove")
+    remove_run(engine(), run)
+    ui.success(f"removed {run.name}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,23 +15,34 @@ if TYPE_CHECKING:
 
 
 def _top_data() -> tuple[Host, list[GpuRow]]:
+    import time
+
     from gpuenv.errors import GpuenvError
     from gpuenv.resolution.host import detect_host
     from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.monitor import gpu_rows, list_runs
+    from gpuenv.sharing.idle import idle_for, known_state
+    from gpuenv.sharing.monitor import container_check, gpu_rows, list_runs
 
     host = detect_host()
     if not host.gpus:
         return host, []
+    idle: dict[str, Any] = {}
     try:
-        claims = ClaimStore().claims()
-    except Exception:  # a read-only or missing state folder: show the GPUs anyway
+        store = ClaimStore(container_check=container_check(engine()))
+        claims = store.claims()
+        idle = known_state(store)
+        store.close()
+    except GpuenvError:  # an unsafe or unusable state folder: show the GPUs anyway
         claims = []
     try:
         runs = list_runs(engine())
     except GpuenvError:  # no engine here: the GPUs and their claims still show
         runs = []
-    return host, gpu_rows(host, claims, runs)
+    rows = gpu_rows(host, claims, runs)
+    now = time.time()
+    for row, gpu in zip(rows, host.gpus, strict=True):
+        row.idle_seconds = idle_for(idle, gpu.key, now) if row.claimed_by else None
+    return host, rows
 
 
 @click.command()
@@ -105,3 +116,85 @@ def doctor(obj: Context, as_json: bool) -> None:
                 ui.out.print(f"       [cyan]→[/] {escape(check.remedy)}")
     if any(c.status == "fail" for c in checks):
         sys.exit(EXIT_DOCTOR)
+
+
+@click.command()
+@click.option(
+    "--enforce",
+    is_flag=True,
+    help="Apply the admin's idle policy (root): warn, then stop runs idle too long.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the claimed GPUs as JSON.")
+def idle(enforce: bool, as_json: bool) -> None:
+    """For how long each claimed GPU has been idle (below the policy's threshold, 5% by
+    default), from the samples gpuenv keeps in the state folder; each call adds one.
+    With --enforce, run by root every minute (a systemd timer or cron), the policy in
+    /etc/gpuenv/config.toml ([idle]) warns the owner of a run whose GPUs all stayed idle
+    `warn_after`, and stops it `stop_after` later, recording why. Off without a policy."""
+    import os
+    import time
+
+    from gpuenv.cli import ui
+    from gpuenv.errors import UsageError
+    from gpuenv.resolution.host import detect_host
+    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.idle import duration, idle_for, load_policy, record_name, update
+    from gpuenv.sharing.idle import enforce as apply_policy
+    from gpuenv.sharing.monitor import container_check
+
+    me = os.getuid()
+    policy, source = load_policy()
+    if enforce and me != 0:
+        raise UsageError(
+            "only root enforces the idle policy", hint="run `sudo gpuenv idle --enforce`"
+        )
+    if enforce and policy is None:
+        raise UsageError(f"no idle policy to enforce: {source}")
+    api = engine()
+    store = ClaimStore(container_check=container_check(api))
+
+    def sample() -> dict[str, int | None]:
+        return {gpu.key: gpu.utilization for gpu in detect_host().gpus}
+
+    now = time.time()
+    state = store.read_record(record_name(me), [me]) or {}
+    with store.locked():
+        if enforce and policy is not None:
+            for _, outcome in apply_policy(store, api, sample, policy, now, state):
+                ui.info(outcome)
+        else:
+            update(state, sample(), now, policy.threshold if policy else 5)
+        store.write_record(record_name(me), state)
+        claims = store.claims()
+    rows: list[dict[str, Any]] = [
+        {
+            "gpu": claim.gpu,
+            "user": claim.user,
+            "project": claim.project,
+            "holder": claim.container[:12] or f"pid {claim.pid}",
+            "idle_seconds": idle_for(state, claim.gpu, now),
+        }
+        for claim in claims
+    ]
+    log = state.get("log") or []
+    if as_json:
+        described = source if policy is None else {**vars(policy), "source": source}
+        ui.data({"policy": described, "claims": rows, "log": log})
+        return
+    if policy is None:
+        ui.info(source)
+    else:
+        ui.info(
+            f"policy ({source}): below {policy.threshold}% for {duration(policy.warn_after)} "
+            f"warns, {duration(policy.stop_after)} more stops"
+        )
+    for row in rows:
+        seconds = row["idle_seconds"]
+        state_text = "busy" if seconds is None else f"idle {duration(seconds)}"
+        ui.out.print(
+            f"{row['gpu']}  {row['user']} ({row['project']}, {row['holder']}): {state_text}",
+            markup=False,
+        )
+    for entry in log[-5:]:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry["at"]))
+        ui.out.print(f"{when} {entry['what']}", markup=False)

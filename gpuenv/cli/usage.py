@@ -30,7 +30,7 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
     from rich.table import Table
 
     from gpuenv.cli import ui
-    from gpuenv.sharing.claims import state_dir
+    from gpuenv.sharing.statedir import state_dir
     from gpuenv.sharing.usage import UsageLog, load_prices, parse_since, summarize
 
     now = time.time()

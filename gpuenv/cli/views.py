@@ -87,14 +87,27 @@ def images_table(rows: Any) -> Table:
     return table
 
 
+def duration(seconds: float) -> str:
+    from gpuenv.sharing.idle import duration as for_people
+
+    return for_people(seconds)
+
+
 def runs_table(runs: Any) -> Table:
     table = Table(title_justify="left")
-    for column in ("run", "project", "user", "GPUs", "command", "image", "up"):
+    for column in ("run", "project", "user", "GPUs", "command", "image", "up", "state"):
         table.add_column(column, overflow="fold")
     for run in runs:
         # UUIDs are long: their first block is enough to tell GPUs apart on a table.
         gpus = ",".join(g[:12] if g.startswith("GPU-") else g for g in run.gpus.split(","))
-        table.add_row(run.name, run.project, run.user, gpus, run.command, run.image, run.uptime)
+        state = f"{run.state}, detached" if run.detached else run.state
+        if run.idle_seconds is not None:
+            state += f", idle {duration(run.idle_seconds)}"
+        if run.idle_warned:
+            state += " [yellow](warned: it will be stopped)[/]"
+        table.add_row(
+            run.name, run.project, run.user, gpus, run.command, run.image, run.uptime, state
+        )
     return table
 
 
@@ -109,7 +122,10 @@ def top_table(host: Any, rows: list[Any]) -> Any:
     for row in rows:
         users = []
         if row.claimed_by:
-            users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']})")
+            idle = ""
+            if row.idle_seconds is not None:
+                idle = f", [yellow]idle {duration(row.idle_seconds)}[/]"
+            users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']}){idle}")
         for user in row.users:
             if user["gpuenv"]:
                 users.append(f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}")

@@ -6,3 +6,4 @@ from __future__ import annotations
 LABEL_PREFIX = "io.gpuenv"
 RUN_LABEL = f"{LABEL_PREFIX}.run"
 USAGE_LABEL = f"{LABEL_PREFIX}.usage"  # "<uid>/<usage id>": where the run's usage records are
+DETACHED_LABEL = f"{LABEL_PREFIX}.detached"  # a run that outlives its gpuenv process

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, ImageInfo
+from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
 from gpuenv.errors import EngineError, EngineRefused
 
 if TYPE_CHECKING:
@@ -116,8 +116,9 @@ class UnixSocketEngine:
     def ping(self) -> None:
         self.call("GET", "/_ping")
 
-    def create(self, config: Mapping[str, Any]) -> str:
-        return str(self.call("POST", "/containers/create", config)["Id"])
+    def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
+        query = {"name": name} if name else None
+        return str(self.call("POST", "/containers/create", config, query=query)["Id"])
 
     def start(self, container: str) -> None:
         self.call("POST", f"/containers/{container}/start")
@@ -199,6 +200,35 @@ class UnixSocketEngine:
             sock.close()
             raise EngineRefused(500, f"attach failed: {header.decode(errors='replace')[:200]}")
         return sock, rest
+
+    def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+        """GET /containers/{id}/logs, streamed (chunked) as it comes."""
+        tty = bool((self.inspect(container).get("Config") or {}).get("Tty"))
+        query = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
+        url = f"{API}/containers/{container}/logs?{urllib.parse.urlencode(query)}"
+        connection = _UnixConnection(self.path, None if follow else 60)
+        try:
+            try:
+                connection.request("GET", url)
+                response = connection.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                raise engine_error(exc, self.host) from None
+            if response.status >= 400:
+                raise EngineRefused(response.status, _message(response.status, response.read()))
+
+            def chunks() -> Iterator[bytes]:
+                while True:
+                    try:
+                        chunk = response.read1(65536)
+                    except (OSError, http.client.HTTPException):
+                        return
+                    if not chunk:
+                        return
+                    yield chunk
+
+            yield from frames(chunks(), tty)
+        finally:
+            connection.close()
 
     # -- images -------------------------------------------------------------------------
 

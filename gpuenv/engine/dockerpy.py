@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuenv.engine.failures import pull_error, redact
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, ImageInfo
+from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
 from gpuenv.errors import BuildError, EngineError, EngineRefused
 
 
@@ -183,11 +183,12 @@ class DockerEngine:
             result: dict[str, Any] = self.api.info()
         return result
 
-    def create(self, config: Mapping[str, Any]) -> str:
+    def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         # The API's own JSON, as the Unix-socket client sends it: no docker-py translation.
         with self._container_calls():
             url = self.api._url("/containers/create")
-            response = self.api._post_json(url, data=dict(config))
+            params = {"name": name} if name else None
+            response = self.api._post_json(url, data=dict(config), params=params)
             result = self.api._result(response, True)
         return str(result["Id"])
 
@@ -250,6 +251,36 @@ class DockerEngine:
             sock = self.api.attach_socket(container, params=params)
         # A raw socket over tcp://; ssh:// gives a socket-like channel.
         return getattr(sock, "_sock", sock), b""
+
+    def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+        # docker-py's logs() drops which stream a frame came from: read the body as
+        # its _multiplexed_response_stream_helper does (response.raw: urllib3 undoes
+        # the chunked encoding), and keep each frame's kind.
+        with self._container_calls():
+            tty = bool((self.api.inspect_container(container).get("Config") or {}).get("Tty"))
+            params = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
+            url = self.api._url("/containers/{0}/logs", container)
+            response = self.api._get(url, params=params, stream=True)
+            self.api._raise_for_status(response)
+        self.api._disable_socket_timeout(self.api._get_raw_response_socket(response))
+        raw = response.raw
+
+        def chunks() -> Iterator[bytes]:
+            while True:
+                if tty:
+                    chunk = raw.read1(65536)
+                else:
+                    chunk = raw.read(8)
+                    if len(chunk) == 8:
+                        chunk += raw.read(int.from_bytes(chunk[4:8], "big"))
+                if not chunk:
+                    return
+                yield chunk
+
+        try:
+            yield from frames(chunks(), tty)
+        finally:
+            response.close()
 
 
 def _status(exc: Any) -> int:

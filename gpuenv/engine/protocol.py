@@ -8,13 +8,37 @@ tcp:// and ssh:// engines. Tests use a fake that records the calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuenv.errors import PullError
 
 Event = dict[str, Any]
+Frame = tuple[int, bytes]  # (1: stdout, 2: stderr; a TTY's output is all 1), data
+
+
+def frames(chunks: Iterable[bytes], tty: bool) -> Iterator[Frame]:
+    """A container's output stream as frames. Without a TTY the engine multiplexes:
+    [kind, 0, 0, 0, size (4 bytes, big-endian)] + payload (Engine API, "Attach to a
+    container": stream format); with one the bytes are the terminal's.
+
+    >>> list(frames([b"\\x02\\0\\0\\0\\0\\0\\0\\x02e", b"r"], tty=False))
+    [(2, b'er')]
+    """
+    buffer = bytearray()
+    for chunk in chunks:
+        if tty:
+            if chunk:
+                yield 1, chunk
+            continue
+        buffer += chunk
+        while len(buffer) >= 8:
+            size = int.from_bytes(buffer[4:8], "big")
+            if len(buffer) < 8 + size:
+                break
+            yield buffer[0], bytes(buffer[8 : 8 + size])
+            del buffer[: 8 + size]
 
 
 @dataclass(frozen=True)
@@ -99,8 +123,8 @@ class ContainerEngine(Protocol):
 
     def info(self) -> dict[str, Any]: ...
 
-    def create(self, config: Mapping[str, Any]) -> str:
-        """Create a container; returns its id."""
+    def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
+        """Create a container (named `name`, else the engine picks one); returns its id."""
         ...
 
     def start(self, container: str) -> None:
@@ -136,6 +160,11 @@ class ContainerEngine(Protocol):
     def attach(self, container: str, stdin: bool) -> tuple[Stream, bytes]:
         """The container's streams (multiplexed unless it has a TTY), and bytes read
         ahead of the first recv."""
+        ...
+
+    def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+        """The container's output so far (the last `tail` lines, or all), then, with
+        `follow`, as it comes until the container stops."""
         ...
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.common.labels import RUN_LABEL
+from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import ResolutionError, UsageError
 from gpuenv.project.spec import WORKSPACE, Spec
 from gpuenv.sharing.gpus import Grant
@@ -177,6 +177,11 @@ def labels(
         "io.gpuenv.pid": str(pid),
         "io.gpuenv.pid-start": process_start(pid),
     }
+
+
+def detached_labels(run_labels: Mapping[str, str]) -> dict[str, str]:
+    """A detached run: marked so that reaping leaves it, and its GPUs held by it."""
+    return {**run_labels, DETACHED_LABEL: "1"}
 
 
 def memlock_limit() -> int:

@@ -229,37 +229,50 @@ def _credentials(checks: list[Check]) -> None:
         )
 
 
-def _state(checks: list[Check]) -> None:
+def _state(connect: Callable[[], Engine], checks: list[Check]) -> None:
     from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.monitor import container_check
+    from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
     try:
-        store = ClaimStore()
+        engine = connect()
+    except GpuenvError:
+        engine = None  # reported by the engine check; detached runs' claims then count
+    try:
+        store = ClaimStore(container_check=container_check(engine) if engine else None)
         with store.locked():
             count = len(store.claims())
-    except (GpuenvError, OSError) as exc:
-        message = exc.message if isinstance(exc, GpuenvError) else str(exc)
-        checks.append(
-            Check(
-                "state folder",
-                "fail",
-                message,
-                "set GPUENV_STATE_DIR to a folder all GPU users can write",
-            )
-        )
+    except GpuenvError as exc:
+        checks.append(Check("state folder", "fail", exc.message, exc.hint or CREATE_HINT))
         return
-    mode = os.stat(store.directory).st_mode & 0o7777
-    if mode & 0o1777 != 0o1777:
+    store.close()
+    noun = "claim" if count == 1 else "claims"
+    kind = "shared by this host's users" if store.folder.shared else "private to you"
+    if store.folder.between_hosts:
+        kind += f", and between hosts ({HOSTS_MARKER})"
+    checks.append(
+        Check("state folder", "ok", f"{store.directory} ({kind}): {count} live GPU {noun}")
+    )
+    if store.folder.note:
+        checks.append(Check("shared state folder", "warn", store.folder.note, CREATE_HINT))
+    elif not store.folder.shared:
         checks.append(
             Check(
-                "state folder",
+                "shared state folder",
                 "warn",
-                f"{store.directory} has mode {mode:o}, not 1777",
-                f"other users cannot claim GPUs: `sudo chmod 1777 {store.directory}`",
+                "none: GPU claims protect your own runs only",
+                f"on a server several people use, {CREATE_HINT}",
             )
         )
-    else:
-        noun = "claim" if count == 1 else "claims"
-        checks.append(Check("state folder", "ok", f"{store.directory}: {count} live GPU {noun}"))
+    for problem in store.problems:
+        checks.append(
+            Check(
+                "state file",
+                "warn",
+                problem,
+                "not made by gpuenv, or made to mislead it: its owner or root can remove it",
+            )
+        )
 
 
 def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
@@ -269,7 +282,7 @@ def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
         lambda: _engine(connect, checks),
         lambda: _lock(directory, _driver(checks), checks),
         lambda: _credentials(checks),
-        lambda: _state(checks),
+        lambda: _state(connect, checks),
     ]
     for step in steps:
         step()

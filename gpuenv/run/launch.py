@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.errors import GpuenvError, GpuRuntimeMissing, UsageError
+from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
@@ -46,6 +47,8 @@ class RunRequest:
     shell: bool = False
     mounts: tuple[str, ...] = ()  # --mount SRC:DST[:ro|rw]
     allow_mounts: tuple[str, ...] = ()  # --allow-mount PATH
+    detach: bool = False  # -d: start, hand the GPU claims to the container, return
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,16 +152,22 @@ def launch(
     from gpuenv.run.container import (
         command_for,
         container_config,
+        detached_labels,
         environment,
         labels,
         preflight,
         without_gpus,
     )
-    from gpuenv.run.session import run_container
+    from gpuenv.run.session import Outcome, run_container, start_detached
     from gpuenv.sharing.gpus import grant, parse_gpus_option
 
     if request.shell and not terminal.tty:
         raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
+    if request.name and not request.detach:
+        raise UsageError("--name names a detached run: use it with -d")
+    if request.detach:
+        # Nobody is there to type into a run that outlives its terminal.
+        terminal = Terminal(tty=False, stdin=False, uid=terminal.uid)
     limit = memory_limit(request.memory)
     command = ["bash", "-l"] if request.shell else command_for(request.arguments)
     # Orphans of killed runs are removed alongside: it costs the run no time.
@@ -179,12 +188,20 @@ def launch(
     claimed: list[str] = []
     if host.gpus and granted.mode != "none":
         # A shared host: claim the GPUs under the lock before anything starts on them.
+        from gpuenv.sharing.monitor import container_check
         from gpuenv.sharing.reserve import reserve
 
         store = services.claim_store()
+        store.container_check = container_check(engine)
         granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)
     usage_id, usage_label = _begin_usage(log, spec.name, _gpus_used(granted, host), notice)
     outcome: Outcome | None = None
+    beating = threading.Event()
+    if store is not None and not request.detach:
+        threading.Thread(
+            target=_heartbeat, args=(store, claimed, beating), daemon=True, name="heartbeat"
+        ).start()
+    started = ""
     try:
         if not request.force and host.driver is not None and granted.mode != "none":
             from gpuenv.resolution.matrix import load_matrix
@@ -196,6 +213,8 @@ def launch(
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
         if usage_label:
             run_labels[USAGE_LABEL] = usage_label
+        if request.detach:
+            run_labels = detached_labels(run_labels)
         config = container_config(
             spec,
             tag,
@@ -211,7 +230,23 @@ def launch(
         if limit is not None:
             config["HostConfig"]["Memory"] = limit
 
+        def hand_over(container: str) -> None:
+            if store is not None:
+                with store.locked():
+                    claimed[:] = store.transfer(claimed, container)
+
         def start(container: dict[str, Any]) -> Outcome:
+            nonlocal started
+            if request.detach:
+                started = start_detached(
+                    engine,
+                    container,
+                    name=request.name,
+                    identity=identity,
+                    accounts=image.accounts,
+                    before_start=hand_over,
+                )
+                return Outcome(0, False, False, container=started)
             return run_container(
                 engine,
                 container,
@@ -237,8 +272,19 @@ def launch(
             notice(f"removed {name}, left behind by a gpuenv run that was killed")
         return outcome
     finally:
-        if store is not None:
+        beating.set()
+        if store is not None and not started:
             store.release(claimed)
-        if log is not None and usage_id is not None:
+        if log is not None and usage_id is not None and not started:
+            # A started detached run's record ends with its container (the reaper).
             with contextlib.suppress(GpuenvError, OSError):
                 log.finish(usage_id, outcome.exit_code if outcome else None)
+        if store is not None:
+            store.close()
+
+
+def _heartbeat(store: ClaimStore, claims: list[str], done: threading.Event) -> None:
+    """Refresh the run's claims while it runs: hosts sharing the state folder count a
+    claim of this host only while its heartbeat is fresh."""
+    while not done.wait(HEARTBEAT_INTERVAL):
+        store.touch(list(claims))

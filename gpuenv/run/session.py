@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from gpuenv.common.files import file_from_archive
-from gpuenv.common.labels import RUN_LABEL, USAGE_LABEL
+from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
@@ -27,7 +27,7 @@ from gpuenv.run.container import (
     accounts_archive,
     merge_accounts,
 )
-from gpuenv.sharing.procfs import process_start
+from gpuenv.sharing.procfs import process_gone
 
 _NO_DRIVER = "could not select device driver"
 
@@ -37,6 +37,7 @@ class Outcome:
     exit_code: int
     oom_killed: bool
     interrupted: bool
+    container: str = ""  # a detached run's container, which goes on running
 
 
 def stdin_is_input() -> bool:
@@ -52,20 +53,27 @@ def reap_orphans(
     api: ContainerEngine,
     ended: Callable[[str, int | None, float | None], None] | None = None,
 ) -> list[str]:
-    """Remove run containers whose gpuenv process (on this host) is gone. `ended` gets
-    each one's usage label, exit code and end (None, None: it was still running)."""
+    """Remove run containers whose gpuenv process (on this host) is gone; never a
+    detached run that was started. `ended` gets each one's usage label, exit code and end
+    (None, None: it was still running)."""
     removed = []
     hostname = socket.gethostname()
     for container in api.containers(RUN_LABEL):
         labels = container.get("Labels") or {}
         if labels.get("io.gpuenv.host") != hostname:
             continue
+        # A detached run outlives its gpuenv process by design: only one whose process
+        # died before starting it (still "created") is an orphan.
+        if labels.get(DETACHED_LABEL) == "1" and container.get("State") != "created":
+            # Its container is kept for `logs` and `wait`; its usage record ends with it.
+            if container.get("State") != "running" and ended and labels.get(USAGE_LABEL):
+                ended(labels[USAGE_LABEL], *_ended(api, container))
+            continue
         try:
             pid = int(labels.get("io.gpuenv.pid", ""))
         except ValueError:
             continue
-        start = process_start(pid)
-        if start and start == labels.get("io.gpuenv.pid-start", start):
+        if not process_gone(pid, labels.get("io.gpuenv.pid-start", "")):
             continue
         exit_code, end = (
             _ended(api, container) if container.get("State") != "running" else (None, None)
@@ -168,6 +176,45 @@ def _upload_identity(
     api.put_archive(container, "/", accounts_archive(passwd, group, identity))
 
 
+def _no_driver(exc: EngineRefused) -> GpuRuntimeMissing | StartError:
+    if _NO_DRIVER in exc.message:
+        return GpuRuntimeMissing(
+            "this Docker engine cannot give containers GPUs "
+            f"({exc.message}): the NVIDIA Container Toolkit is missing",
+            hint="install the NVIDIA Container Toolkit and restart Docker "
+            "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
+            "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
+        )
+    return StartError(f"the container did not start: {exc.message}")
+
+
+def start_detached(
+    api: ContainerEngine,
+    config: Mapping[str, Any],
+    *,
+    name: str | None,
+    identity: Identity | None,
+    accounts: tuple[str, str] | None,
+    before_start: Callable[[str], None],
+) -> str:
+    """Create and start a run that outlives this process; `before_start(container)` hands
+    its GPU claims to the container first. Returns the container's id once it runs. The
+    container is kept after it exits (`gpuenv logs`, `gpuenv wait`)."""
+    container = api.create(config, name)
+    try:
+        if identity is not None:
+            _upload_identity(api, container, identity, accounts)
+        before_start(container)
+        try:
+            api.start(container)
+        except EngineRefused as exc:
+            raise _no_driver(exc) from None
+    except BaseException:
+        api.remove(container)
+        raise
+    return container
+
+
 def run_container(
     api: ContainerEngine,
     config: Mapping[str, Any],
@@ -204,15 +251,7 @@ def run_container(
             try:
                 api.start(container)
             except EngineRefused as exc:
-                if _NO_DRIVER in exc.message:
-                    raise GpuRuntimeMissing(
-                        "this Docker engine cannot give containers GPUs "
-                        f"({exc.message}): the NVIDIA Container Toolkit is missing",
-                        hint="install the NVIDIA Container Toolkit and restart Docker "
-                        "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
-                        "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
-                    ) from None
-                raise StartError(f"the container did not start: {exc.message}") from None
+                raise _no_driver(exc) from None
             handlers: dict[int, Callable[[int, FrameType | None], None]] = {
                 signal.SIGINT: lambda *_: interrupt("SIGINT"),
                 signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),

@@ -1,31 +1,56 @@
-"""GPU reservations on one shared host: claims that never collide.
+"""GPU reservations on one shared host: claims that never collide and cannot be forged.
 
 Check and claim happen under one file lock, and the claim is on disk before the lock is
-released, so two runs can never take the same GPU. Claims live in a shared state folder
-(sticky, like /tmp: any user adds claims, nobody removes another user's). A claim names
-its gpuenv process; when that process is gone, the claim no longer counts, whoever's it
-was, and its owner's next command deletes it.
+released, so two runs can never take the same GPU. Claims live in the state folder
+(`statedir`): root-owned and sticky where users share it, so any user adds claims and
+nobody removes another user's.
+
+A claim's owner is the owner of its file (fstat), whatever the file says; a file whose
+content disagrees with its owner, or that is not a plain JSON claim, is ignored and
+listed in `problems` (`gpuenv doctor` reports them). A claim counts while what holds it
+lives: its gpuenv process, which holds a write lock on the claim's file for as long as
+it runs (the kernel drops it when the process dies, SIGKILL included; no /proc needed),
+or, for a detached run, its container (running, and its owner's). Claims written on
+another host count only in a folder the admin marked as shared between hosts, and only
+while their heartbeat (the file's mtime, refreshed by the run) is fresh.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import pwd
+import secrets
 import socket
 import stat
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuenv.errors import UsageError
 from gpuenv.sharing.procfs import process_start
+from gpuenv.sharing.statedir import (
+    STATE_ENV,
+    Folder,
+    hold,
+    is_held,
+    lock_timeout,
+    locked,
+    open_state,
+    owner_name,
+)
 
-STATE_ENV = "GPUENV_STATE_DIR"
-DEFAULT_STATE_DIR = "/var/tmp/gpuenv"
+__all__ = ["STATE_ENV", "Claim", "ClaimStore", "Waiter"]
+
+HEARTBEAT_INTERVAL = 60.0  # how often a run refreshes its claims' mtime
+HEARTBEAT_EXPIRY = 300.0  # a claim of another host without a fresher heartbeat is stale
+TICKET_EXPIRY = 15.0  # a waiter refreshes its ticket twice a second; older ones are stale
+MAX_FILE = 64 * 1024
+CLAIM_PREFIX = "claim."
+TICKET_PREFIX = "queue."
+
+# Is this container running, and does it belong to this uid? (None: cannot tell here.)
+ContainerCheck = Callable[[str, int], bool]
 
 
 @dataclass(frozen=True)
@@ -33,171 +58,326 @@ class Claim:
     gpu: str  # the GPU's UUID, or its index where UUIDs are unknown
     user: str
     uid: int
-    pid: int
+    pid: int  # the gpuenv process holding it; 0 for a detached run's claim
     pid_start: str
     host: str
     project: str
     since: float
-    container: str = ""
+    container: str = ""  # a detached run's container: the claim lives as long as it runs
 
     def describe(self) -> str:
         held = time.strftime("%H:%M", time.localtime(self.since))
-        return f"{self.user} ({self.project}, pid {self.pid}, since {held})"
+        holder = f"container {self.container[:12]}" if self.container else f"pid {self.pid}"
+        return f"{self.user} ({self.project}, {holder}, since {held})"
 
 
-def state_dir(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get(STATE_ENV) or DEFAULT_STATE_DIR
+@dataclass(frozen=True)
+class Waiter:
+    user: str
+    pid: int
+    since: float
+
+    def describe(self) -> str:
+        since = time.strftime("%H:%M", time.localtime(self.since))
+        return f"{self.user} (pid {self.pid}, since {since})"
 
 
-def _shared_folder(path: str) -> None:
-    """Make a folder every user can add to but nobody can clean out for others (1777)."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot create the gpuenv state folder {path}: {exc.strerror}",
-            hint=f"create it once with `sudo install -d -m 1777 {path}`, or set {STATE_ENV}",
-        ) from None
-    info = os.stat(path)
-    if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) != 0o1777:
-        with contextlib.suppress(OSError):
-            os.chmod(path, 0o1777)
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"'{key}' is not a string")
+    return value
 
 
-def alive(claim: Claim) -> bool:
-    """A claim counts while its gpuenv process (the same one: start time) lives here."""
-    if claim.host != socket.gethostname():
-        return True  # another machine sharing the folder: trust it
-    start = process_start(claim.pid)
-    return bool(start) and start == claim.pid_start
+def _number(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"'{key}' is not a number")
+    return value
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in text)[:80]
 
 
 class ClaimStore:
-    def __init__(self, directory: str | None = None) -> None:
-        self.directory = directory or state_dir()
-        self.claims_dir = os.path.join(self.directory, "claims")
-        self.queue_dir = os.path.join(self.directory, "queue")
-        for folder in (self.directory, self.claims_dir, self.queue_dir):
-            _shared_folder(folder)
-        self.lock_path = os.path.join(self.directory, "claims.lock")
+    """The claims and the wait queue in one state folder."""
+
+    def __init__(
+        self,
+        directory: str | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        container_check: ContainerCheck | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.folder: Folder = open_state(env, directory)
+        self.directory = self.folder.path
+        self.timeout = lock_timeout(env)
+        self.container_check = container_check
+        self.clock = clock
+        self.problems: list[str] = []
+        self.hostname = socket.gethostname()
+        self._held: dict[str, int] = {}  # our live claims and tickets: their locked fds
+
+    def close(self) -> None:
+        """Close the folder; claims still held stay held (and live) until exit."""
+        self.folder.close()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """The one lock around check-and-claim (flock: released if the process dies)."""
-        try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        except PermissionError:
-            fd = os.open(self.lock_path, os.O_RDONLY)
-        with contextlib.suppress(OSError):
-            if os.fstat(fd).st_uid == os.getuid():
-                os.fchmod(fd, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        """The one lock around check-and-claim, with a timeout that names its holder."""
+        with locked(self.folder, self.timeout):
             yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
-    def _files(self, folder: str) -> list[str]:
+    # -- files ---------------------------------------------------------------------------
+
+    def _names(self, prefix: str) -> list[str]:
         try:
-            return sorted(
-                os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".json")
-            )
+            names = os.listdir(self.folder.fd)
         except OSError:
             return []
+        return sorted(n for n in names if n.startswith(prefix) and n.endswith(".json"))
+
+    def _read(self, name: str) -> tuple[dict[str, Any], os.stat_result, bool] | None:
+        """A file's JSON, its fstat and whether a live process holds it, or None (a
+        problem noted) when it is not a small regular file of JSON: never through a
+        link, never blocking on a FIFO."""
+        try:
+            fd = os.open(
+                name,
+                os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                dir_fd=self.folder.fd,
+            )
+        except FileNotFoundError:
+            return None  # released meanwhile
+        except OSError as exc:
+            self._problem(name, None, f"cannot be opened ({exc.strerror})")
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                self._problem(name, info, "is not a regular file")
+                return None
+            if info.st_size > MAX_FILE:
+                self._problem(name, info, f"is larger than {MAX_FILE} bytes")
+                return None
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                raw = handle.read(MAX_FILE + 1)
+            held = is_held(fd)
+        finally:
+            os.close(fd)
+        try:
+            data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            self._problem(name, info, "is not valid JSON")
+            return None
+        return data, info, held
+
+    def _problem(self, name: str, info: os.stat_result | None, what: str) -> None:
+        owner = f" (owned by {owner_name(info.st_uid)})" if info is not None else ""
+        self.problems.append(f"{os.path.join(self.directory, name)}{owner} {what}: ignored")
+
+    def _write(self, name: str, data: Mapping[str, object], *, held: bool) -> str:
+        """Write a new file: O_EXCL under a random temporary name, fsynced, renamed to
+        `name` (itself random: nobody can have made it first). With `held`, this process
+        keeps it locked (and open) until `release`: that is what makes it live."""
+        temp = f".tmp.{secrets.token_hex(8)}"
+        fd = os.open(
+            temp,
+            os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=self.folder.fd,
+        )
+        try:
+            if held:
+                hold(fd)
+            os.write(fd, json.dumps(data).encode())
+            os.fsync(fd)
+            os.rename(temp, name, src_dir_fd=self.folder.fd, dst_dir_fd=self.folder.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=self.folder.fd)
+            os.close(fd)
+            raise
+        if held:
+            self._held[name] = fd
+        else:
+            os.close(fd)
+        return name
+
+    def _delete(self, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self.folder.fd)
+        fd = self._held.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+    def touch(self, names: Sequence[str]) -> None:
+        """The heartbeat: refresh the mtime of our own files."""
+        for name in names:
+            with contextlib.suppress(OSError):
+                os.utime(name, dir_fd=self.folder.fd, follow_symlinks=False)
+
+    # -- liveness -------------------------------------------------------------------------
+
+    def _fresh(self, info: os.stat_result, expiry: float) -> bool:
+        return self.clock() - info.st_mtime < expiry
+
+    def _consistent(self, name: str, data: Mapping[str, Any], info: os.stat_result) -> bool:
+        try:
+            uid = _number(data, "uid")
+        except ValueError as exc:
+            self._problem(name, info, f"is not a gpuenv record ({exc})")
+            return False
+        if uid != info.st_uid:
+            self._problem(name, info, f"says it is uid {uid}'s, but its file is not")
+            return False
+        return True
+
+    # -- claims ---------------------------------------------------------------------------
 
     def claims(self) -> list[Claim]:
-        """Every live claim; dead ones of this user are deleted on the way."""
+        """Every claim that counts; dead ones of this user (any, for root) are deleted."""
         out = []
-        for path in self._files(self.claims_dir):
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    claim = Claim(**json.load(handle))
-            except (OSError, ValueError, TypeError):
+        me = os.getuid()
+        for name in self._names(CLAIM_PREFIX):
+            read = self._read(name)
+            if read is None:
                 continue
-            if alive(claim):
+            data, info, held = read
+            if not self._consistent(name, data, info):
+                continue
+            try:
+                claim = Claim(
+                    gpu=_text(data, "gpu"),
+                    user=owner_name(info.st_uid),
+                    uid=info.st_uid,
+                    pid=_number(data, "pid"),
+                    pid_start=_text(data, "pid_start"),
+                    host=_text(data, "host"),
+                    project=_text(data, "project"),
+                    since=float(data.get("since") or info.st_mtime),
+                    container=str(data.get("container") or ""),
+                )
+            except (ValueError, TypeError) as exc:
+                self._problem(name, info, f"is not a gpuenv claim ({exc})")
+                continue
+            state = self._claim_state(claim, info, held)
+            if state == "live":
                 out.append(claim)
-            elif claim.uid == os.getuid() or os.getuid() == 0:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            elif state == "dead" and (info.st_uid == me or me == 0):
+                self._delete(name)
         return out
 
-    def _write(self, folder: str, name: str, data: dict[str, object]) -> str:
-        path = os.path.join(folder, name)
-        temp = f"{path}.tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-        return path
+    def _claim_state(self, claim: Claim, info: os.stat_result, held: bool) -> str:
+        """live, dead (its holder is gone: delete it), or ignored (another host's)."""
+        if claim.host != self.hostname:
+            if self.folder.between_hosts and self._fresh(info, HEARTBEAT_EXPIRY):
+                return "live"
+            return "ignored"
+        if claim.container:
+            if self.container_check is None:
+                return "live"  # cannot ask the engine here: count it
+            return "live" if self.container_check(claim.container, info.st_uid) else "dead"
+        return "live" if held else "dead"
 
-    def add(self, gpus: Sequence[str], project: str) -> list[str]:
-        """Record claims (call under `locked`); returns their files, for `release`."""
+    def add(self, gpus: Sequence[str], project: str, container: str = "") -> list[str]:
+        """Record claims (call under `locked`); returns their names, for `release`. With
+        `container`, the claims belong to that container, not to this process."""
         me = _me()
-        paths = []
+        if container:
+            me.update(pid=0, pid_start="")
+        names = []
         for gpu in gpus:
-            claim = Claim(gpu=gpu, project=project, since=time.time(), **me)
-            safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in gpu)
-            name = f"{safe}.{me['uid']}.{me['pid']}.json"
-            paths.append(self._write(self.claims_dir, name, asdict(claim)))
-        return paths
+            claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
+            name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{secrets.token_hex(6)}.json"
+            names.append(self._write(name, asdict(claim), held=not container))
+        return names
 
-    def release(self, paths: Sequence[str]) -> None:
-        for path in paths:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    def transfer(self, names: Sequence[str], container: str) -> list[str]:
+        """Hand our claims `names` to `container` (call under `locked`): new claims that
+        live as long as it runs are written before the old ones go."""
+        gpus: list[str] = []
+        project = ""
+        for name in names:
+            read = self._read(name)
+            if read is not None and read[1].st_uid == os.getuid() and name in self._held:
+                gpus.append(str(read[0].get("gpu")))
+                project = str(read[0].get("project") or "")
+        handed = self.add(gpus, project, container=container)
+        self.release(names)
+        return handed
+
+    def read_record(self, name: str, owners: Sequence[int]) -> dict[str, Any] | None:
+        """A JSON record of the folder, if one of `owners` wrote it."""
+        read = self._read(name)
+        if read is None or read[1].st_uid not in owners:
+            return None
+        return read[0]
+
+    def write_record(self, name: str, data: Mapping[str, object]) -> None:
+        """Replace our own record `name` (atomically: a new file renamed over it). One
+        planted under that name by someone else stays: the record is then not kept."""
+        try:
+            self._write(name, data, held=False)
+        except PermissionError:
+            self.problems.append(f"{os.path.join(self.directory, name)} is not ours: not kept")
+
+    def release(self, names: Sequence[str]) -> None:
+        for name in names:
+            self._delete(name)
+
+    # -- the queue ------------------------------------------------------------------------
 
     def enqueue(self) -> str:
         me = _me()
-        name = f"{time.time():017.6f}.{me['uid']}.{me['pid']}.json"
-        return self._write(self.queue_dir, name, me)
+        name = f"{TICKET_PREFIX}{time.time():017.6f}.{me['uid']}.{secrets.token_hex(6)}.json"
+        return self._write(name, {**me, "since": time.time()}, held=True)
 
-    def waiting(self) -> bool:
-        """Whether anyone is queued: a new request then queues behind them."""
-        return not self.first_in_queue("")
+    def waiters(self, before: str | None = None) -> list[Waiter]:
+        """Live waiters queued before ticket `before` (all of them without it). A ticket
+        counts while its process holds it (a lock, as for claims) and keeps it fresh."""
+        out = []
+        me = os.getuid()
+        for name in self._names(TICKET_PREFIX):
+            if name == before:
+                break
+            read = self._read(name)
+            if read is None:
+                continue
+            data, info, held = read
+            if not self._consistent(name, data, info):
+                continue
+            try:
+                pid = _number(data, "pid")
+                local = _text(data, "host") == self.hostname
+            except ValueError as exc:
+                self._problem(name, info, f"is not a gpuenv queue ticket ({exc})")
+                continue
+            fresh = self._fresh(info, TICKET_EXPIRY)
+            if (local and fresh and held) or (not local and fresh and self.folder.between_hosts):
+                out.append(Waiter(owner_name(info.st_uid), pid, info.st_mtime))
+            elif local and (info.st_uid == me or me == 0):
+                self._delete(name)
+        return out
+
+    def waiting(self) -> list[Waiter]:
+        """Whoever is queued: a new request then queues behind them."""
+        return self.waiters()
 
     def first_in_queue(self, ticket: str) -> bool:
         """Whether no live waiter queued before `ticket` (first come, first served)."""
-        for path in self._files(self.queue_dir):
-            if path == ticket:
-                return True
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    data = json.load(handle)
-                waiting = alive(
-                    Claim(
-                        "",
-                        data["user"],
-                        data["uid"],
-                        data["pid"],
-                        data["pid_start"],
-                        data["host"],
-                        "",
-                        0,
-                    )
-                )
-            except (OSError, ValueError, TypeError, KeyError):
-                continue
-            if waiting:
-                return False
-            if data.get("uid") == os.getuid() or os.getuid() == 0:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-        return True
+        return not self.waiters(ticket)
 
 
 def _me() -> dict[str, Any]:
     uid = os.getuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = os.environ.get("USER") or str(uid)
     pid = os.getpid()
     return {
-        "user": user,
+        "user": owner_name(uid),
         "uid": uid,
         "pid": pid,
         "pid_start": process_start(pid),

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.common.labels import RUN_LABEL
-from gpuenv.errors import UsageError
+from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
+from gpuenv.errors import EngineRefused, GpuenvError, UsageError
 from gpuenv.resolution.host import Host
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
@@ -33,6 +33,9 @@ class RunInfo:
     started: str
     state: str
     pid: int | None
+    detached: bool = False
+    idle_seconds: float | None = None  # its GPUs below the idle threshold (gpuenv idle)
+    idle_warned: bool = False  # the idle policy warned it: it is stopped unless it works
 
     @property
     def uptime(self) -> str:
@@ -73,6 +76,31 @@ def stop_run(engine: ContainerEngine, runs: Sequence[RunInfo], name: str, uid: i
     return run
 
 
+def user_uid(labels: dict[str, str]) -> int | None:
+    """The uid in a run's `io.gpuenv.user` label (``alice (1000)``)."""
+    match = re.search(r"\((\d+)\)$", labels.get("io.gpuenv.user", ""))
+    return int(match.group(1)) if match else None
+
+
+def container_check(engine: ContainerEngine) -> Callable[[str, int], bool]:
+    """For the claims store: does a detached run's container still run, as `uid`'s run?
+    A container that is gone, stopped, or someone else's holds no GPU; an engine that
+    cannot be asked keeps the claim (better a GPU held too long than given twice)."""
+
+    def holds(container: str, uid: int) -> bool:
+        try:
+            data = engine.inspect(container)
+        except EngineRefused as exc:
+            return exc.status != 404
+        except GpuenvError:
+            return True
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        running = bool((data.get("State") or {}).get("Running"))
+        return running and labels.get(RUN_LABEL) == "1" and (uid == 0 or user_uid(labels) == uid)
+
+    return holds
+
+
 def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
     out = []
     for container in containers:
@@ -80,7 +108,6 @@ def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
         if RUN_LABEL not in labels:
             continue
         user = labels.get("io.gpuenv.user", "?")
-        match = re.search(r"\((\d+)\)$", user)
         pid = labels.get("io.gpuenv.pid", "")
         out.append(
             RunInfo(
@@ -88,13 +115,14 @@ def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
                 name=str((container.get("Names") or ["?"])[0]).lstrip("/"),
                 project=labels.get("io.gpuenv.project", "?"),
                 user=user,
-                uid=int(match.group(1)) if match else None,
+                uid=user_uid(labels),
                 gpus=labels.get("io.gpuenv.gpus", "?"),
                 command=labels.get("io.gpuenv.command", ""),
                 image=str(container.get("Image", "")),
                 started=labels.get("io.gpuenv.started", ""),
                 state=str(container.get("State", "")),
                 pid=int(pid) if pid.isdigit() else None,
+                detached=labels.get(DETACHED_LABEL) == "1",
             )
         )
     return sorted(out, key=lambda r: r.started)
@@ -114,6 +142,7 @@ class GpuRow:
     claimed_by: dict[str, Any] | None = None
     users: list[dict[str, Any]] = field(default_factory=list)
     health: list[dict[str, Any]] = field(default_factory=list)  # gpuenv.sharing.health
+    idle_seconds: float | None = None  # below the idle threshold this long (gpuenv idle)
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)

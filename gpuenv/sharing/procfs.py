@@ -17,6 +17,29 @@ def process_start(pid: int) -> str:
         return ""
 
 
+def process_gone(pid: int, start: str) -> bool:
+    """Whether the process `pid` that started at `start` is certainly gone: no such pid,
+    or a pid reused by a process that started later. Where /proc is private (hardened
+    hosts) a pid that exists counts as alive: it cannot be told from its reuse.
+
+    >>> import os
+    >>> process_gone(os.getpid(), process_start(os.getpid()) or "?")
+    False
+    """
+    import errno
+    import os
+
+    if pid <= 0:
+        return True  # no process; and kill(0 or -1) would mean a group, or everyone
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the pid exists
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            return True
+    now = process_start(pid)
+    return bool(now) and bool(start) and now != start
+
+
 def container_of(pid: int) -> str | None:
     """The Docker container a host process runs in, from its cgroup path."""
     try:
@@ -32,15 +55,22 @@ def process_owner(pid: int) -> str:
     """The user name (or uid) a process runs as; '?' when it is gone."""
     import pwd
 
+    uid = process_uid(pid)
+    if uid is None:
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def process_uid(pid: int) -> int | None:
+    """The real uid a process runs as; None when it is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
             for line in handle:
                 if line.startswith("Uid:"):
-                    uid = int(line.split()[1])
-                    try:
-                        return pwd.getpwuid(uid).pw_name
-                    except KeyError:
-                        return str(uid)
-    except OSError:
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
         pass
-    return "?"
+    return None

@@ -32,13 +32,18 @@ def reserve(
     try:
         while True:
             with store.locked():
-                if ticket is None and store.waiting():
-                    if wait is None:  # first come, first served: waiters go first
+                if ticket is None:
+                    queued = store.waiting()
+                    if queued and wait is None:  # first come, first served: waiters go first
+                        names = "; ".join(w.describe() for w in queued)
                         raise GpusBusy(
-                            "other runs are queued for GPUs on this host",
+                            f"other runs are queued for GPUs on this host: {names}",
                             hint="queue behind them with --wait (`gpuenv top` shows who uses what)",
                         )
-                    ticket = store.enqueue()
+                    if queued:
+                        ticket = store.enqueue()
+                else:
+                    store.touch([ticket])  # the heartbeat that keeps the ticket live
                 if ticket is None or store.first_in_queue(ticket):
                     try:
                         granted, keys = choose(request, host, store.claims())

@@ -165,6 +165,11 @@ class UsageLog:
             return
         owner = int(owner_text)
         if owner == os.getuid() or os.getuid() == 0:
+            if any(  # a detached run's end is seen by every command until it is removed
+                r.get("event") == "end" and r.get("id") == run_id
+                for r in _records(self._file(owner))
+            ):
+                return
             self._prepare()
             record = {"event": "end", "id": run_id, "end": time.time() if end is None else end}
             record["exit"] = exit_code

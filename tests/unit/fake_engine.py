@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.engine.protocol import Event, ImageInfo
+from gpuenv.engine.protocol import Event, Frame, ImageInfo
 from gpuenv.errors import EngineRefused
 
 DIGEST = "sha256:" + "ab" * 32
@@ -27,6 +27,8 @@ class FakeEngine:
     alive: set[str] = field(default_factory=set)
     images_present: set[str] = field(default_factory=set)
     listed: list[dict[str, Any]] = field(default_factory=list)
+    running: set[str] = field(default_factory=set)  # started and not yet exited
+    names_given: dict[str, str] = field(default_factory=dict)  # container -> --name
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -81,7 +83,7 @@ class FakeEngine:
     def info(self) -> dict[str, Any]:
         return {}
 
-    def create(self, config: Mapping[str, Any]) -> str:
+    def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         if (config.get("Labels") or {}).get("io.gpuenv.probe"):
             self.probes.append(dict(config))
             self._record("probe", config["Image"])
@@ -89,6 +91,7 @@ class FakeEngine:
         self.created.append(dict(config))
         container = f"c{len(self.created)}"
         self.alive.add(container)
+        self.names_given[container] = name or f"run_{container}"
         self._record("create", container)
         return container
 
@@ -96,6 +99,7 @@ class FakeEngine:
         self._record("start", container)
         if self.refuse_start:
             raise EngineRefused(500, self.refuse_start.pop(0))
+        self.running.add(container)
 
     def kill(self, container: str, signal: str) -> None:
         self._record("kill", container, signal)
@@ -106,12 +110,30 @@ class FakeEngine:
     def remove(self, container: str) -> None:
         self._record("remove", container)
         self.alive.discard(container)
+        self.running.discard(container)
+
+    def exit(self, container: str) -> None:
+        """The container's command ends (as a detached run's does, on its own)."""
+        self.running.discard(container)
 
     def inspect(self, container: str) -> dict[str, Any]:
-        return {"State": {"OOMKilled": self.oom_killed}}
+        if container not in self.alive:
+            raise EngineRefused(404, f"No such container: {container}")
+        index = int(container[1:]) - 1 if container[1:].isdigit() else -1
+        config = self.created[index] if 0 <= index < len(self.created) else {}
+        return {
+            "Name": "/" + self.names_given.get(container, container),
+            "Config": {"Labels": config.get("Labels") or {}, "Tty": config.get("Tty", False)},
+            "State": {
+                "OOMKilled": self.oom_killed,
+                "Running": container in self.running,
+                "ExitCode": self.exit_code,
+            },
+        }
 
     def wait(self, container: str) -> int:
         self._record("wait", container)
+        self.running.discard(container)
         return self.exit_code
 
     def resize(self, container: str, rows: int, columns: int) -> None:
@@ -136,3 +158,8 @@ class FakeEngine:
             theirs.sendall(b"\x01\x00\x00\x00" + len(self.output).to_bytes(4, "big") + self.output)
         theirs.close()
         return ours, b""
+
+    def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+        self._record("logs", container, follow, tail)
+        if self.output:
+            yield 1, self.output

@@ -15,6 +15,7 @@ from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.reserve import reserve
+from gpuenv.sharing.statedir import hold
 
 
 def host(**busy: int) -> Host:
@@ -85,19 +86,19 @@ def test_choose_refuses(
     assert info.value.exit_code == 16
 
 
-def test_store_is_shared_and_claims_of_the_dead_do_not_count(tmp_path: Path) -> None:
+def test_store_is_private_when_made_and_dead_claims_do_not_count(tmp_path: Path) -> None:
     store = ClaimStore(str(tmp_path / "state"))
-    assert stat.S_IMODE(os.stat(store.directory).st_mode) == 0o1777
+    assert stat.S_IMODE(os.stat(store.directory).st_mode) == 0o700  # never made shared
     with store.locked():
-        paths = store.add(["GPU-0"], "mine")
+        names = store.add(["GPU-0"], "mine")
     assert [c.gpu for c in store.claims()] == ["GPU-0"]
-    dead = json.loads(Path(paths[0]).read_text())
-    dead.update(pid=2**22 - 1, pid_start="1")
-    ghost = Path(store.claims_dir) / "GPU-1.1000.4194303.json"
-    ghost.write_text(json.dumps({**dead, "gpu": "GPU-1"}))
+    dead = json.loads((Path(store.directory) / names[0]).read_text())
+    dead.update(pid=2**22 - 1, pid_start="1", gpu="GPU-1")
+    ghost = Path(store.directory) / "claim.GPU-1.dead.json"
+    ghost.write_text(json.dumps(dead))
     assert [c.gpu for c in store.claims()] == ["GPU-0"]
     assert not ghost.exists()  # ours (same uid): deleted on the way
-    store.release(paths)
+    store.release(names)
     assert store.claims() == []
 
 
@@ -133,14 +134,21 @@ def test_queue_is_first_come_first_served(tmp_path: Path) -> None:
     store = ClaimStore(str(tmp_path / "state"))
     mine = store.enqueue()
     assert store.first_in_queue(mine)
-    older = Path(store.queue_dir) / "0000000001.000000.1.1.json"
-    me = json.loads(Path(mine).read_text())
-    older.write_text(json.dumps(me))  # a live waiter (this process) who came first
-    assert not store.first_in_queue(mine)
+    older = Path(store.directory) / "queue.0000000001.000000.json"
+    me = json.loads((Path(store.directory) / mine).read_text())
+    older.write_text(json.dumps(me))
+    fd = os.open(older, os.O_RDWR)
+    hold(fd)  # a live waiter (this process) who came first
+    try:
+        assert not store.first_in_queue(mine)
+    finally:
+        os.close(fd)  # as if it died
+    assert store.first_in_queue(mine)
+    assert not older.exists()  # ours, dead: deleted
 
 
 def test_runs_without_wait_do_not_jump_the_queue(tmp_path: Path) -> None:
     store = ClaimStore(str(tmp_path / "state"))
     store.enqueue()  # a live waiter (this process)
-    with pytest.raises(GpusBusy, match="other runs are queued"):
+    with pytest.raises(GpusBusy, match=r"other runs are queued for GPUs on this host: \w+ \(pid"):
         reserve(store, parse_gpus_option("1"), host(), "late", None, lambda _: None)

@@ -190,3 +190,68 @@ def test_the_images_accounts_are_read_once_at_build_time(project: Path, state: s
     assert "get_archive" not in engine.names()
     assert "probe" not in engine.names()
     assert engine.names().count("put_archive") == 1
+
+
+def test_a_detached_run_hands_its_claims_to_its_container(project: Path, state: str) -> None:
+    from gpuenv.run.session import reap_orphans
+    from gpuenv.sharing.monitor import container_check
+
+    engine = FakeEngine()
+    outcome = _launch(
+        project, engine, state, RunRequest(("train.py",), gpus="1", detach=True, name="long")
+    )
+    container = outcome.container  # type: ignore[attr-defined]
+    assert container == "c1" and engine.names_given["c1"] == "long"
+    assert ("wait", ("c1",)) not in engine.calls and ("remove", ("c1",)) not in engine.calls
+    config = engine.created[0]
+    assert config["Labels"]["io.gpuenv.detached"] == "1" and config["Tty"] is False
+    store = ClaimStore(state, container_check=container_check(engine))  # type: ignore[arg-type]
+    (claim,) = store.claims()
+    assert claim.container == "c1" and claim.pid == 0  # no gpuenv process holds it
+    # No orphan: the launching process is gone, but a started detached run is left alone.
+    engine.listed = [
+        {"Id": "c1", "State": "running", "Labels": {**config["Labels"], "io.gpuenv.pid": "1"}}
+    ]
+    assert reap_orphans(engine) == []  # type: ignore[arg-type]
+    with pytest.raises(GpusBusy, match="container c1"):
+        _launch(project, engine, state, RunRequest(("train.py",), gpus="device=" + "0"))
+    engine.exit("c1")  # its command ends; nobody runs gpuenv meanwhile
+    assert store.claims() == []
+
+
+def test_name_needs_detach(project: Path, state: str) -> None:
+    with pytest.raises(UsageError, match="--name names a detached run"):
+        _launch(project, FakeEngine(), state, RunRequest(("train.py",), name="x"))
+
+
+def test_orphans_are_runs_whose_process_is_certainly_gone() -> None:
+    import os
+    import socket
+
+    from gpuenv.run.session import reap_orphans
+    from gpuenv.sharing.procfs import process_start
+
+    def run(name: str, pid: int, start: str, **labels: str) -> dict[str, object]:
+        return {
+            "Id": name,
+            "Names": [f"/{name}"],
+            "State": "running",
+            "Labels": {
+                "io.gpuenv.run": "1",
+                "io.gpuenv.host": socket.gethostname(),
+                "io.gpuenv.pid": str(pid),
+                "io.gpuenv.pid-start": start,
+                **labels,
+            },
+        }
+
+    me = os.getpid()
+    engine = FakeEngine(
+        listed=[
+            run("dead", 2**22 - 1, "1"),
+            run("alive", me, process_start(me)),
+            run("detached", 2**22 - 1, "1", **{"io.gpuenv.detached": "1"}),
+            run("elsewhere", 2**22 - 1, "1", **{"io.gpuenv.host": "another-host"}),
+        ]
+    )
+    assert reap_orphans(engine) == ["dead"]  # type: ignore[arg-type]

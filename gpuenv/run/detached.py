@@ -1,0 +1,104 @@
+"""Detached runs after `gpuenv run -d`: their output (`logs`, `attach`), their end
+(`wait`) and their removal (`rm`), all through the engine seam. Only a run's owner (or
+root) reads its output: a training log can carry what its environment holds."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from gpuenv.engine.protocol import ContainerEngine, frames
+from gpuenv.errors import EngineRefused, UsageError
+from gpuenv.sharing.monitor import RunInfo, find_run
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+Write = Callable[[int, bytes], None]
+
+
+def owned_run(runs: Sequence[RunInfo], name: str, uid: int, what: str) -> RunInfo:
+    """The run named `name`, if `uid` may `what` it: its owner, or root."""
+    run = find_run(runs, name)
+    if uid != 0 and run.uid is not None and run.uid != uid:
+        raise UsageError(f"{run.name} belongs to {run.user}: only its owner or root can {what} it")
+    return run
+
+
+def stream_logs(
+    engine: ContainerEngine, run: RunInfo, *, follow: bool, tail: str, write: Write
+) -> None:
+    """The run's output so far, then (`follow`) as it comes, until it stops."""
+    for kind, data in engine.logs(run.id, follow=follow, tail=tail):
+        write(kind, data)
+
+
+def attach_run(
+    engine: ContainerEngine,
+    run: RunInfo,
+    *,
+    write: Write,
+    notice: Callable[[str], None],
+) -> int | None:
+    """Follow a running run's output from now on. Returns its exit code when it ends,
+    None when the user detaches (Ctrl-C: the run goes on)."""
+    if run.state != "running":
+        raise UsageError(
+            f"{run.name} is not running ({run.state})",
+            hint=f"`gpuenv logs {run.name}` shows its output, `gpuenv wait {run.name}` its code",
+        )
+    tty = bool((engine.inspect(run.id).get("Config") or {}).get("Tty"))
+    sock, ahead = engine.attach(run.id, False)
+    detached = False
+
+    def detach(_number: int, _frame: FrameType | None) -> None:
+        nonlocal detached
+        detached = True
+        with contextlib.suppress(OSError):
+            sock.shutdown(2)
+
+    previous = signal.signal(signal.SIGINT, detach)
+    try:
+
+        def chunks() -> object:
+            if ahead:
+                yield ahead
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                yield chunk
+
+        for kind, data in frames(chunks(), tty):  # type: ignore[arg-type]
+            write(kind, data)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sock.close()
+    if detached:
+        notice(f"detached from {run.name}: it goes on running (`gpuenv attach {run.name}`)")
+        return None
+    return engine.wait(run.id)
+
+
+def wait_run(engine: ContainerEngine, run: RunInfo) -> int:
+    """Block until the run ends; its command's exit code."""
+    try:
+        return engine.wait(run.id)
+    except EngineRefused as exc:
+        if exc.status == 404:
+            raise UsageError(f"{run.name} was removed before it could be waited for") from None
+        raise
+
+
+def remove_run(engine: ContainerEngine, run: RunInfo) -> None:
+    """Remove a run that has stopped (its output goes with it)."""
+    if run.state == "running":
+        raise UsageError(
+            f"{run.name} is still running", hint=f"stop it first: `gpuenv stop {run.name}`"
+        )
+    engine.remove(run.id)
