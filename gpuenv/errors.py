@@ -24,6 +24,7 @@ EXIT_NO_RUNTIME = 13
 EXIT_START = 14
 EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
+EXIT_GPU_PATH = 22
 EXIT_INTERRUPTED = 130
 
 
@@ -51,6 +52,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_START, "the engine would not start the container"),
     ExitCode(EXIT_DOCTOR, "gpuenv doctor found a failing check"),
     ExitCode(EXIT_GPUS_BUSY, "not enough free GPUs (see gpuenv top; --wait to queue)"),
+    ExitCode(
+        EXIT_GPU_PATH, "the engine's CDI specs cannot give the requested GPUs (gpuenv doctor)"
+    ),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )
 COMMAND_EXIT_NOTE = "gpuenv run / shell exit with the command's own exit code once it has started."
@@ -211,6 +215,13 @@ class GpuRuntimeMissing(GpuenvError):
     """A GPU was requested, but the engine has no NVIDIA runtime."""
 
     exit_code = EXIT_NO_RUNTIME
+
+
+class GpuPathBroken(GpuRuntimeMissing):
+    """The engine takes GPUs through CDI, but its specs do not name the granted GPUs, or
+    it cannot read them (too new a cdiVersion, stale after a driver upgrade)."""
+
+    exit_code = EXIT_GPU_PATH
 
 
 class GpusBusy(GpuenvError):

@@ -211,8 +211,10 @@ def container_config(
     *,
     tty: bool,
     stdin: bool,
+    device_requests: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The Engine API body for POST /containers/create."""
+    """The Engine API body for POST /containers/create; the GPUs as `device_requests`
+    (`run.devices`: legacy or CDI), the legacy request for the grant without them."""
     mounts: list[dict[str, Any]] = [
         {"Type": "bind", "Source": os.path.abspath(spec.project_dir), "Target": WORKSPACE}
     ]
@@ -251,12 +253,13 @@ def container_config(
         host_config["IpcMode"] = spec.ipc
     if size is not None:
         host_config["ShmSize"] = size
-    if grant.mode == "all":
-        host_config["DeviceRequests"] = [{"Count": -1, "Capabilities": [["gpu"]]}]
-    elif grant.mode == "devices":
-        host_config["DeviceRequests"] = [
-            {"DeviceIDs": list(grant.devices), "Capabilities": [["gpu"]]}
-        ]
+    if device_requests is None:
+        from gpuenv.run.devices import LEGACY
+        from gpuenv.run.devices import device_requests as requests_for
+
+        device_requests = requests_for(LEGACY, grant)
+    if device_requests:
+        host_config["DeviceRequests"] = [dict(request) for request in device_requests]
     return {
         "Image": image,
         "Cmd": list(command),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gpuenv.resolution.host import Host
     from gpuenv.run.session import Outcome
     from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.gpus import Grant
 
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
@@ -90,6 +91,37 @@ def _reap(engine: Engine) -> list[str]:
         return []  # the run itself reports an unreachable engine
 
 
+def gpu_requests(
+    engine: Engine,
+    host: Host,
+    granted: Grant,
+    environ: Mapping[str, str],
+    notice: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """The grant's DeviceRequests the way this engine takes GPUs (legacy or CDI); a
+    GpuPathBroken naming the spec problems when CDI cannot give them."""
+    from gpuenv.errors import GpuPathBroken
+    from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
+
+    if granted.mode == "none":
+        return []
+    path = detect_path(engine, host, environ)
+    try:
+        requests = device_requests(path, granted)
+    except MissingCdiDevice as exc:
+        which = "any GPU" if str(exc) == "all" else f"GPU {exc}"
+        details = "; ".join(path.problems) or "its CDI specs name no such device"
+        raise GpuPathBroken(
+            f"this engine takes GPUs through CDI, but no CDI device gives {which}: {details}",
+            hint="`gpuenv doctor` shows the GPU path; regenerate the spec "
+            "(`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`), "
+            "or run with --gpus none",
+        ) from None
+    for note in path.notes:
+        notice(note)
+    return requests
+
+
 def launch(
     directory: str,
     request: RunRequest,
@@ -147,6 +179,7 @@ def launch(
         identity = None if request.root or terminal.uid == 0 else services.identity()
         variables = environment(spec, request.env, request.env_files, environ)
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
+        requests = gpu_requests(engine, host, granted, environ, notice)
         config = container_config(
             spec,
             tag,
@@ -157,6 +190,7 @@ def launch(
             run_labels,
             tty=terminal.tty,
             stdin=terminal.stdin,
+            device_requests=requests,
         )
         if limit is not None:
             config["HostConfig"]["Memory"] = limit

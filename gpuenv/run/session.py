@@ -21,7 +21,7 @@ from typing import Any
 from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import RUN_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
-from gpuenv.errors import EngineRefused, GpuRuntimeMissing, StartError
+from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
     Identity,
     accounts_archive,
@@ -144,6 +144,14 @@ def _upload_identity(
     api.put_archive(container, "/", accounts_archive(passwd, group, identity))
 
 
+def _cdi_refused(exc: EngineRefused) -> GpuPathBroken:
+    return GpuPathBroken(
+        f"the engine could not give the container its CDI devices: {exc.message}",
+        hint="`gpuenv doctor` checks the CDI specs; regenerate them "
+        "(`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`), or run with --gpus none",
+    )
+
+
 def run_container(
     api: ContainerEngine,
     config: Mapping[str, Any],
@@ -157,7 +165,12 @@ def run_container(
 ) -> Outcome:
     """Create, attach, start, stream, wait, remove. Raises GpuRuntimeMissing (after
     removing the container) when the engine cannot give the container GPUs."""
-    container = api.create(config)
+    try:
+        container = api.create(config)
+    except EngineRefused as exc:
+        if "CDI" in exc.message or "cdi" in exc.message:
+            raise _cdi_refused(exc) from None
+        raise
     interrupts = 0
     lock = threading.Lock()
 
@@ -175,7 +188,13 @@ def run_container(
     try:
         if identity is not None:
             _upload_identity(api, container, identity, accounts)
-        sock, ahead = api.attach(container, stdin)
+        try:
+            sock, ahead = api.attach(container, stdin)
+        except EngineRefused as exc:
+            # Podman prepares the container (runtime, CDI devices) when it is attached.
+            if "CDI" in exc.message:
+                raise _cdi_refused(exc) from None
+            raise StartError(f"the container did not start: {exc.message}") from None
         with contextlib.closing(sock):
             try:
                 api.start(container)
@@ -188,6 +207,8 @@ def run_container(
                         "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
                         "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
                     ) from None
+                if "CDI" in exc.message:
+                    raise _cdi_refused(exc) from None
                 raise StartError(f"the container did not start: {exc.message}") from None
             handlers: dict[int, Callable[[int, FrameType | None], None]] = {
                 signal.SIGINT: lambda *_: interrupt("SIGINT"),
