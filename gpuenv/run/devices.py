@@ -76,10 +76,22 @@ class CdiSpec:
     kind: str = ""
     devices: tuple[str, ...] = ()
     host_paths: tuple[str, ...] = ()
+    renamed_nodes: tuple[tuple[str, str], ...] = ()  # (path, hostPath) where they differ
     error: str | None = None
 
     def qualified(self, name: str) -> str:
         return f"{self.kind}={name}"
+
+
+def _renamed(edits: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (str(node["path"]), str(node["hostPath"]))
+        for node in edits.get("deviceNodes") or ()
+        if isinstance(node, Mapping)
+        and node.get("hostPath")
+        and node.get("path")
+        and node["hostPath"] != node["path"]
+    ]
 
 
 def _edit_paths(edits: Mapping[str, Any]) -> list[str]:
@@ -108,13 +120,21 @@ def parse_cdi_spec(path: str, text: str) -> CdiSpec:
         return CdiSpec(path, error=f"not valid YAML: {str(exc).splitlines()[0]}")
     if not isinstance(data, Mapping) or not data.get("cdiVersion") or not data.get("kind"):
         return CdiSpec(path, error="not a CDI spec (no cdiVersion or kind)")
-    names, paths = [], _edit_paths(data.get("containerEdits") or {})
+    edits = [data.get("containerEdits") or {}]
+    names = []
     for device in data.get("devices") or ():
         if isinstance(device, Mapping) and device.get("name"):
             names.append(str(device["name"]))
-            paths += _edit_paths(device.get("containerEdits") or {})
+            edits.append(device.get("containerEdits") or {})
+    paths = [p for e in edits if isinstance(e, Mapping) for p in _edit_paths(e)]
+    renamed = [r for e in edits if isinstance(e, Mapping) for r in _renamed(e)]
     return CdiSpec(
-        path, str(data["cdiVersion"]), str(data["kind"]), tuple(names), tuple(dict.fromkeys(paths))
+        path,
+        str(data["cdiVersion"]),
+        str(data["kind"]),
+        tuple(names),
+        tuple(dict.fromkeys(paths)),
+        tuple(renamed),
     )
 
 
@@ -269,6 +289,16 @@ def spec_problems(
             f"{spec.path}: {len(missing)} host path(s) it needs are missing (e.g. {missing[0]}); "
             f"{GENERATE_HINT}"
         )
+    if facts.product == "podman" and facts.rootless:
+        # Observed on Podman 4.3.1: rootless, a node is bind-mounted from its `path`, not
+        # its `hostPath` (runc cannot mknod in a user namespace).
+        unbound = [(p, h) for p, h in spec.renamed_nodes if not exists(p)]
+        if unbound:
+            problems.append(
+                f"{spec.path}: rootless Podman binds device nodes from their own path, but "
+                f"{unbound[0][0]} (hostPath {unbound[0][1]}) does not exist on the host: "
+                "give the node's host path as its path"
+            )
     uuids = {g.uuid for g in host.gpus if g.uuid}
     gone = [d for d in spec.devices if d.startswith(("GPU-", "MIG-")) and uuids and d not in uuids]
     if gone:
