@@ -107,12 +107,12 @@ def _gpu_path(facts: EngineFacts, host: object, checks: list[Check]) -> GpuPath 
                 )
             )
     else:
-        where = ", ".join(dirs)
+        where = f" (CDI specs read from {', '.join(dirs)})" if facts.cdi_enabled else ""
         checks.append(
             Check(
                 "GPU path",
                 "warn" if path.problems else "ok",
-                f"{detail} (CDI specs read from {where})",
+                detail + where,
                 "; ".join(path.problems),
             )
         )

@@ -27,6 +27,10 @@ class FakeEngine:
     alive: set[str] = field(default_factory=set)
     images_present: set[str] = field(default_factory=set)
     listed: list[dict[str, Any]] = field(default_factory=list)
+    version_data: dict[str, Any] = field(
+        default_factory=lambda: {"Version": "fake", "ApiVersion": "1.41"}
+    )
+    info_data: dict[str, Any] = field(default_factory=dict)
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -76,10 +80,11 @@ class FakeEngine:
 
     # containers
     def version(self) -> dict[str, Any]:
-        return {"Version": "fake", "ApiVersion": "1.41"}
+        return dict(self.version_data)
 
     def info(self) -> dict[str, Any]:
-        return {}
+        self._record("info")
+        return dict(self.info_data)
 
     def create(self, config: Mapping[str, Any]) -> str:
         if (config.get("Labels") or {}).get("io.gpuenv.probe"):
