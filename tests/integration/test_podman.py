@@ -241,3 +241,41 @@ def test_rootless_as_the_user(make_project, cdi_dir: Path, installed_for_users: 
     finally:
         for image in engine.images(f"io.gpuenv.project={project.name}"):
             engine.remove_image(image.id)
+
+
+def test_ps_and_stop_rootful(rootful: Project) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuenv.cli",
+            "-C",
+            str(rootful.path),
+            "run",
+            "--gpus",
+            "1",
+            "--",
+            "sleep",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=rootful.env,
+    )
+    deadline = time.monotonic() + 60
+    mine: list[dict[str, object]] = []
+    while not mine:
+        assert time.monotonic() < deadline, "the run never showed in gpuenv ps"
+        listed = json.loads(rootful.ok("ps", "--json").stdout)
+        mine = [run for run in listed if run["project"] == rootful.name]
+        time.sleep(0.3)
+    assert mine[0]["gpus"] == UUIDS[0]
+    rootful.ok("stop", str(mine[0]["name"]))
+    process.communicate(timeout=60)
+    assert process.returncode == 143  # SIGTERM, as after docker stop
+    assert [
+        r
+        for r in json.loads(rootful.ok("ps", "--all", "--json").stdout)
+        if r["project"] == rootful.name
+    ] == []
