@@ -18,15 +18,27 @@ from __future__ import annotations
 import os
 import resource
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuenv.engine.api import UnixSocketEngine
 from gpuenv.engine.hosts import podman_socket
+from gpuenv.engine.protocol import ImageInfo
 from gpuenv.errors import GpuRuntimeMissing
 
 LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
 RLIMIT_DEFAULT = 1048576  # what rootful Podman gives nofile and nproc by default
 RLIM_INFINITY = 2**64 - 1  # libpod's rlimits are unsigned: -1 is "unlimited"
+
+
+def docker_name(reference: str) -> str:
+    """``docker.io/gpuenv/p:1`` -> ``gpuenv/p:1``; ``docker.io/library/x`` -> ``x``.
+
+    >>> docker_name("docker.io/library/debian:12"), docker_name("127.0.0.1:5000/a/b:1")
+    ('debian:12', '127.0.0.1:5000/a/b:1')
+    """
+    name = reference.removeprefix("docker.io/")
+    return name.removeprefix("library/") if name != reference else reference
 
 
 def _limit(value: int) -> int:
@@ -137,6 +149,14 @@ class PodmanEngine(UnixSocketEngine):
         if self.rootless and not any("rootless" in s for s in security):
             result["SecurityOptions"] = [*security, "name=rootless"]
         return result
+
+    def images(self, label: str | None = None) -> list[ImageInfo]:
+        """As Docker names them: Podman qualifies a name without a registry with
+        docker.io (``docker.io/gpuenv/p:1``), Docker shows ``gpuenv/p:1``."""
+        return [
+            replace(image, tags=tuple(docker_name(tag) for tag in image.tags))
+            for image in super().images(label)
+        ]
 
     def create(self, config: Mapping[str, Any]) -> str:
         spec = libpod_spec(config, rootless=self.rootless)

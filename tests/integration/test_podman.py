@@ -21,7 +21,7 @@ import pytest
 
 from gpuenv.engine.podman import PodmanEngine
 
-from .conftest import Installed, Project, _missing
+from .conftest import Installed, Project, _missing, registry_digest
 
 pytestmark = pytest.mark.integration
 
@@ -279,3 +279,31 @@ def test_ps_and_stop_rootful(rootful: Project) -> None:
         for r in json.loads(rootful.ok("ps", "--all", "--json").stdout)
         if r["project"] == rootful.name
     ] == []
+
+
+def test_pull_pins_the_digest_and_images_lists_the_build_rootful(
+    make_project, registry: str
+) -> None:
+    address = _service("GPUENV_TEST_PODMAN")
+    _service_limits(address)
+    engine = PodmanEngine(address)
+    project = make_project()
+    expected = registry_digest(registry, "nvidia/pytorch", "24.06-py3")
+    # The test Podman's storage is its own: make this pull really download.
+    for reference in (
+        f"{registry}/nvidia/pytorch@{expected}",
+        f"{registry}/nvidia/pytorch:24.06-py3",
+    ):
+        if engine.has_image(reference):
+            engine.remove_image(reference)
+    pulled = project.ok("pull", DOCKER_HOST=address)
+    assert f"digest: {expected}" in project.lock_text()
+    assert pulled.stdout.strip() == f"{registry}/nvidia/pytorch@{expected}"
+    assert engine.repo_digests(f"{registry}/nvidia/pytorch@{expected}")
+    try:
+        project.ok("build", "-q", DOCKER_HOST=address)
+        listed = project.ok("images", DOCKER_HOST=address)
+        assert project.name in listed.stdout
+    finally:
+        for image in engine.images(f"io.gpuenv.project={project.name}"):
+            engine.remove_image(image.id)

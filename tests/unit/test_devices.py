@@ -308,3 +308,34 @@ def test_podman_refuses_the_legacy_request() -> None:
     }
     with pytest.raises(GpuRuntimeMissing, match="only through CDI"):
         libpod_spec(legacy, rootless=False)
+
+
+def test_connect_picks_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuenv.engine import connect
+    from gpuenv.engine.api import UnixSocketEngine
+    from gpuenv.engine.podman import PodmanEngine
+    from gpuenv.errors import EngineError
+
+    for name in ("DOCKER_HOST", "CONTAINER_HOST", "GPUENV_ENGINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///run/user/7/podman/podman.sock")
+    engine = connect()
+    assert isinstance(engine, PodmanEngine)
+    assert engine.endpoint == "unix:///run/user/7/podman/podman.sock"
+    monkeypatch.setenv("GPUENV_ENGINE", "docker")
+    assert type(connect()) is UnixSocketEngine
+    monkeypatch.setenv("GPUENV_ENGINE", "podman")
+    monkeypatch.setenv("CONTAINER_HOST", "ssh://gpu1/run/podman/podman.sock")
+    with pytest.raises(EngineError, match="only on a unix:// socket"):
+        connect()
+
+
+def test_an_unreachable_podman_says_how_to_start_it(tmp_path: Path) -> None:
+    from gpuenv.engine.podman import PodmanEngine
+    from gpuenv.errors import EngineError
+
+    engine = PodmanEngine(f"unix://{tmp_path}/podman.sock")
+    with pytest.raises(EngineError) as raised:
+        engine.version()
+    assert "cannot reach the Podman service" in raised.value.message
+    assert "podman.socket" in (raised.value.hint or "")
