@@ -414,9 +414,23 @@ ENV
   log "services ready ($ENV_FILE)"
 }
 
-engines_down() {
+podman_down() {
+  # The rootless service runs under `unshare --fork`, which does not pass SIGTERM on:
+  # stop the podman it forked first (--kill-child ends it with unshare otherwise).
+  local child
+  if alive "$RUN/podman-rootless.pid"; then
+    child=$(pgrep -P "$(cat "$RUN/podman-rootless.pid")" -x podman || true)
+    if [ -n "$child" ]; then
+      echo "$child" >"$RUN/podman-rootless-child.pid"
+      stop "$RUN/podman-rootless-child.pid" "podman 'podman-rootless' (service)"
+    fi
+  fi
   stop "$RUN/podman-rootless.pid" "podman 'podman-rootless'"
   stop "$RUN/podman.pid" "podman 'podman'"
+}
+
+engines_down() {
+  podman_down
   stop "$RUN/registry-host.pid" "the registry's forwarder on the host"
   stop "$RUN/registry-engines.pid" "the registry's forwarder for the engines"
   stop "$RUN/registry.pid" registry
