@@ -186,7 +186,7 @@ class EngineFacts:
         if any("podman" in name.lower() for name in components):
             product = "podman"
         security = [str(s) for s in info.get("SecurityOptions") or ()]
-        rootless = any("name=rootless" in s for s in security)
+        rootless = any("name=rootless" in s for s in security) or bool(version.get("Rootless"))
         dirs = info.get("CDISpecDirs")
         devices = [
             str(d.get("ID", ""))
@@ -418,10 +418,11 @@ def device_requests(path: GpuPath, grant: Grant) -> list[dict[str, Any]]:
 
 
 def engine_facts(engine: ContainerEngine) -> EngineFacts:
-    """The engine's facts (GET /info only where it can say anything about CDI)."""
+    """The engine's facts (GET /info only where it says anything about CDI: Docker 25+;
+    Podman's adapter puts what a run needs in its version)."""
     version = engine.version()
     facts = EngineFacts.from_engine(version, {})
-    if facts.product == "podman" or facts.api >= CDI_MIN_API:
+    if facts.product == "docker" and facts.api >= CDI_MIN_API:
         facts = EngineFacts.from_engine(version, engine.info())
     return facts
 

@@ -214,6 +214,11 @@ def test_engine_facts() -> None:
         {},
     )
     assert (podman.product, podman.reads_cdi_up_to, podman.cdi_enabled) == ("podman", "0.5.0", True)
+    assert not podman.rootless
+    # Podman's adapter says rootless in its version (from the socket's owner).
+    assert EngineFacts.from_engine(
+        {"Version": "4.3.1", "Rootless": True, "Components": [{"Name": "Podman Engine"}]}, {}
+    ).rootless
     old = EngineFacts.from_engine({"Version": "24.0.7", "ApiVersion": "1.43"}, {})
     assert (old.cdi_enabled, old.reads_cdi_up_to) == (False, None)
 
