@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.errors import GpuenvError, GpuRuntimeMissing, UsageError
+from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
@@ -100,7 +100,6 @@ def gpu_requests(
 ) -> list[dict[str, Any]]:
     """The grant's DeviceRequests the way this engine takes GPUs (legacy or CDI); a
     GpuPathBroken naming the spec problems when CDI cannot give them."""
-    from gpuenv.errors import GpuPathBroken
     from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 
     if granted.mode == "none":
@@ -179,7 +178,13 @@ def launch(
         identity = None if request.root or terminal.uid == 0 else services.identity()
         variables = environment(spec, request.env, request.env_files, environ)
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
-        requests = gpu_requests(engine, host, granted, environ, notice)
+        gpus_missing: GpuRuntimeMissing | None = None
+        try:
+            requests = gpu_requests(engine, host, granted, environ, notice)
+        except GpuRuntimeMissing as exc:
+            if not granted.optional:
+                raise
+            gpus_missing, requests = exc, []
         config = container_config(
             spec,
             tag,
@@ -208,13 +213,18 @@ def launch(
             )
 
         try:
+            if gpus_missing is not None:
+                raise gpus_missing
             outcome = start(config)
-        except GpuRuntimeMissing:
+        except GpuRuntimeMissing as exc:
             if not granted.optional:
                 raise
-            notice(
-                "no NVIDIA runtime in this Docker engine: running without GPUs (GPUs were optional)"
+            why = (
+                f"the engine cannot give the GPUs through CDI ({exc.message})"
+                if isinstance(exc, GpuPathBroken)
+                else "no NVIDIA runtime in this Docker engine"
             )
+            notice(f"{why}: running without GPUs (GPUs were optional)")
             outcome = start(without_gpus(config))
         reaper.join(timeout=30)
         for name in reaped:

@@ -262,3 +262,28 @@ def test_an_old_engine_keeps_the_legacy_request(project: Path, state: str, tmp_p
         {"DeviceIDs": ["GPU-0"], "Capabilities": [["gpu"]]}
     ]
     assert ("info", ()) not in engine.calls  # API 1.41 cannot say anything of CDI
+
+
+def test_optional_gpus_run_without_them_when_no_cdi_device_fits(
+    project: Path, state: str, tmp_path: Path
+) -> None:
+    engine, environ = _cdi_engine(tmp_path, version="0.6.0")
+    engine.version_data = {
+        "Version": "4.3.1",
+        "ApiVersion": "1.41",
+        "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}],
+    }
+    notices: list[str] = []
+    outcome = _launch(
+        project,
+        engine,
+        state,
+        RunRequest(("train.py",), gpus="optional"),
+        environ=environ,
+        notices=notices,
+    )
+    assert outcome.exit_code == 0  # type: ignore[attr-defined]
+    [config] = engine.created
+    assert "DeviceRequests" not in config["HostConfig"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in config["Env"]
+    assert any("cannot give the GPUs through CDI" in n and "optional" in n for n in notices)
