@@ -258,10 +258,11 @@ def spec_problems(
     facts: EngineFacts,
     host: Host,
     exists: Callable[[str], bool] = os.path.exists,
-) -> list[str]:
-    """Why the engine cannot use this spec: unreadable, too new a cdiVersion, stale."""
+) -> tuple[list[str], list[str]]:
+    """Why the engine cannot use this spec (unreadable, too new a cdiVersion, stale), and
+    what is wrong with it that still leaves it usable (a GPU this host no longer has)."""
     if spec.error:
-        return [f"{spec.path}: {spec.error}"]
+        return [f"{spec.path}: {spec.error}"], []
     problems = []
     newest = facts.reads_cdi_up_to
     if newest and _version_above(spec.version, newest):
@@ -277,7 +278,7 @@ def spec_problems(
         if host.driver
         and (m := _SO_VERSION.search(p))
         and m.group(1) != host.driver
-        and "nvidia" in p.lower() + os.path.basename(p)
+        and os.path.basename(p).startswith(("libnvidia", "libcuda"))
     ]
     if stale:
         problems.append(
@@ -301,11 +302,10 @@ def spec_problems(
             )
     uuids = {g.uuid for g in host.gpus if g.uuid}
     gone = [d for d in spec.devices if d.startswith(("GPU-", "MIG-")) and uuids and d not in uuids]
-    if gone:
-        problems.append(
-            f"{spec.path}: names {gone[0]}, which this host does not have; " + GENERATE_HINT
-        )
-    return problems
+    warnings = [
+        f"{spec.path}: names {d}, which this host does not have; {GENERATE_HINT}" for d in gone
+    ]
+    return problems, warnings[:1]
 
 
 def _names(specs: Sequence[CdiSpec], host: Host) -> tuple[dict[str, str], str | None, list[str]]:
@@ -342,8 +342,8 @@ def choose_path(
     problems: list[str] = []
     usable = []
     for spec in mine:
-        found = spec_problems(spec, facts, host, exists)
-        problems += found
+        found, warnings = spec_problems(spec, facts, host, exists)
+        problems += found + warnings
         if not found:
             usable.append(spec)
     if facts.cdi_devices and not mine:  # a remote Docker: its own listing

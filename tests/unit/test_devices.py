@@ -69,7 +69,7 @@ def everything_exists(path: str) -> bool:
             "CDI, 0",
             "stale after a driver upgrade",
         ),
-        (PODMAN, [spec(names=("GPU-gone", "all"))], "cdi", "CDI, 0", "names GPU-gone"),
+        (PODMAN, [spec(names=("GPU-a", "GPU-gone"))], "cdi", "CDI, 2", "names GPU-gone"),
         (
             PODMAN_ROOTLESS,
             [spec(renamed=(("/dev/nvidia0", "/dev/null"),))],

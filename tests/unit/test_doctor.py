@@ -81,6 +81,7 @@ def test_docker_with_cdi_names_the_cdi_path(host: Path, tmp_path: Path) -> None:
         ("0.5.0", ["GPU-a"], "ok", "cdi: CDI, 1 nvidia.com/gpu device(s)"),
         ("0.6.0", ["GPU-a"], "fail", "reads CDI specs up to 0.5.0"),
         ("0.5.0", ["GPU-other"], "fail", "names GPU-other, which this host does not have"),
+        ("0.5.0", ["GPU-a", "GPU-other"], "warn", "names GPU-other"),
         ("0.5.0", ["0"], "ok", "cdi: CDI, 1"),
     ],
 )
