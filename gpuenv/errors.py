@@ -28,6 +28,7 @@ EXIT_DOCTOR = 15
 EXIT_GPUS_BUSY = 16
 EXIT_STATE_UNSAFE = 17
 EXIT_EXPORTER = 20
+EXIT_GPU_PATH = 22
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
@@ -65,6 +66,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
         EXIT_STATE_UNSAFE, "the shared state folder is unsafe (a symbolic link, or another user's)"
     ),
     ExitCode(EXIT_EXPORTER, "gpuenv exporter cannot listen on the address it was given"),
+    ExitCode(
+        EXIT_GPU_PATH, "the engine's CDI specs cannot give the requested GPUs (gpuenv doctor)"
+    ),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
     ExitCode(EXIT_BROKEN_PIPE, "stdout was closed early (its reader, e.g. head, quit): as SIGPIPE"),
 )
@@ -231,6 +235,13 @@ class GpuRuntimeMissing(GpuenvError):
     """A GPU was requested, but the engine has no NVIDIA runtime."""
 
     exit_code = EXIT_NO_RUNTIME
+
+
+class GpuPathBroken(GpuRuntimeMissing):
+    """The engine takes GPUs through CDI, but its specs do not name the granted GPUs, or
+    it cannot read them (too new a cdiVersion, stale after a driver upgrade)."""
+
+    exit_code = EXIT_GPU_PATH
 
 
 class GpusBusy(GpuenvError):

@@ -323,6 +323,113 @@ print("\n".join(meta["build-system"]["requires"] + meta["project"]["dependencies
   chmod a+rx "$STATE"
 }
 
+# Podman, rootful and rootless (as gpuenv-tester), each a `podman system service` in the
+# services' network namespace (containers get no network: netns = "none") and in a mount
+# namespace of its own where /etc is an overlay holding /etc/cdi, a bind of $PODMAN/cdi:
+# Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi, and the host's stay
+# untouched. Test-private containers.conf, storage.conf and registries.conf (the
+# registry at $REGISTRY is plain http), never the system's.
+PODMAN=$STATE/podman
+podman_files() {
+  mkdir -p "$PODMAN/cdi" "$PODMAN/rootful" "$PODMAN/dev"
+  chmod 0755 "$PODMAN" "$PODMAN/cdi" "$PODMAN/dev"
+  # Stand-in GPU device nodes for the tests' CDI specs: /dev/null's and /dev/zero's numbers,
+  # in the test folder (rootless Podman 4.3 binds a node's own path: it must exist).
+  [ -e "$PODMAN/dev/nvidia0" ] || mknod -m 0666 "$PODMAN/dev/nvidia0" c 1 3
+  [ -e "$PODMAN/dev/nvidia1" ] || mknod -m 0666 "$PODMAN/dev/nvidia1" c 1 5
+  # The runtime cannot raise limits above the service's own (no CAP_SYS_RESOURCE in
+  # some sandboxes): containers get the limits the service itself has; crun 1.8 refuses
+  # hybrid cgroups, runc does not.
+  cat >"$PODMAN/containers.conf" <<CONF
+[containers]
+netns = "none"
+default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)"]
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime = "runc"
+CONF
+  cat >"$PODMAN/registries.conf" <<CONF
+unqualified-search-registries = []
+[[registry]]
+location = "$REGISTRY"
+insecure = true
+CONF
+  cat >"$PODMAN/storage-rootful.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$PODMAN/rootful"
+runroot = "$RUN/podman-rootful"
+CONF
+  cat >"$PODMAN/storage-rootless.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$PODMAN/rootless"
+rootless_storage_path = "$PODMAN/rootless"
+runroot = "$RUN/podman-rootless/run"
+CONF
+  cat >"$PODMAN/launch.sh" <<'LAUNCH'
+# launch.sh UPPER CDI CMD...: /etc as an overlay (upper on a tmpfs at UPPER) with /etc/cdi
+# bound to CDI, in this (private) mount namespace; then CMD.
+set -e
+upper=$1 cdi=$2
+shift 2
+mkdir -p "$upper"
+mount -t tmpfs gpuenv-podman-etc "$upper"
+mkdir -p "$upper/u" "$upper/w"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$upper/u,workdir=$upper/w" /etc
+mkdir -p /etc/cdi
+mount --bind "$cdi" /etc/cdi
+exec "$@"
+LAUNCH
+  chmod 0644 "$PODMAN"/*.conf "$PODMAN/launch.sh"
+}
+
+podman_service_up() {  # podman_service_up NAME SOCKET [USER]
+  local name=$1 sock=$2 user=${3:-} pidfile="$RUN/$1.pid"
+  if alive "$pidfile"; then
+    return 0
+  fi
+  local as=() storage=$PODMAN/storage-rootful.conf runtime=/run/user/0 pidns=()
+  if [ -n "$user" ]; then
+    # A /proc of its own: in some sandboxes a user cannot read /proc/self of the host's.
+    pidns=(--pid --fork --kill-child --mount-proc)
+    runtime=$RUN/$name/xdg
+    mkdir -p "$RUN/$name" "$runtime" "$PODMAN/rootless"
+    chown "$user:" "$RUN/$name" "$runtime" "$PODMAN/rootless"
+    chmod 0700 "$runtime"
+    chmod 0755 "$RUN/$name"
+    storage=$PODMAN/storage-rootless.conf
+    as=(setpriv "--reuid=$user" "--regid=$user" --init-groups)
+  fi
+  rm -f "${sock#unix://}"
+  log "starting podman '$name' on $sock"
+  setsid "${IN_NETNS_NET[@]}" unshare --mount --propagation private "${pidns[@]}" -- \
+    sh "$PODMAN/launch.sh" "$RUN/$name-etc" "$PODMAN/cdi" \
+    "${as[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "HOME=$(getent passwd "${user:-root}" | cut -d: -f6)" \
+    "XDG_RUNTIME_DIR=$runtime" "CONTAINERS_CONF=$PODMAN/containers.conf" \
+    "CONTAINERS_STORAGE_CONF=$storage" "CONTAINERS_REGISTRIES_CONF=$PODMAN/registries.conf" \
+    podman system service --time=0 "$sock" >"$RUN/$name.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  wait_for 30 "podman '$name' (log: $RUN/$name.log)" \
+    curl -sf --unix-socket "${sock#unix://}" http://podman/_ping
+}
+
+podman_up() {
+  # catatonit is the init (`Init: true`) Podman runs as PID 1.
+  install_missing podman:podman newuidmap:uidmap slirp4netns:slirp4netns \
+    fuse-overlayfs:fuse-overlayfs runc:runc curl:curl catatonit:catatonit
+  # Rootless Podman maps the user's ids through /etc/subuid and /etc/subgid.
+  grep -q '^gpuenv-tester:' /etc/subuid 2>/dev/null ||
+    usermod --add-subuids 300000-365535 gpuenv-tester
+  grep -q '^gpuenv-tester:' /etc/subgid 2>/dev/null ||
+    usermod --add-subgids 300000-365535 gpuenv-tester
+  IN_NETNS_NET=(nsenter --target "$(cat "$NETNS_PID")" --net --)
+  podman_files
+  podman_service_up podman "unix://$RUN/podman.sock"
+  podman_service_up podman-rootless "unix://$RUN/podman-rootless/podman.sock" gpuenv-tester
+}
+
 up() {
   need_root
   install_missing dockerd:docker.io docker-registry:docker-registry debootstrap:debootstrap \
@@ -344,6 +451,7 @@ up() {
   # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
   scancel --user=gpuenv-tester 2>/dev/null || true
   tester_up
+  podman_up
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
@@ -357,11 +465,30 @@ GPUENV_TEST_DEPS_STANDIN_TAGS="${DEPS_STANDIN_TAGS[*]}"
 GPUENV_TEST_USER=gpuenv-tester
 GPUENV_TEST_USER2=gpuenv-tester2
 GPUENV_TEST_USER_PYTHON=$TESTER_VENV/bin/python
+GPUENV_TEST_PODMAN=unix://$RUN/podman.sock
+GPUENV_TEST_PODMAN_ROOTLESS=unix://$RUN/podman-rootless/podman.sock
+GPUENV_TEST_CDI_DIR=$PODMAN/cdi
 ENV
   log "services ready ($ENV_FILE)"
 }
 
+podman_down() {
+  # The rootless service runs under `unshare --fork`, which does not pass SIGTERM on:
+  # stop the podman it forked first (--kill-child ends it with unshare otherwise).
+  local child
+  if alive "$RUN/podman-rootless.pid"; then
+    child=$(pgrep -P "$(cat "$RUN/podman-rootless.pid")" -x podman || true)
+    if [ -n "$child" ]; then
+      echo "$child" >"$RUN/podman-rootless-child.pid"
+      stop "$RUN/podman-rootless-child.pid" "podman 'podman-rootless' (service)"
+    fi
+  fi
+  stop "$RUN/podman-rootless.pid" "podman 'podman-rootless'"
+  stop "$RUN/podman.pid" "podman 'podman'"
+}
+
 engines_down() {
+  podman_down
   stop "$RUN/registry-host.pid" "the registry's forwarder on the host"
   stop "$RUN/registry-engines.pid" "the registry's forwarder for the engines"
   stop "$RUN/registry.pid" registry
@@ -379,7 +506,8 @@ down() {
 
 status() {  # exit 0 when every service is running
   local pidfile
-  for pidfile in netns gpu nogpu claims registry registry-engines registry-host slurmctld slurmd; do
+  for pidfile in netns gpu nogpu claims registry registry-engines registry-host slurmctld slurmd \
+    podman podman-rootless; do
     alive "$RUN/$pidfile.pid" || return 1
   done
   netns_ready

@@ -152,7 +152,11 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
     writable, and never the deny list (engine sockets, /etc, ~/.ssh, ...) unless
     --allow-mount names the path. The command runs as you, with
     a HOME and a passwd entry, so the files it writes are yours. GPUs come from the spec
-    or --gpus, by UUID where known; NVIDIA_VISIBLE_DEVICES is exactly the grant. Shared
+    or --gpus, by UUID where known; NVIDIA_VISIBLE_DEVICES is exactly the grant. They are
+    asked for the way the engine takes them: CDI devices (nvidia.com/gpu=GPU-<uuid>) on
+    Podman and on Docker 25+ with CDI on and a CDI spec, the NVIDIA device request
+    otherwise (GPUENV_GPU_PATH=legacy|cdi overrides; GPUENV_ENGINE=podman or a podman.sock
+    in DOCKER_HOST/CONTAINER_HOST picks Podman). Shared
     memory, NGC's ulimits and an init process are set. Ctrl-C stops the command (a second
     one kills it); the container is always removed; the exit code is the command's.
 

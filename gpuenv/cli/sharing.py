@@ -96,9 +96,11 @@ def top(once: bool, as_json: bool, interval: float) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @click.pass_obj
 def doctor(obj: Context, as_json: bool) -> None:
-    """Check this machine for gpuenv: Docker engine and API, NVIDIA runtime, driver and
-    NVML, the project's lock against this host, free disk, nvcr.io credentials and the
-    state folder. Exits 15 when a check fails."""
+    """Check this machine for gpuenv: the engine (Docker or Podman, rootless or not) and
+    its API, the GPU path (legacy NVIDIA request or CDI, and what is wrong with the CDI
+    specs: a cdiVersion the engine cannot read, a spec stale after a driver upgrade),
+    the NVIDIA runtime, driver and NVML, the project's lock against this host, free disk,
+    nvcr.io credentials and the state folder. Exits 15 when a check fails."""
     from rich.markup import escape
 
     from gpuenv.cli import ui

@@ -12,11 +12,25 @@ if TYPE_CHECKING:
 
 
 def connect(host: str | None = None) -> Engine:
-    """The engine at `host` (DOCKER_HOST, else the default socket): the Unix-socket
-    client for unix://, docker-py for tcp:// and ssh://."""
-    from gpuenv.engine.hosts import docker_host
+    """The engine at `host`, else the one the environment names (`hosts.engine_choice`:
+    GPUENV_ENGINE, DOCKER_HOST, CONTAINER_HOST): Podman's adapter for Podman, the
+    Unix-socket client for Docker on unix://, docker-py for tcp:// and ssh://."""
+    from gpuenv.engine.hosts import engine_choice
 
-    host = host or docker_host()
+    kind, address = engine_choice()
+    host = host or address
+    if kind == "podman":
+        if not host.startswith("unix://"):
+            from gpuenv.errors import EngineError
+
+            raise EngineError(
+                f"gpuenv reaches Podman only on a unix:// socket, not {host}",
+                hint="run gpuenv on the Podman host, or forward its socket "
+                "(`ssh -L /tmp/podman.sock:/run/user/UID/podman/podman.sock HOST`)",
+            )
+        from gpuenv.engine.podman import PodmanEngine
+
+        return PodmanEngine(host)
     if host.startswith("unix://"):
         from gpuenv.engine.api import UnixSocketEngine
 

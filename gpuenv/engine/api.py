@@ -76,9 +76,10 @@ class UnixSocketEngine:
         raw: bytes | None = None,
         timeout: float | None = 60,
         content_type: str = "application/json",
+        prefix: str = API,
     ) -> tuple[int, bytes]:
         """One request on a fresh connection: its status and whole body."""
-        url = API + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        url = prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         headers = {"Content-Type": content_type} if data is not None else {}
         connection = _UnixConnection(self.path, timeout)
@@ -198,7 +199,8 @@ class UnixSocketEngine:
         status = header.split(b"\r\n", 1)[0].split()
         if len(status) < 2 or status[1] not in (b"101", b"200"):
             sock.close()
-            raise EngineRefused(500, f"attach failed: {header.decode(errors='replace')[:200]}")
+            detail = _message(500, rest) if rest.strip() else header.decode(errors="replace")[:200]
+            raise EngineRefused(500, f"attach failed: {detail}")
         return sock, rest
 
     def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:

@@ -1,13 +1,16 @@
-"""Where the engine is (DOCKER_HOST) and the one translation of "cannot talk to it"."""
+"""Where the engine is, which engine it is (Docker or Podman), and the one translation of
+"cannot talk to it"."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 
-from gpuenv.errors import EngineError, GpuenvError
+from gpuenv.errors import EngineError, GpuenvError, UsageError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
+ENGINE_ENV = "GPUENV_ENGINE"  # docker | podman
+PODMAN_ROOTFUL_SOCKET = "unix:///run/podman/podman.sock"
 
 
 def docker_host(env: Mapping[str, str] | None = None) -> str:
@@ -15,7 +18,51 @@ def docker_host(env: Mapping[str, str] | None = None) -> str:
     return env.get("DOCKER_HOST") or DEFAULT_HOST
 
 
-def not_running(host: str) -> EngineError:
+def podman_socket(env: Mapping[str, str]) -> str:
+    """Podman's API socket: CONTAINER_HOST, DOCKER_HOST, else the one of `podman system
+    service` for this user (rootless: $XDG_RUNTIME_DIR/podman/podman.sock)."""
+    for name in ("CONTAINER_HOST", "DOCKER_HOST"):
+        if env.get(name):
+            return env[name]
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if os.getuid() != 0 and runtime:
+        return f"unix://{runtime}/podman/podman.sock"
+    return PODMAN_ROOTFUL_SOCKET
+
+
+def engine_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(docker|podman, address): GPUENV_ENGINE when set; else Podman when the socket in
+    DOCKER_HOST is a podman.sock or only CONTAINER_HOST (Podman's own variable) is set.
+
+    >>> engine_choice({"DOCKER_HOST": "unix:///run/user/1000/podman/podman.sock"})
+    ('podman', 'unix:///run/user/1000/podman/podman.sock')
+    >>> engine_choice({})
+    ('docker', 'unix:///var/run/docker.sock')
+    """
+    env = os.environ if env is None else env
+    chosen = env.get(ENGINE_ENV, "").strip().lower()
+    if chosen not in ("", "docker", "podman"):
+        raise UsageError(f"{ENGINE_ENV}={chosen}: not docker or podman")
+    if chosen == "podman":
+        return "podman", podman_socket(env)
+    if chosen == "docker":
+        return "docker", docker_host(env)
+    if env.get("DOCKER_HOST"):
+        host = env["DOCKER_HOST"]
+        return ("podman" if "podman" in host.rsplit("/", 1)[-1] else "docker"), host
+    if env.get("CONTAINER_HOST"):
+        return "podman", env["CONTAINER_HOST"]
+    return "docker", DEFAULT_HOST
+
+
+def not_running(host: str, product: str = "Docker") -> EngineError:
+    if product == "Podman":
+        return EngineError(
+            f"cannot reach the Podman service at {host}: is it running?",
+            hint="start it: `systemctl --user start podman.socket` (rootless), `sudo systemctl "
+            "start podman.socket`, or `podman system service --time=0 &`; or point "
+            "CONTAINER_HOST at its socket",
+        )
     return EngineError(
         f"cannot reach the Docker engine at {host}: is it running?",
         hint="start it (`sudo systemctl start docker`, or `sudo dockerd &`), "
@@ -26,11 +73,18 @@ def not_running(host: str) -> EngineError:
 def engine_error(exc: BaseException, host: str) -> GpuenvError:
     """The one translation of "cannot talk to the engine" into what to do next."""
     text = str(exc)
+    podman = "podman" in host
     if isinstance(exc, PermissionError) or "Permission denied" in text:
         where = host.removeprefix("unix://")
+        if podman:
+            return EngineError(
+                f"permission denied on the Podman socket {where}",
+                hint="use your own rootless Podman service (`systemctl --user start "
+                "podman.socket`, CONTAINER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock)",
+            )
         return EngineError(
             f"permission denied on the Docker socket {where}",
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
             "in again), or use rootless Docker",
         )
-    return not_running(host)
+    return not_running(host, "Podman" if podman else "Docker")

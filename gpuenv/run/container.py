@@ -218,9 +218,12 @@ def container_config(
     tty: bool,
     stdin: bool,
     binds: Sequence[Bind] = (),
+    device_requests: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The Engine API body for POST /containers/create. `binds`: the extra mounts, as
-    gpuenv.project.mounts decided them (the spec's, under the user's rules, and --mount)."""
+    gpuenv.project.mounts decided them (the spec's, under the user's rules, and --mount);
+    the GPUs as `device_requests` (`run.devices`: legacy or CDI), the legacy request for
+    the grant without them."""
     mounts: list[dict[str, Any]] = [
         {"Type": "bind", "Source": os.path.abspath(spec.project_dir), "Target": WORKSPACE}
     ]
@@ -247,12 +250,13 @@ def container_config(
         host_config["IpcMode"] = spec.ipc
     if size is not None:
         host_config["ShmSize"] = size
-    if grant.mode == "all":
-        host_config["DeviceRequests"] = [{"Count": -1, "Capabilities": [["gpu"]]}]
-    elif grant.mode == "devices":
-        host_config["DeviceRequests"] = [
-            {"DeviceIDs": list(grant.devices), "Capabilities": [["gpu"]]}
-        ]
+    if device_requests is None:
+        from gpuenv.run.devices import LEGACY
+        from gpuenv.run.devices import device_requests as requests_for
+
+        device_requests = requests_for(LEGACY, grant)
+    if device_requests:
+        host_config["DeviceRequests"] = [dict(request) for request in device_requests]
     return {
         "Image": image,
         "Cmd": list(command),

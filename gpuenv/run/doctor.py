@@ -16,8 +16,12 @@ from gpuenv.errors import EngineRefused, GpuenvError
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
+    from gpuenv.run.devices import EngineFacts, GpuPath
 
 MIN_API = (1, 40)  # DeviceRequests
+GENERATE_REMEDY = (
+    "generate a CDI spec: `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`"
+)
 
 
 @dataclass(frozen=True)
@@ -31,30 +35,117 @@ class Check:
         return asdict(self)
 
 
-def _engine(connect: Callable[[], Engine], checks: list[Check]) -> None:
+def _engine(connect: Callable[[], Engine], checks: list[Check]) -> object:
+    """The engine, its API, its GPU path and rootless mode; the host for later checks."""
+    from gpuenv.run.devices import EngineFacts
+
     try:
         api = connect()
         version = api.version()
         info = api.info()
     except GpuenvError as exc:
         checks.append(Check("Docker engine", "fail", exc.message, exc.hint or ""))
-        return None
+        return _driver(checks)
+    facts = EngineFacts.from_engine(version, info)
     api_version = str(version.get("ApiVersion", "0.0"))
     numbers = tuple(int(p) for p in api_version.split(".")[:2])
-    checks.append(Check("Docker engine", "ok", f"{api.endpoint}: Engine {version.get('Version')}"))
-    if numbers < MIN_API:
+    if facts.product == "podman":
+        mode = "rootless" if facts.rootless else "rootful"
+        checks.append(Check("Podman", "ok", f"{api.endpoint}: Podman {facts.version} ({mode})"))
+    else:
+        detail = f"{api.endpoint}: Engine {version.get('Version')}"
+        checks.append(Check("Docker engine", "ok", detail + (" (rootless)" * facts.rootless)))
+        if numbers < MIN_API:
+            checks.append(
+                Check(
+                    "Engine API version",
+                    "fail",
+                    f"API {api_version} is older than 1.40",
+                    "upgrade Docker to 19.03 or newer (GPU requests need API 1.40)",
+                )
+            )
+        else:
+            checks.append(Check("Engine API version", "ok", f"API {api_version}"))
+    host = _driver(checks)
+    path = _gpu_path(facts, host, checks)
+    _rootless(facts, checks)
+    if facts.product == "docker" and (path is None or path.method == "legacy"):
+        _gpu_runtime(api, info, checks)
+    _disk(info, checks)
+    return host
+
+
+def _gpu_path(facts: EngineFacts, host: object, checks: list[Check]) -> GpuPath | None:
+    """Which way GPUs reach containers here (legacy or CDI), and what is wrong with it."""
+    from gpuenv.resolution.host import Host
+    from gpuenv.run.devices import GPU_PATH_ENV, cdi_dirs, choose_path, read_cdi_specs
+
+    known = host if isinstance(host, Host) else Host(None)
+    forced = os.environ.get(GPU_PATH_ENV, "").strip().lower() or None
+    dirs = cdi_dirs(os.environ, facts.cdi_dirs)
+    path = choose_path(facts, read_cdi_specs(dirs), known, forced)
+    detail = path.describe()
+    if path.method == "cdi":
+        missing = [g.key for g in known.gpus if g.key not in path.names]
+        if not path.names and not path.all_device:
+            checks.append(
+                Check("GPU path", "fail", detail, "; ".join(path.problems) or GENERATE_REMEDY)
+            )
+        elif missing:
+            checks.append(
+                Check(
+                    "GPU path",
+                    "warn",
+                    f"{detail}; no CDI device for {', '.join(missing)}",
+                    "; ".join(path.problems) or GENERATE_REMEDY,
+                )
+            )
+        else:
+            checks.append(
+                Check(
+                    "GPU path", "warn" if path.problems else "ok", detail, "; ".join(path.problems)
+                )
+            )
+    else:
+        where = f" (CDI specs read from {', '.join(dirs)})" if facts.cdi_enabled else ""
         checks.append(
             Check(
-                "Engine API version",
-                "fail",
-                f"API {api_version} is older than 1.40",
-                "upgrade Docker to 19.03 or newer (GPU requests need API 1.40)",
+                "GPU path",
+                "warn" if path.problems else "ok",
+                detail + where,
+                "; ".join(path.problems),
             )
         )
-    else:
-        checks.append(Check("Engine API version", "ok", f"API {api_version}"))
-    _gpu_runtime(api, info, checks)
-    _disk(info, checks)
+    return path
+
+
+def _rootless(facts: EngineFacts, checks: list[Check]) -> None:
+    if not facts.rootless:
+        return
+    if facts.product == "podman":
+        checks.append(
+            Check(
+                "rootless",
+                "ok",
+                "rootless Podman: runs use --userns=keep-id, so files written in the project "
+                "stay yours; GPUs are the CDI spec's device nodes, without cgroup device "
+                "control",
+                "",
+            )
+        )
+        return
+    checks.append(
+        Check(
+            "rootless",
+            "warn",
+            "rootless Docker: containers run in your user namespace, files in the project "
+            "stay yours; there is no cgroup device control, so the NVIDIA runtime's --gpus "
+            "fails unless its cgroup step is off",
+            "set `no-cgroups = true` under [nvidia-container-cli] in "
+            "/etc/nvidia-container-runtime/config.toml (`sudo nvidia-ctk config --set "
+            "nvidia-container-cli.no-cgroups --in-place`), or use CDI",
+        )
+    )
 
 
 def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None:
@@ -279,8 +370,7 @@ def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
     """Every check, in order; `connect` makes the engine (its failure is a check)."""
     checks: list[Check] = []
     steps: list[Callable[[], object]] = [
-        lambda: _engine(connect, checks),
-        lambda: _lock(directory, _driver(checks), checks),
+        lambda: _lock(directory, _engine(connect, checks), checks),
         lambda: _credentials(checks),
         lambda: _state(connect, checks),
     ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import USAGE_LABEL
-from gpuenv.errors import GpuenvError, GpuRuntimeMissing, UsageError
+from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
@@ -134,6 +134,36 @@ def _begin_usage(
     return usage_id, f"{os.getuid()}/{usage_id}"
 
 
+def gpu_requests(
+    engine: Engine,
+    host: Host,
+    granted: Grant,
+    environ: Mapping[str, str],
+    notice: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """The grant's DeviceRequests the way this engine takes GPUs (legacy or CDI); a
+    GpuPathBroken naming the spec problems when CDI cannot give them."""
+    from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
+
+    if granted.mode == "none":
+        return []
+    path = detect_path(engine, host, environ)
+    try:
+        requests = device_requests(path, granted)
+    except MissingCdiDevice as exc:
+        which = "any GPU" if str(exc) == "all" else f"GPU {exc}"
+        details = "; ".join(path.problems) or "its CDI specs name no such device"
+        raise GpuPathBroken(
+            f"this engine takes GPUs through CDI, but no CDI device gives {which}: {details}",
+            hint="`gpuenv doctor` shows the GPU path; regenerate the spec "
+            "(`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`), "
+            "or run with --gpus none",
+        ) from None
+    for note in path.notes:
+        notice(note)
+    return requests
+
+
 def launch(
     directory: str,
     request: RunRequest,
@@ -215,6 +245,13 @@ def launch(
             run_labels[USAGE_LABEL] = usage_label
         if request.detach:
             run_labels = detached_labels(run_labels)
+        gpus_missing: GpuRuntimeMissing | None = None
+        try:
+            requests = gpu_requests(engine, host, granted, environ, notice)
+        except GpuRuntimeMissing as exc:
+            if not granted.optional:
+                raise
+            gpus_missing, requests = exc, []
         config = container_config(
             spec,
             tag,
@@ -226,6 +263,7 @@ def launch(
             tty=terminal.tty,
             stdin=terminal.stdin,
             binds=binds,
+            device_requests=requests,
         )
         if limit is not None:
             config["HostConfig"]["Memory"] = limit
@@ -259,13 +297,18 @@ def launch(
             )
 
         try:
+            if gpus_missing is not None:
+                raise gpus_missing
             outcome = start(config)
-        except GpuRuntimeMissing:
+        except GpuRuntimeMissing as exc:
             if not granted.optional:
                 raise
-            notice(
-                "no NVIDIA runtime in this Docker engine: running without GPUs (GPUs were optional)"
+            why = (
+                f"the engine cannot give the GPUs through CDI ({exc.message})"
+                if isinstance(exc, GpuPathBroken)
+                else "no NVIDIA runtime in this Docker engine"
             )
+            notice(f"{why}: running without GPUs (GPUs were optional)")
             outcome = start(without_gpus(config))
         reaper.join(timeout=30)
         for name in reaped:

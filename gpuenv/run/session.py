@@ -21,7 +21,7 @@ from typing import Any
 from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
-from gpuenv.errors import EngineRefused, GpuRuntimeMissing, StartError
+from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
 from gpuenv.run.container import (
     Identity,
     accounts_archive,
@@ -176,7 +176,7 @@ def _upload_identity(
     api.put_archive(container, "/", accounts_archive(passwd, group, identity))
 
 
-def _no_driver(exc: EngineRefused) -> GpuRuntimeMissing | StartError:
+def _no_driver(exc: EngineRefused) -> GpuRuntimeMissing | GpuPathBroken | StartError:
     if _NO_DRIVER in exc.message:
         return GpuRuntimeMissing(
             "this Docker engine cannot give containers GPUs "
@@ -185,6 +185,8 @@ def _no_driver(exc: EngineRefused) -> GpuRuntimeMissing | StartError:
             "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
             "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
         )
+    if "CDI" in exc.message:
+        return _cdi_refused(exc)
     return StartError(f"the container did not start: {exc.message}")
 
 
@@ -215,6 +217,14 @@ def start_detached(
     return container
 
 
+def _cdi_refused(exc: EngineRefused) -> GpuPathBroken:
+    return GpuPathBroken(
+        f"the engine could not give the container its CDI devices: {exc.message}",
+        hint="`gpuenv doctor` checks the CDI specs; regenerate them "
+        "(`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`), or run with --gpus none",
+    )
+
+
 def run_container(
     api: ContainerEngine,
     config: Mapping[str, Any],
@@ -228,7 +238,12 @@ def run_container(
 ) -> Outcome:
     """Create, attach, start, stream, wait, remove. Raises GpuRuntimeMissing (after
     removing the container) when the engine cannot give the container GPUs."""
-    container = api.create(config)
+    try:
+        container = api.create(config)
+    except EngineRefused as exc:
+        if "CDI" in exc.message or "cdi" in exc.message:
+            raise _cdi_refused(exc) from None
+        raise
     interrupts = 0
     lock = threading.Lock()
 
@@ -246,7 +261,13 @@ def run_container(
     try:
         if identity is not None:
             _upload_identity(api, container, identity, accounts)
-        sock, ahead = api.attach(container, stdin)
+        try:
+            sock, ahead = api.attach(container, stdin)
+        except EngineRefused as exc:
+            # Podman prepares the container (runtime, CDI devices) when it is attached.
+            if "CDI" in exc.message:
+                raise _cdi_refused(exc) from None
+            raise StartError(f"the container did not start: {exc.message}") from None
         with contextlib.closing(sock):
             try:
                 api.start(container)

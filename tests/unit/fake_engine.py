@@ -29,6 +29,10 @@ class FakeEngine:
     listed: list[dict[str, Any]] = field(default_factory=list)
     running: set[str] = field(default_factory=set)  # started and not yet exited
     names_given: dict[str, str] = field(default_factory=dict)  # container -> --name
+    version_data: dict[str, Any] = field(
+        default_factory=lambda: {"Version": "fake", "ApiVersion": "1.41"}
+    )
+    info_data: dict[str, Any] = field(default_factory=dict)
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -78,10 +82,11 @@ class FakeEngine:
 
     # containers
     def version(self) -> dict[str, Any]:
-        return {"Version": "fake", "ApiVersion": "1.41"}
+        return dict(self.version_data)
 
     def info(self) -> dict[str, Any]:
-        return {}
+        self._record("info")
+        return dict(self.info_data)
 
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         if (config.get("Labels") or {}).get("io.gpuenv.probe"):

@@ -4,11 +4,12 @@ outcome, and what is left behind (nothing)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from gpuenv.errors import GpuRuntimeMissing, GpusBusy, UsageError
+from gpuenv.errors import GpuPathBroken, GpuRuntimeMissing, GpusBusy, UsageError
 from gpuenv.project.overrides import Overrides
 from gpuenv.resolution.host import Gpu, Host, HostPlan
 from gpuenv.resolution.policy import init_project
@@ -49,6 +50,7 @@ def _launch(
     host: Host = HOST,
     uid: int = 1000,
     notices: list[str] | None = None,
+    environ: dict[str, str] | None = None,
 ) -> object:
     said = notices if notices is not None else []
     return launch(
@@ -57,7 +59,7 @@ def _launch(
         engine,  # type: ignore[arg-type]
         services=Services(lambda: host, lambda: ClaimStore(state), lambda: ALICE),
         terminal=Terminal(tty=False, stdin=False, uid=uid),
-        environ={"WANDB_API_KEY": "k-7f3e9a"},
+        environ=environ if environ is not None else {"WANDB_API_KEY": "k-7f3e9a"},
         view=lambda: _NullView(),
         notice=said.append,
     )
@@ -255,3 +257,98 @@ def test_orphans_are_runs_whose_process_is_certainly_gone() -> None:
         ]
     )
     assert reap_orphans(engine) == ["dead"]  # type: ignore[arg-type]
+
+
+def _cdi_engine(tmp_path: Path, version: str = "0.8.0") -> tuple[FakeEngine, dict[str, str]]:
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    devices = [{"name": f"GPU-{i}", "containerEdits": {}} for i in range(4)]
+    devices.append({"name": "all", "containerEdits": {}})
+    (specs / "nvidia.json").write_text(
+        json.dumps({"cdiVersion": version, "kind": "nvidia.com/gpu", "devices": devices})
+    )
+    engine = FakeEngine(
+        version_data={"Version": "28.2.2", "ApiVersion": "1.50"},
+        info_data={"CDISpecDirs": [str(specs)]},
+    )
+    return engine, {"GPUENV_CDI_SPEC_DIRS": str(specs)}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        ("2", ["nvidia.com/gpu=GPU-0", "nvidia.com/gpu=GPU-1"]),
+        ("device=3", ["nvidia.com/gpu=GPU-3"]),
+        ("all", ["nvidia.com/gpu=all"]),
+    ],
+)
+def test_cdi_engines_get_cdi_device_requests(
+    project: Path, state: str, tmp_path: Path, gpus: str, expected: list[str]
+) -> None:
+    engine, environ = _cdi_engine(tmp_path)
+    _launch(project, engine, state, RunRequest(("train.py",), gpus=gpus), environ=environ)
+    [config] = engine.created
+    assert config["HostConfig"]["DeviceRequests"] == [{"Driver": "cdi", "DeviceIDs": expected}]
+    # What the container is told does not depend on the path.
+    visible = "all" if gpus == "all" else ",".join(e.split("=")[1] for e in expected)
+    assert f"NVIDIA_VISIBLE_DEVICES={visible}" in config["Env"]
+
+
+def test_a_spec_podman_cannot_read_stops_the_run(project: Path, state: str, tmp_path: Path) -> None:
+    engine, environ = _cdi_engine(tmp_path, version="0.6.0")
+    engine.version_data = {
+        "Version": "4.3.1",
+        "ApiVersion": "1.41",
+        "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}],
+    }
+    with pytest.raises(GpuPathBroken) as raised:
+        _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), environ=environ)
+    assert raised.value.exit_code == 22
+    assert "cdiVersion 0.6.0, but podman 4.3.1 reads CDI specs up to 0.5.0" in raised.value.message
+    assert engine.created == []
+    assert ClaimStore(state).claims() == []
+
+
+def test_docker_falls_back_to_the_legacy_request_past_an_unreadable_spec(
+    project: Path, state: str, tmp_path: Path
+) -> None:
+    engine, environ = _cdi_engine(tmp_path, version="1.1.0")
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), environ=environ)
+    [config] = engine.created
+    assert config["HostConfig"]["DeviceRequests"][0]["Capabilities"] == [["gpu"]]
+
+
+def test_an_old_engine_keeps_the_legacy_request(project: Path, state: str, tmp_path: Path) -> None:
+    engine, environ = _cdi_engine(tmp_path)
+    engine.version_data = {"Version": "20.10.24", "ApiVersion": "1.41"}
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), environ=environ)
+    [config] = engine.created
+    assert config["HostConfig"]["DeviceRequests"] == [
+        {"DeviceIDs": ["GPU-0"], "Capabilities": [["gpu"]]}
+    ]
+    assert ("info", ()) not in engine.calls  # API 1.41 cannot say anything of CDI
+
+
+def test_optional_gpus_run_without_them_when_no_cdi_device_fits(
+    project: Path, state: str, tmp_path: Path
+) -> None:
+    engine, environ = _cdi_engine(tmp_path, version="0.6.0")
+    engine.version_data = {
+        "Version": "4.3.1",
+        "ApiVersion": "1.41",
+        "Components": [{"Name": "Podman Engine", "Version": "4.3.1"}],
+    }
+    notices: list[str] = []
+    outcome = _launch(
+        project,
+        engine,
+        state,
+        RunRequest(("train.py",), gpus="optional"),
+        environ=environ,
+        notices=notices,
+    )
+    assert outcome.exit_code == 0  # type: ignore[attr-defined]
+    [config] = engine.created
+    assert "DeviceRequests" not in config["HostConfig"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" in config["Env"]
+    assert any("cannot give the GPUs through CDI" in n and "optional" in n for n in notices)

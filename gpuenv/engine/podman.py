@@ -1,0 +1,195 @@
+"""Podman, rootful or rootless, through its Docker-compatible API, except one call.
+
+Containers are created through the libpod API (``POST /libpod/containers/create``)
+because the compatible API ignores ``DeviceRequests`` before Podman 5.4 (containers/podman
+#22645, docker-py#3182) and does not resolve CDI names in ``HostConfig.Devices`` (Debian
+12's 4.3.1: "stat nvidia.com/gpu=…: no such file or directory"); libpod's
+SpecGenerator takes CDI names as devices and the user namespace mode. Everything else
+(attach, start, wait, signals, archives, lists, images) is the compatible API, which the
+Unix-socket client and docker-py already speak.
+
+Rootless Podman maps the invoking user to root in its user namespace; a container that
+runs as the user gets ``--userns=keep-id`` so that files written in the project stay the
+user's on the host.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import resource
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpuenv.engine.api import UnixSocketEngine, _UnixConnection
+from gpuenv.engine.hosts import engine_error, podman_socket
+from gpuenv.engine.protocol import ImageInfo
+from gpuenv.errors import GpuRuntimeMissing
+
+LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
+RLIMIT_DEFAULT = 1048576  # what rootful Podman gives nofile and nproc by default
+RLIM_INFINITY = 2**64 - 1  # libpod's rlimits are unsigned: -1 is "unlimited"
+
+
+def docker_name(reference: str) -> str:
+    """``docker.io/gpuenv/p:1`` -> ``gpuenv/p:1``; ``docker.io/library/x`` -> ``x``.
+
+    >>> docker_name("docker.io/library/debian:12"), docker_name("127.0.0.1:5000/a/b:1")
+    ('debian:12', '127.0.0.1:5000/a/b:1')
+    """
+    name = reference.removeprefix("docker.io/")
+    return name.removeprefix("library/") if name != reference else reference
+
+
+def _limit(value: int) -> int:
+    return RLIM_INFINITY if value < 0 else value
+
+
+def libpod_spec(config: Mapping[str, Any], *, rootless: bool) -> dict[str, Any]:
+    """The libpod SpecGenerator for an Engine API create body (the fields gpuenv sets)."""
+    host = config.get("HostConfig") or {}
+    env = dict(e.split("=", 1) for e in config.get("Env") or () if "=" in e)
+    spec: dict[str, Any] = {
+        "image": config["Image"],
+        "command": list(config.get("Cmd") or ()),
+        "env": env,
+        "labels": dict(config.get("Labels") or {}),
+        "terminal": bool(config.get("Tty")),
+        "stdin": bool(config.get("OpenStdin")),
+        "init": bool(host.get("Init")),
+        "no_new_privileges": "no-new-privileges" in (host.get("SecurityOpt") or ()),
+    }
+    if config.get("Entrypoint") is not None:
+        spec["entrypoint"] = list(config["Entrypoint"])
+    if config.get("WorkingDir"):
+        spec["work_dir"] = config["WorkingDir"]
+    user = str(config.get("User") or "")
+    if user:
+        spec["user"] = user
+    if rootless and user and user.split(":")[0] not in ("0", "root"):
+        spec["userns"] = {"nsmode": "keep-id"}
+    mounts = []
+    for mount in host.get("Mounts") or ():
+        options = ["rbind"] + (["ro"] if mount.get("ReadOnly") else [])
+        mounts.append(
+            {
+                "destination": mount["Target"],
+                "source": mount["Source"],
+                "type": "bind",
+                "options": options,
+            }
+        )
+    if mounts:
+        spec["mounts"] = mounts
+    limits = [
+        {
+            "type": str(u["Name"]).lower(),
+            "soft": _limit(u["Soft"]),
+            "hard": _limit(u["Hard"]),
+        }
+        for u in host.get("Ulimits") or ()
+    ]
+    if limits:
+        # A spec that names any rlimit gets nofile and nproc of 1048576 from rootful
+        # Podman unless it names them too (podman pkg/specgen/generate/oci.go addRlimits;
+        # the CLI sends containers.conf's default_ulimits), which a service that cannot
+        # raise its own limits refuses: name them, at this process's own limits.
+        named = {limit["type"] for limit in limits}
+        for name, number in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+            if name not in named:
+                _, hard = resource.getrlimit(number)
+                hard = (
+                    RLIMIT_DEFAULT if hard == resource.RLIM_INFINITY else min(hard, RLIMIT_DEFAULT)
+                )
+                limits.append({"type": name, "soft": hard, "hard": hard})
+        spec["r_limits"] = limits
+    if host.get("IpcMode"):
+        spec["ipcns"] = {"nsmode": host["IpcMode"]}
+    if host.get("ShmSize"):
+        spec["shm_size"] = int(host["ShmSize"])
+    if host.get("Memory"):
+        spec["resource_limits"] = {"memory": {"limit": int(host["Memory"])}}
+    devices = []
+    for request in host.get("DeviceRequests") or ():
+        if request.get("Driver") != "cdi":
+            raise GpuRuntimeMissing(
+                "Podman takes GPUs only through CDI devices, not the NVIDIA device request",
+                hint="unset GPUENV_GPU_PATH=legacy, and give Podman a CDI spec "
+                "(`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)",
+            )
+        devices += [{"path": name} for name in request.get("DeviceIDs") or ()]
+    if devices:
+        spec["devices"] = devices
+    return spec
+
+
+class PodmanEngine(UnixSocketEngine):
+    """The Engine protocol for Podman's API socket (``podman system service``)."""
+
+    product = "podman"
+
+    def __init__(self, host: str | None = None) -> None:
+        super().__init__(host or podman_socket(os.environ))
+        self._rootless: bool | None = None
+
+    @property
+    def rootless(self) -> bool:
+        """Whether the service runs rootless: its socket belongs to a user, not root
+        (a rootless service runs as its user; libpod's /info says the same, slowly)."""
+        if self._rootless is None:
+            try:
+                self._rootless = os.stat(self.path).st_uid != 0
+            except OSError:
+                info = self.call("GET", "/info", prefix=LIBPOD) or {}
+                security = (info.get("host") or {}).get("security") or {}
+                self._rootless = bool(security.get("rootless"))
+        return self._rootless
+
+    def version(self) -> dict[str, Any]:
+        """The version from ``GET /_ping``'s headers (Libpod-Api-Version, Api-Version),
+        with ``Rootless``: Podman 4.3 answers /version in about a second (it asks
+        conmon and the runtime for theirs), /_ping in milliseconds, and a run needs it."""
+        connection = _UnixConnection(self.path, 30)
+        try:
+            connection.request("GET", "/_ping")
+            response = connection.getresponse()
+            response.read()
+            libpod = response.getheader("Libpod-Api-Version") or ""
+            api = response.getheader("Api-Version") or "1.41"
+        except (OSError, http.client.HTTPException) as exc:
+            raise engine_error(exc, self.host) from None
+        finally:
+            connection.close()
+        if not libpod:
+            return super().version()
+        return {
+            "Version": libpod,
+            "ApiVersion": api,
+            "Components": [{"Name": "Podman Engine", "Version": libpod}],
+            "Rootless": self.rootless,
+        }
+
+    def info(self) -> dict[str, Any]:
+        """The compatible /info, with ``name=rootless`` among the SecurityOptions when the
+        service is rootless (as Docker's rootless daemon reports it)."""
+        result = super().info()
+        security = list(result.get("SecurityOptions") or ())
+        if self.rootless and not any("rootless" in s for s in security):
+            result["SecurityOptions"] = [*security, "name=rootless"]
+        return result
+
+    def images(self, label: str | None = None) -> list[ImageInfo]:
+        """As Docker names them: Podman qualifies a name without a registry with
+        docker.io (``docker.io/gpuenv/p:1``), Docker shows ``gpuenv/p:1``."""
+        return [
+            replace(image, tags=tuple(docker_name(tag) for tag in image.tags))
+            for image in super().images(label)
+        ]
+
+    def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
+        spec = libpod_spec(config, rootless=self.rootless)
+        if name:  # libpod's SpecGenerator names the container in the body, not the query
+            spec["name"] = name
+        result = self.call("POST", "/containers/create", spec, prefix=LIBPOD)
+        return str(result["Id"])

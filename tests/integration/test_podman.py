@@ -1,0 +1,309 @@
+"""`gpuenv build` and `gpuenv run` on a real Podman (Debian 12's 4.3.1), rootful and
+rootless (as the unprivileged test user), with GPUs given through a CDI spec the test
+writes. Its device nodes are stand-ins: /dev/nvidia0 and /dev/nvidia1 in the container
+are the host's /dev/null and /dev/zero (CDI's deviceNodes hostPath), so a container that
+sees a node got exactly that CDI device."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuenv.engine.podman import PodmanEngine
+
+from .conftest import Installed, Project, _missing, registry_digest
+
+pytestmark = pytest.mark.integration
+
+UUIDS = ["GPU-0a0a0a0a-0000-4000-8000-000000000000", "GPU-1b1b1b1b-0000-4000-8000-000000000001"]
+NODES = {UUIDS[0]: ("/dev/nvidia0", "/dev/null"), UUIDS[1]: ("/dev/nvidia1", "/dev/zero")}
+SPEC_NAME = "gpuenv-itest.json"
+SHOW = (
+    "ls /dev | grep '^nvidia' | tr '\\n' ' '; echo; echo $NVIDIA_VISIBLE_DEVICES $GPUENV_CDI_NODE"
+)
+
+
+def cdi_spec(
+    version: str = "0.5.0", nodes: dict[str, tuple[str, str]] = NODES
+) -> dict[str, object]:
+    devices = [
+        {
+            "name": uuid,
+            "containerEdits": {
+                "deviceNodes": [{"path": path, "hostPath": host_path}],
+                "env": [f"GPUENV_CDI_NODE_{index}={path}"],
+            },
+        }
+        for index, (uuid, (path, host_path)) in enumerate(nodes.items())
+    ]
+    return {"cdiVersion": version, "kind": "nvidia.com/gpu", "devices": devices}
+
+
+def _service(variable: str) -> str:
+    address = os.environ.get(variable, "")
+    path = address.removeprefix("unix://")
+    if not address or not os.path.exists(path):
+        _missing(f"no test Podman service at {variable}={address!r}")
+    return address
+
+
+@pytest.fixture
+def cdi_dir() -> Iterator[Path]:
+    folder = Path(os.environ.get("GPUENV_TEST_CDI_DIR", ""))
+    if not folder.is_dir():
+        _missing(f"no CDI spec folder for the test Podman at GPUENV_TEST_CDI_DIR={folder}")
+    spec = folder / SPEC_NAME
+    spec.write_text(json.dumps(cdi_spec()))
+    spec.chmod(0o644)
+    yield folder
+    spec.unlink(missing_ok=True)
+
+
+def _service_limits(address: str) -> None:
+    """Run below the service's own process limits: rootful Podman gives a container
+    this process's nofile/nproc (`engine.podman`), which the service must be able to set."""
+    pidfile = Path(address.removeprefix("unix://")).with_suffix(".pid")
+    pid = pidfile.read_text().strip() if pidfile.exists() else ""
+    limits = Path(f"/proc/{pid}/limits").read_text() if pid else ""
+    for line in limits.splitlines():
+        for name, number in (("Max processes", resource.RLIMIT_NPROC),):
+            if line.startswith(name) and line.split()[3].isdigit():
+                hard = int(line.split()[3])
+                soft, current = resource.getrlimit(number)
+                if current == resource.RLIM_INFINITY or current > hard:
+                    resource.setrlimit(number, (min(soft, hard), hard))
+
+
+@pytest.fixture
+def rootful(make_project, cdi_dir: Path, tmp_path: Path) -> Iterator[Project]:
+    address = _service("GPUENV_TEST_PODMAN")
+    _service_limits(address)
+    engine = PodmanEngine(address)
+    before = {c["Id"] for c in engine.containers("io.gpuenv.run")}
+    made = make_project(spec="gpus: all\n")
+    host = tmp_path / "host.json"
+    gpus = [{"index": i, "name": "NVIDIA GeForce RTX 4090", "uuid": u} for i, u in enumerate(UUIDS)]
+    host.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
+    made.env.update(
+        DOCKER_HOST=address,
+        GPUENV_CDI_SPEC_DIRS=str(cdi_dir),
+        GPUENV_HOST_FILE=str(host),
+    )
+    made.ok("build", "-q")
+    yield made
+    assert {c["Id"] for c in engine.containers("io.gpuenv.run")} == before
+    for image in engine.images(f"io.gpuenv.project={made.name}"):
+        engine.remove_image(image.id)
+
+
+def _lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.splitlines()
+
+
+def test_cdi_devices_rootful(rootful: Project) -> None:
+    one = _lines(rootful.ok("run", "--gpus", "device=1", "--", "sh", "-c", SHOW + "_1"))
+    assert one[0].split() == ["nvidia1"]
+    assert one[1].split() == [UUIDS[1], "/dev/nvidia1"]
+    every = _lines(rootful.ok("run", "--gpus", "all", "--", "sh", "-c", SHOW + "_0"))
+    assert every[0].split() == ["nvidia0", "nvidia1"]
+    assert every[1].split() == ["all", "/dev/nvidia0"]
+    none = _lines(rootful.ok("run", "--gpus", "none", "--", "sh", "-c", SHOW))
+    assert none[0].strip() == ""
+    assert rootful.gpuenv("run", "--", "sh", "-c", "exit 7").returncode == 7
+
+
+def test_doctor_names_the_cdi_path(rootful: Project) -> None:
+    result = rootful.gpuenv("doctor")
+    assert "Podman: " in result.stdout and "Podman 4.3.1 (rootful)" in result.stdout
+    assert (
+        f"GPU path: cdi: CDI, 2 nvidia.com/gpu device(s) in {SPEC_NAME}"
+        in result.stdout.replace(str(Path(os.environ["GPUENV_TEST_CDI_DIR"])) + "/", "")
+    )
+
+
+def test_a_spec_too_new_for_podman(rootful: Project, cdi_dir: Path) -> None:
+    (cdi_dir / SPEC_NAME).write_text(json.dumps(cdi_spec("0.6.0")))
+    result = rootful.gpuenv("run", "--gpus", "device=0", "--", "true")
+    assert result.returncode == 22, result.stderr
+    assert "cdiVersion 0.6.0, but podman 4.3.1 reads CDI specs up to 0.5.0" in result.stderr
+    assert "Traceback" not in result.stderr
+    doctor = rootful.gpuenv("doctor")
+    assert "fail GPU path" in doctor.stdout, doctor.stdout
+
+
+def test_ctrl_c_stops_and_removes_rootful(rootful: Project) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuenv.cli", "-C", str(rootful.path), "run", "--", "sleep", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=rootful.env,
+    )
+    engine = PodmanEngine(rootful.env["DOCKER_HOST"])
+    deadline = time.monotonic() + 60
+    while not [
+        c
+        for c in engine.containers(f"io.gpuenv.project={rootful.name}", all=False)
+        if c.get("State") == "running"
+    ]:
+        assert time.monotonic() < deadline, "the run's container never started"
+        time.sleep(0.2)
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert process.returncode == 130, stderr
+    assert engine.containers(f"io.gpuenv.project={rootful.name}") == []
+
+
+def test_rootless_as_the_user(make_project, cdi_dir: Path, installed_for_users: Installed) -> None:
+    address = _service("GPUENV_TEST_PODMAN_ROOTLESS")
+    user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
+    project = make_project(spec="gpus: all\n")
+    for root, names, files in os.walk(project.path):
+        for name in [".", *names, *files]:
+            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
+    mine = project.path.parent / f"{project.name}-user"  # readable by the user, not in the project
+    mine.mkdir()
+    os.chown(mine, user.pw_uid, user.pw_gid)
+    host = mine / "host.json"
+    gpus = [{"index": i, "name": "NVIDIA GeForce RTX 4090", "uuid": u} for i, u in enumerate(UUIDS)]
+    host.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
+    env = installed_for_users.env(
+        {
+            **project.env,
+            "DOCKER_HOST": "",
+            "CONTAINER_HOST": address,
+            "GPUENV_CDI_SPEC_DIRS": str(cdi_dir),
+            "GPUENV_HOST_FILE": str(host),
+            "HOME": user.pw_dir,
+            "USER": user.pw_name,
+            "XDG_CACHE_HOME": str(mine / "cache"),
+            "GPUENV_STATE_DIR": str(mine / "state"),
+            "GPUENV_DATA_DIR": str(mine / "data"),
+        }
+    )
+    env.pop("DOCKER_HOST")
+
+    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = installed_for_users.argv("-C", str(project.path), *args)
+        return subprocess.run(
+            ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=project.path,
+        )
+
+    engine = PodmanEngine(address)
+    try:
+        built = as_user("build", "-q")
+        assert built.returncode == 0, built.stdout + built.stderr
+        # Rootless Podman binds a node from its own path: the renaming spec is refused
+        # before anything starts, and doctor says why.
+        refused = as_user("run", "--gpus", "device=0", "--", "true")
+        assert refused.returncode == 22, refused.stdout + refused.stderr
+        assert "rootless Podman binds device nodes from their own path" in refused.stderr
+        # The stand-in nodes of the test folder, at their own paths.
+        stand_ins = cdi_dir.parent / "dev"
+        nodes = {u: (str(stand_ins / f"nvidia{i}"),) * 2 for i, u in enumerate(UUIDS)}
+        (cdi_dir / SPEC_NAME).write_text(json.dumps(cdi_spec(nodes=nodes)))
+        show = (
+            "touch written.txt && mkdir -p out && id -u && "
+            f"ls {stand_ins} | tr '\\n' ' '; echo; echo $NVIDIA_VISIBLE_DEVICES $GPUENV_CDI_NODE_1"
+        )
+        result = as_user("run", "--gpus", "device=1", "--", "sh", "-c", show)
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0] == str(user.pw_uid)
+        assert lines[1].split() == ["nvidia1"]
+        assert lines[2].split() == [UUIDS[1], str(stand_ins / "nvidia1")]
+        for name in ("written.txt", "out"):
+            info = (project.path / name).stat()
+            assert (info.st_uid, info.st_gid) == (user.pw_uid, user.pw_gid)
+        assert as_user("run", "--", "sh", "-c", "exit 3").returncode == 3
+        doctor = as_user("doctor")
+        assert "Podman 4.3.1 (rootless)" in doctor.stdout, doctor.stdout + doctor.stderr
+        assert "--userns=keep-id" in doctor.stdout
+        assert engine.containers(f"io.gpuenv.project={project.name}") == []
+    finally:
+        for image in engine.images(f"io.gpuenv.project={project.name}"):
+            engine.remove_image(image.id)
+
+
+def test_ps_and_stop_rootful(rootful: Project) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuenv.cli",
+            "-C",
+            str(rootful.path),
+            "run",
+            "--gpus",
+            "1",
+            "--",
+            "sleep",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=rootful.env,
+    )
+    deadline = time.monotonic() + 60
+    mine: list[dict[str, object]] = []
+    while not mine:
+        assert time.monotonic() < deadline, "the run never showed in gpuenv ps"
+        listed = json.loads(rootful.ok("ps", "--json").stdout)
+        mine = [run for run in listed if run["project"] == rootful.name]
+        time.sleep(0.3)
+    assert mine[0]["gpus"] == UUIDS[0]
+    rootful.ok("stop", str(mine[0]["name"]))
+    process.communicate(timeout=60)
+    assert process.returncode == 143  # SIGTERM, as after docker stop
+    assert [
+        r
+        for r in json.loads(rootful.ok("ps", "--all", "--json").stdout)
+        if r["project"] == rootful.name
+    ] == []
+
+
+def test_pull_pins_the_digest_and_images_lists_the_build_rootful(
+    make_project, registry: str
+) -> None:
+    address = _service("GPUENV_TEST_PODMAN")
+    _service_limits(address)
+    engine = PodmanEngine(address)
+    project = make_project()
+    expected = registry_digest(registry, "nvidia/pytorch", "24.06-py3")
+    # The test Podman's storage is its own: make this pull really download.
+    for reference in (
+        f"{registry}/nvidia/pytorch@{expected}",
+        f"{registry}/nvidia/pytorch:24.06-py3",
+    ):
+        if engine.has_image(reference):
+            engine.remove_image(reference)
+    pulled = project.ok("pull", DOCKER_HOST=address)
+    assert f"digest: {expected}" in project.lock_text()
+    assert pulled.stdout.strip() == f"{registry}/nvidia/pytorch@{expected}"
+    assert engine.repo_digests(f"{registry}/nvidia/pytorch@{expected}")
+    try:
+        project.ok("build", "-q", DOCKER_HOST=address)
+        listed = project.ok("images", DOCKER_HOST=address)
+        assert project.name in listed.stdout
+    finally:
+        for image in engine.images(f"io.gpuenv.project={project.name}"):
+            engine.remove_image(image.id)
