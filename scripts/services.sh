@@ -28,12 +28,16 @@ REGISTRY=127.0.0.1:5000
 REGISTRY_SOCKET=$RUN/registry.sock
 NETNS_PID=$RUN/netns.pid
 ENV_FILE=.cache/services.env
+IN_MN1=(nsenter --net=/run/netns/gpuenv-mn1)
 # Tags of the matrix that get a stand-in image in the registry.
 STANDIN_TAGS=(24.06-py3 24.05-py3 24.04-py3)
 STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
 # Stand-ins for `gpuenv matrix sync`: configs carrying NGC's own metadata (never run).
 SYNC_STANDIN_TAGS=(25.10-py3 26.11-py3)
 SYNC_STANDIN_VERSION=1  # bump when sync_standin_env changes
+# A stand-in with CPU PyTorch, for multi-node torchrun jobs (a real c10d rendezvous).
+TORCH_STANDIN=$REGISTRY/gpuenv-test/pytorch-cpu:2.13.0
+TORCH_STANDIN_VERSION=1  # bump when torch_standin_image changes
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -212,6 +216,39 @@ sync_standin_images() {
   done
 }
 
+torch_standin_image() {  # Debian + Python + torch 2.13.0 (CPU), from wheels pip finds
+  # here (the engines' namespace has no network: the wheels are copied in)
+  local docker=(docker -H "unix://$RUN/gpu.sock") version context
+  version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.torch-stand-in-version"}}' \
+    "$TORCH_STANDIN" 2>/dev/null || true)
+  if [ "$version" != "$TORCH_STANDIN_VERSION" ]; then
+    local wheels="$STATE/torch-wheels"
+    if [ ! -f "$wheels/.complete" ]; then
+      log "downloading torch 2.13.0 (CPU) and its dependencies for the torch stand-in"
+      mkdir -p "$wheels"
+      python3 -m pip download -q --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 -d "$wheels" torch==2.13.0 >/dev/null 2>&1 ||
+        die "pip download of torch 2.13.0 failed"
+      touch "$wheels/.complete"
+    fi
+    log "building the torch stand-in $TORCH_STANDIN"
+    context=$(mktemp -d)
+    cp -r "$wheels" "$context/wheels"
+    rm -f "$context/wheels/.complete"
+    cat >"$context/Dockerfile" <<DOCKERFILE
+FROM gpuenv-test/bookworm-python:1
+COPY wheels /tmp/wheels
+RUN python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system-packages \
+    torch==2.13.0 && rm -rf /tmp/wheels /root/.cache
+LABEL io.gpuenv.torch-stand-in-version="$TORCH_STANDIN_VERSION"
+DOCKERFILE
+    "${docker[@]}" build -q -t "$TORCH_STANDIN" "$context" >/dev/null 2>&1 ||
+      die "building the torch stand-in $TORCH_STANDIN failed"
+    rm -rf "$context"
+  fi
+  "${docker[@]}" push -q "$TORCH_STANDIN" >/dev/null
+}
+
 forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
   # namespace LAUNCHER runs in (this one when none), to the registry's socket
   local name=$1 pidfile="$RUN/$1.pid"
@@ -285,9 +322,17 @@ up() {
   registry_reachable
   standin_images
   sync_standin_images
+  torch_standin_image
   slurm_up
+  slurm_multi_up
+  # Stand-in apptainer/enroot on the gpuenv-multi nodes pull from the registry as
+  # 127.0.0.1:5000 too (the first node is the batch host, which pulls).
+  forward_up registry-mn1 nsenter --net=/run/netns/gpuenv-mn1
+  wait_for 30 "the registry, from gpuenv-mn1 (log: $RUN/registry-mn1.log)" \
+    registry_answers nsenter --net=/run/netns/gpuenv-mn1
   # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
   scancel --user=gpuenv-tester 2>/dev/null || true
+  SLURM_CONF=$MULTI_CONF "${IN_MN1[@]}" scancel --user=gpuenv-tester 2>/dev/null || true
   tester_up
   cat >"$ENV_FILE" <<ENV
 DOCKER_HOST=unix://$RUN/gpu.sock
@@ -297,6 +342,9 @@ GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
 GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_SYNC_STANDIN_TAGS="${SYNC_STANDIN_TAGS[*]}"
+GPUENV_TEST_TORCH_IMAGE=$TORCH_STANDIN
+GPUENV_TEST_MULTI_SLURM_CONF=$MULTI_CONF
+GPUENV_TEST_MULTI_NETNS=/run/netns/gpuenv-mn1
 GPUENV_TEST_USER=gpuenv-tester
 GPUENV_TEST_USER_PYTHON=$TESTER_VENV/bin/python
 ENV
@@ -312,6 +360,8 @@ engines_down() {
 }
 
 down() {
+  stop "$RUN/registry-mn1.pid" "the registry's forwarder for gpuenv-mn1"
+  slurm_multi_down
   slurm_down
   engines_down
   stop "$NETNS_PID" "the services' namespaces"
@@ -320,7 +370,8 @@ down() {
 
 status() {  # exit 0 when every service is running
   local pidfile
-  for pidfile in netns gpu nogpu registry registry-engines registry-host slurmctld slurmd; do
+  for pidfile in netns gpu nogpu registry registry-engines registry-host slurmctld slurmd \
+    slurmctld-multi slurmd-mn1 slurmd-mn2 registry-mn1; do
     alive "$RUN/$pidfile.pid" || return 1
   done
   netns_ready

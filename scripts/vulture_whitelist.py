@@ -21,3 +21,5 @@ baked  # noqa: B018
 DataclassInstance  # noqa: B018
 # PEP 562 module attribute hook (ui.err / ui.out, made on first use).
 __getattr__  # noqa: B018
+# The Kubernetes versions the docs claim, each validated by tests/unit/test_manifests.py.
+KUBERNETES_VERSIONS  # noqa: B018
