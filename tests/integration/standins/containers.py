@@ -65,7 +65,8 @@ def _get(url: str, accept: str | None = None) -> bytes:
 
 
 def pull(tool: str, registry: str, repo: str, digest: str, scheme: str, root: str) -> None:
-    """The image's layers, unpacked in order into `root` (whiteouts applied)."""
+    """The image's layers, unpacked in order into `root` (whiteouts applied), and its
+    config's environment in `root`.env.json."""
     base = f"{scheme}://{registry}/v2/{repo}"
     body = _get(f"{base}/manifests/{digest}", ACCEPT)
     if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
@@ -76,6 +77,9 @@ def pull(tool: str, registry: str, repo: str, digest: str, scheme: str, root: st
             m for m in manifest["manifests"] if m.get("platform", {}).get("architecture") == "amd64"
         ]
         manifest = json.loads(_get(f"{base}/manifests/{chosen['digest']}", ACCEPT))
+    config = json.loads(_get(f"{base}/blobs/{manifest['config']['digest']}"))
+    with open(root + ".env.json", "w", encoding="utf-8") as handle:
+        json.dump(config.get("config", {}).get("Env") or [], handle)
     partial = root + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
@@ -153,11 +157,14 @@ def hang_here() -> None:
 
 
 def run_in(tool: str, image: dict, env: dict[str, str], workdir: str, command: list[str]) -> None:
-    """exec `command` with the image's Python and the given environment."""
+    """exec `command` with the image's Python, its environment and then `env`."""
     hang_here()
     root = image["rootfs"]
-    paths = [f"{root}/usr/local/bin", f"{root}/usr/bin", "/usr/bin", "/bin"]
-    env = dict(env, PATH=":".join(paths), PYTHONHOME=f"{root}/usr")
+    with open(root + ".env.json", encoding="utf-8") as handle:
+        baked = dict(entry.partition("=")[::2] for entry in json.load(handle))
+    image_path = baked.pop("PATH", "/usr/local/bin:/usr/bin:/bin")
+    paths = [root + folder for folder in image_path.split(":")] + ["/usr/bin", "/bin"]
+    env = {**baked, **env, "PATH": ":".join(paths), "PYTHONHOME": f"{root}/usr"}
     executable = shutil.which(command[0], path=env["PATH"])
     if executable is None:
         fail(tool, f"{command[0]}: not found in the image", 127)
