@@ -189,3 +189,42 @@ def test_sacct_rows_keep_ended_jobs_only() -> None:
         ("8", "FAILED", "1:0"),
         ("9", "CANCELLED by 1001", "0:15"),
     ]
+
+
+def test_kubernetes_golden() -> None:
+    """The two-node, queued export the docs show, as `gpuenv export kubernetes` prints it."""
+    from .test_cluster import golden
+
+    documents = manifests(
+        KubernetesOptions(queue="team-a", nodes=2, pull_secrets=("regcred",)), gpus=2
+    )
+    golden("kubernetes-2-nodes.yaml", yaml.safe_dump_all(documents, sort_keys=False))
+
+
+@pytest.mark.parametrize(
+    ("printed", "code", "rows", "reason"),
+    [
+        ("21|COMPLETED|00:00:41|2|mn[1-2]|0:0\n", 0, [("21", "0:0")], ""),
+        ("Slurm accounting storage is disabled\n", 1, None, "keeps no Slurm accounting"),
+        ("", 1, None, "sacct failed"),
+    ],
+)
+def test_finished_jobs_from_sacct(
+    tmp_path, monkeypatch, printed: str, code: int, rows: list | None, reason: str
+) -> None:
+    """A stand-in sacct on PATH that records its arguments (the real one answers in
+    tests/integration, where the test Slurm keeps no accounting)."""
+    from gpuenv.cluster.submit import finished_jobs
+
+    (tmp_path / "out").write_text(printed)
+    script = tmp_path / "sacct"
+    script.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\ncat {tmp_path}/out\nexit {code}\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    finished = finished_jobs("gpuenv-demo")
+    assert reason in finished.reason
+    if rows is None:
+        assert finished.rows is None
+    else:
+        assert [(r["job"], r["exit_code"]) for r in finished.rows or []] == rows
+    assert "--name=gpuenv-demo" in (tmp_path / "args").read_text()
