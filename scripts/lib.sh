@@ -167,20 +167,20 @@ CONF
 MULTI_CONF=/etc/slurm-multi/slurm.conf
 MULTI_NODES=(mn1:10.77.0.1 mn2:10.77.0.2)
 
-multi_netns_up() {
+multi_netns_up() {  # the nodes' link is gpuenv0 on both, as nodes share interface names
   local pair name addr
   for pair in "${MULTI_NODES[@]}"; do
     name=gpuenv-${pair%%:*}
     [ -e "/run/netns/$name" ] || ip netns add "$name"
     ip -n "$name" link set lo up
   done
-  if ! ip -n gpuenv-mn1 link show mn1-eth >/dev/null 2>&1; then
-    ip -n gpuenv-mn1 link add mn1-eth type veth peer name mn2-eth netns gpuenv-mn2
+  if ! ip -n gpuenv-mn1 link show gpuenv0 >/dev/null 2>&1; then
+    ip -n gpuenv-mn1 link add gpuenv0 type veth peer name gpuenv0 netns gpuenv-mn2
   fi
   for pair in "${MULTI_NODES[@]}"; do
     name=${pair%%:*} addr=${pair#*:}
-    ip -n "gpuenv-$name" addr replace "$addr/24" dev "$name-eth"
-    ip -n "gpuenv-$name" link set "$name-eth" up
+    ip -n "gpuenv-$name" addr replace "$addr/24" dev gpuenv0
+    ip -n "gpuenv-$name" link set gpuenv0 up
   done
 }
 

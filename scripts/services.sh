@@ -325,11 +325,14 @@ up() {
   torch_standin_image
   slurm_up
   slurm_multi_up
-  # Stand-in apptainer/enroot on the gpuenv-multi nodes pull from the registry as
-  # 127.0.0.1:5000 too (the first node is the batch host, which pulls).
-  forward_up registry-mn1 nsenter --net=/run/netns/gpuenv-mn1
-  wait_for 30 "the registry, from gpuenv-mn1 (log: $RUN/registry-mn1.log)" \
-    registry_answers nsenter --net=/run/netns/gpuenv-mn1
+  # The gpuenv-multi nodes pull from the registry as 127.0.0.1:5000 too (Apptainer on the
+  # batch host, enroot on every node).
+  local node
+  for node in mn1 mn2; do
+    forward_up "registry-$node" nsenter --net="/run/netns/gpuenv-$node"
+    wait_for 30 "the registry, from gpuenv-$node (log: $RUN/registry-$node.log)" \
+      registry_answers nsenter --net="/run/netns/gpuenv-$node"
+  done
   # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
   scancel --user=gpuenv-tester 2>/dev/null || true
   SLURM_CONF=$MULTI_CONF "${IN_MN1[@]}" scancel --user=gpuenv-tester 2>/dev/null || true
@@ -361,6 +364,7 @@ engines_down() {
 
 down() {
   stop "$RUN/registry-mn1.pid" "the registry's forwarder for gpuenv-mn1"
+  stop "$RUN/registry-mn2.pid" "the registry's forwarder for gpuenv-mn2"
   slurm_multi_down
   slurm_down
   engines_down
@@ -371,7 +375,7 @@ down() {
 status() {  # exit 0 when every service is running
   local pidfile
   for pidfile in netns gpu nogpu registry registry-engines registry-host slurmctld slurmd \
-    slurmctld-multi slurmd-mn1 slurmd-mn2 registry-mn1; do
+    slurmctld-multi slurmd-mn1 slurmd-mn2 registry-mn1 registry-mn2; do
     alive "$RUN/$pidfile.pid" || return 1
   done
   netns_ready

@@ -202,22 +202,30 @@ def _pyxis(
         return _template("pyxis.sh.in").substitute(
             **common, platform_check=check, exports=exports, container=container, command=command
         )
-    # enroot gives the container the job's environment: the rendezvous is computed
-    # here and the torchrun line is the step's own command.
+    # The torchrun line is the step's own command, in the container: a constant bash
+    # script makes the first node (SLURM_NODEID, which enroot passes in) the rendezvous
+    # host, with the address the batch host found as the one its workers are given
+    # (torch's guess from the host name can be `localhost`); TARGET follows as its
+    # arguments, never as shell text.
     torchrun = _template("torchrun.sh.in").template
     rendezvous = torchrun[: torchrun.index("gpuenv_node() {")]
+    conf = f"--rdzv-conf=join_timeout={launch.rendezvous_timeout},is_host"
+    node = (
+        '\'if [ "${SLURM_NODEID:-}" = 0 ]; then'
+        f' set -- {conf}=true --local-addr="$GPUENV_RDZV_HEAD" "$@";'
+        f' else set -- {conf}=false "$@"; fi;'
+        ' exec python3 -m torch.distributed.run "$@"\''
+    )
     body = (
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
         f"{exports}{rendezvous}"
         "nproc=${SLURM_GPUS_ON_NODE:-0}  # per node, as Slurm counts them; one on the CPU\n"
         '[ "$nproc" -gt 0 ] || nproc=1\n'
         f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 {container} \\\n"
-        "  python3 -m torch.distributed.run"
-        f' --nnodes={launch.nodes} --nproc-per-node="$nproc" \\\n'
-        '  --rdzv-backend=c10d --rdzv-endpoint="$GPUENV_RDZV_ENDPOINT"'
-        ' --rdzv-id="$SLURM_JOB_ID" \\\n'
-        f"  --rdzv-conf=join_timeout={launch.rendezvous_timeout} --max-restarts=0"
-        " --no-python \\\n"
+        f"  bash -c {node} gpuenv-node \\\n"
+        f'  --nnodes={launch.nodes} --nproc-per-node="$nproc" --rdzv-backend=c10d \\\n'
+        '  --rdzv-endpoint="$GPUENV_RDZV_ENDPOINT" --rdzv-id="$SLURM_JOB_ID" \\\n'
+        "  --max-restarts=0 --no-python \\\n"
         f"  {command}\n"
     )
     return _script("pyxis", common, check, body)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 STANDINS = Path(__file__).parent / "standins"
 DDP = """\
-import os
+import fcntl, os, socket, struct
 import torch
 import torch.distributed as dist
 
@@ -38,9 +38,12 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 total = torch.tensor([float(rank)])
 dist.all_reduce(total)
+link = os.environ.get("GLOO_SOCKET_IFNAME", "")
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+request = struct.pack("256s", link.encode())
+address = socket.inet_ntoa(fcntl.ioctl(probe.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
 with open(f"rank-{rank}.txt", "w") as out:
-    out.write(f"{rank} {world} {int(total.item())} {os.environ.get('LOCAL_RANK')} "
-              f"{os.environ.get('GLOO_SOCKET_IFNAME')}\\n")
+    out.write(f"{rank} {world} {int(total.item())} {os.environ['GROUP_RANK']} {link} {address}\\n")
 dist.destroy_process_group()
 """
 
@@ -228,11 +231,40 @@ def test_two_nodes_form_a_c10d_rendezvous(torch_project: OtherUser, standins: Pa
     job = submitted.stdout.strip()
     fields = wait_on(prefix, job, timeout=420)
     assert fields["JobState"] == "COMPLETED", (fields, logs(project.path, job))
-    ranks = sorted((project.path / f"rank-{r}.txt").read_text().split() for r in range(4))
     # Four ranks (two per node: the GPUs Slurm granted each), one sum over all of them,
-    # and Gloo on each node's own link to the other.
-    assert [r[:3] for r in ranks] == [[str(r), "4", "6"] for r in range(4)]
-    assert sorted(r[4] for r in ranks) == ["mn1-eth", "mn1-eth", "mn2-eth", "mn2-eth"]
+    # and Gloo on the link between the nodes, from each node's own address on it.
+    assert ranks(project.path, 4) == [
+        [str(r), "4", "6", str(r // 2), "gpuenv0", f"10.77.0.{r // 2 + 1}"] for r in range(4)
+    ]
+
+
+def ranks(folder: Path, count: int) -> list[list[str]]:
+    return sorted(
+        ((folder / f"rank-{r}.txt").read_text().split() for r in range(count)),
+        key=lambda row: int(row[0]),
+    )
+
+
+def test_two_nodes_with_pyxis(torch_project: OtherUser, standins: Path) -> None:
+    """pyxis's torchrun line runs in the container; NCCL and Gloo are told the link by
+    -e, as the docs say (the same name on every node)."""
+    prefix = multi_cluster(torch_project)
+    project = torch_project.project
+    submitted = run_on(
+        prefix,
+        torch_project,
+        *("submit", "--launcher", "pyxis", "--nodes", "2", "--gpus", "1"),
+        *("-e", "GLOO_SOCKET_IFNAME=gpuenv0", "ddp.py"),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    fields = wait_on(prefix, job, timeout=420)
+    assert fields["JobState"] == "COMPLETED", logs(project.path, job)[1][-6000:]
+    assert ranks(project.path, 2) == [
+        [str(r), "2", "1", str(r), "gpuenv0", f"10.77.0.{r + 1}"] for r in range(2)
+    ]
+    imported = [argv[-1] for argv in calls(standins, "enroot") if argv[0] == "import"]
+    assert len(imported) == 2 and all("#gpuenv-test/pytorch-cpu:sha256:" in u for u in imported)
 
 
 def test_a_rendezvous_that_cannot_form_fails_within_the_timeout(

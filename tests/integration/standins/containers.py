@@ -78,9 +78,10 @@ def pull(tool: str, registry: str, repo: str, digest: str, scheme: str, root: st
         ]
         manifest = json.loads(_get(f"{base}/manifests/{chosen['digest']}", ACCEPT))
     config = json.loads(_get(f"{base}/blobs/{manifest['config']['digest']}"))
-    with open(root + ".env.json", "w", encoding="utf-8") as handle:
+    with open(f"{root}.env.json.{os.getpid()}", "w", encoding="utf-8") as handle:
         json.dump(config.get("config", {}).get("Env") or [], handle)
-    partial = root + ".partial"
+    os.replace(handle.name, root + ".env.json")
+    partial = f"{root}.partial-{os.getpid()}"  # two nodes may pull at once
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
     for layer in manifest["layers"]:
@@ -91,7 +92,10 @@ def pull(tool: str, registry: str, repo: str, digest: str, scheme: str, root: st
             blob.write(data)
             blob.seek(0)
             _unpack(blob, partial)
-    os.rename(partial, root)
+    try:
+        os.rename(partial, root)
+    except OSError:  # another pull finished first: the same digest, the same files
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def _unpack(blob, root: str) -> None:
