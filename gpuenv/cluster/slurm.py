@@ -254,9 +254,10 @@ def _apptainer(
     )
     step = _template("apptainer-step.sh.in").template
     if launch.multi_node:
-        node_step = step + (
-            'export APPTAINERENV_NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-}"'
-            ' APPTAINERENV_GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-}"\n'
+        # The interface found on the node, unless -e or the spec named one.
+        node_step = step + "".join(
+            f'export APPTAINERENV_{name}="${{APPTAINERENV_{name}:-${{{name}:-}}}}"\n'
+            for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
         )
         body = "export sif\n" + _torchrun(launch, node_step, run.replace("\n", "\n  "), command)
     else:
