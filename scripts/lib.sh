@@ -157,6 +157,106 @@ CONF
   wait_for 60 "the Slurm node (log: /var/log/slurm/)" sh -c "sinfo -h -o %T | grep -qE '^(idle|mixed|allocated)'"
 }
 
+# A second Slurm cluster, gpuenv-multi, for multi-node jobs: its controller and node mn1 in
+# the network namespace gpuenv-mn1 (10.77.0.1), node mn2 in gpuenv-mn2 (10.77.0.2), joined
+# by a veth pair made inside them: two "hosts" on their own private subnet, so that
+# traffic between nodes (srun, a c10d rendezvous) crosses a real link and never touches
+# this machine's interfaces. Debian's Slurm is built without --enable-multiple-slurmd, so
+# two slurmd need two network namespaces. Mounts, munge and users are shared, as on a
+# cluster with a shared file system. Clients use SLURM_CONF=$MULTI_CONF from gpuenv-mn1.
+MULTI_CONF=/etc/slurm-multi/slurm.conf
+MULTI_NODES=(mn1:10.77.0.1 mn2:10.77.0.2)
+
+multi_netns_up() {  # the nodes' link is gpuenv0 on both, as nodes share interface names
+  local pair name addr
+  for pair in "${MULTI_NODES[@]}"; do
+    name=gpuenv-${pair%%:*}
+    [ -e "/run/netns/$name" ] || ip netns add "$name"
+    ip -n "$name" link set lo up
+  done
+  if ! ip -n gpuenv-mn1 link show gpuenv0 >/dev/null 2>&1; then
+    ip -n gpuenv-mn1 link add gpuenv0 type veth peer name gpuenv0 netns gpuenv-mn2
+  fi
+  for pair in "${MULTI_NODES[@]}"; do
+    name=${pair%%:*} addr=${pair#*:}
+    ip -n "gpuenv-$name" addr replace "$addr/24" dev gpuenv0
+    ip -n "gpuenv-$name" link set gpuenv0 up
+  done
+}
+
+slurm_multi_up() {
+  local pair name addr dir=${MULTI_CONF%/*} gres=4
+  multi_netns_up
+  mkdir -p "$dir" /var/spool/slurmctld-multi
+  {
+    cat <<CONF
+ClusterName=gpuenv-multi
+SlurmctldHost=$(hostname -s)(10.77.0.1)
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+StateSaveLocation=/var/spool/slurmctld-multi
+SlurmdSpoolDir=/var/spool/slurmd-%n
+SlurmctldPidFile=$RUN/slurmctld-multi.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld-multi.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
+JobAcctGatherType=jobacct_gather/none
+CONF
+    for pair in "${MULTI_NODES[@]}"; do
+      echo "NodeName=${pair%%:*} NodeAddr=${pair#*:} CPUs=$(nproc) RealMemory=2000 Gres=gpu:2 State=UNKNOWN"
+    done
+    echo "PartitionName=multi Nodes=mn[1-2] Default=YES MaxTime=INFINITE State=UP"
+  } >"$MULTI_CONF.new"
+  : >"$dir/gres.conf.new"
+  for pair in "${MULTI_NODES[@]}"; do
+    name=${pair%%:*}
+    for _ in 1 2; do
+      [ -e "/dev/fakegpu$gres" ] || mknod "/dev/fakegpu$gres" c 1 3
+      gres=$((gres + 1))
+    done
+    echo "NodeName=$name Name=gpu File=/dev/fakegpu[$((gres - 2))-$((gres - 1))]" >>"$dir/gres.conf.new"
+  done
+  mv "$dir/gres.conf.new" "$dir/gres.conf"
+  if ! cmp -s "$MULTI_CONF.new" "$MULTI_CONF"; then
+    mv "$MULTI_CONF.new" "$MULTI_CONF"
+  else
+    rm -f "$MULTI_CONF.new"
+  fi
+  if ! alive "$RUN/slurmctld-multi.pid"; then
+    log "starting slurmctld of gpuenv-multi (in gpuenv-mn1)"
+    nsenter --net=/run/netns/gpuenv-mn1 slurmctld -f "$MULTI_CONF"
+  fi
+  for pair in "${MULTI_NODES[@]}"; do
+    name=${pair%%:*}
+    if ! alive "$RUN/slurmd-$name.pid"; then
+      log "starting slurmd $name (in gpuenv-$name)"
+      mkdir -p "/var/spool/slurmd-$name"
+      nsenter --net="/run/netns/gpuenv-$name" slurmd -f "$MULTI_CONF" -N "$name"
+    fi
+  done
+  wait_for 60 "the gpuenv-multi nodes (log: /var/log/slurm/)" sh -c \
+    "nsenter --net=/run/netns/gpuenv-mn1 env SLURM_CONF=$MULTI_CONF sinfo -h -o '%D %T' | grep -qE '^2 (idle|mixed|allocated)'"
+}
+
+slurm_multi_down() {
+  local pair
+  for pair in "${MULTI_NODES[@]}"; do
+    stop "$RUN/slurmd-${pair%%:*}.pid" "slurmd ${pair%%:*}"
+  done
+  stop "$RUN/slurmctld-multi.pid" "slurmctld of gpuenv-multi"
+  for pair in "${MULTI_NODES[@]}"; do
+    [ ! -e "/run/netns/gpuenv-${pair%%:*}" ] || ip netns del "gpuenv-${pair%%:*}"
+  done
+}
+
 slurm_down() {
   stop "$RUN/slurmd.pid" slurmd
   stop "$RUN/slurmctld.pid" slurmctld

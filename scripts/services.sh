@@ -29,6 +29,7 @@ REGISTRY=127.0.0.1:5000
 REGISTRY_SOCKET=$RUN/registry.sock
 NETNS_PID=$RUN/netns.pid
 ENV_FILE=.cache/services.env
+IN_MN1=(nsenter --net=/run/netns/gpuenv-mn1)
 # Tags of the matrix that get a stand-in image in the registry.
 STANDIN_TAGS=(24.06-py3 24.05-py3 24.04-py3)
 STANDIN_VERSION=2  # bump when the stand-ins change: they are rebuilt
@@ -39,6 +40,9 @@ SYNC_STANDIN_VERSION=1  # bump when sync_standin_env changes
 # torch/torchvision and a pip constraint file (/etc/pip/constraint.txt via PIP_CONSTRAINT).
 DEPS_STANDIN_TAGS=(25.03-py3)
 DEPS_STANDIN_VERSION=1  # bump when deps_standin_images changes
+# A stand-in with CPU PyTorch, for multi-node torchrun jobs (a real c10d rendezvous).
+TORCH_STANDIN=$REGISTRY/gpuenv-test/pytorch-cpu:2.13.0
+TORCH_STANDIN_VERSION=1  # bump when torch_standin_image changes
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -259,6 +263,39 @@ DOCKERFILE
   done
 }
 
+torch_standin_image() {  # Debian + Python + torch 2.13.0 (CPU), from wheels pip finds
+  # here (the engines' namespace has no network: the wheels are copied in)
+  local docker=(docker -H "unix://$RUN/gpu.sock") version context
+  version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.torch-stand-in-version"}}' \
+    "$TORCH_STANDIN" 2>/dev/null || true)
+  if [ "$version" != "$TORCH_STANDIN_VERSION" ]; then
+    local wheels="$STATE/torch-wheels"
+    if [ ! -f "$wheels/.complete" ]; then
+      log "downloading torch 2.13.0 (CPU) and its dependencies for the torch stand-in"
+      mkdir -p "$wheels"
+      python3 -m pip download -q --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 -d "$wheels" torch==2.13.0 >/dev/null 2>&1 ||
+        die "pip download of torch 2.13.0 failed"
+      touch "$wheels/.complete"
+    fi
+    log "building the torch stand-in $TORCH_STANDIN"
+    context=$(mktemp -d)
+    cp -r "$wheels" "$context/wheels"
+    rm -f "$context/wheels/.complete"
+    cat >"$context/Dockerfile" <<DOCKERFILE
+FROM gpuenv-test/bookworm-python:1
+COPY wheels /tmp/wheels
+RUN python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system-packages \
+    torch==2.13.0 && rm -rf /tmp/wheels /root/.cache
+LABEL io.gpuenv.torch-stand-in-version="$TORCH_STANDIN_VERSION"
+DOCKERFILE
+    "${docker[@]}" build -q -t "$TORCH_STANDIN" "$context" >/dev/null 2>&1 ||
+      die "building the torch stand-in $TORCH_STANDIN failed"
+    rm -rf "$context"
+  fi
+  "${docker[@]}" push -q "$TORCH_STANDIN" >/dev/null
+}
+
 forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
   # namespace LAUNCHER runs in (this one when none), to the registry's socket
   local name=$1 pidfile="$RUN/$1.pid"
@@ -447,9 +484,20 @@ up() {
   standin_images
   sync_standin_images
   deps_standin_images
+  torch_standin_image
   slurm_up
+  slurm_multi_up
+  # The gpuenv-multi nodes pull from the registry as 127.0.0.1:5000 too (Apptainer on the
+  # batch host, enroot on every node).
+  local node
+  for node in mn1 mn2; do
+    forward_up "registry-$node" nsenter --net="/run/netns/gpuenv-$node"
+    wait_for 30 "the registry, from gpuenv-$node (log: $RUN/registry-$node.log)" \
+      registry_answers nsenter --net="/run/netns/gpuenv-$node"
+  done
   # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
   scancel --user=gpuenv-tester 2>/dev/null || true
+  SLURM_CONF=$MULTI_CONF "${IN_MN1[@]}" scancel --user=gpuenv-tester 2>/dev/null || true
   tester_up
   podman_up
   cat >"$ENV_FILE" <<ENV
@@ -462,6 +510,9 @@ GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"
 GPUENV_TEST_SYNC_STANDIN_TAGS="${SYNC_STANDIN_TAGS[*]}"
 GPUENV_TEST_DEPS_STANDIN_TAGS="${DEPS_STANDIN_TAGS[*]}"
+GPUENV_TEST_TORCH_IMAGE=$TORCH_STANDIN
+GPUENV_TEST_MULTI_SLURM_CONF=$MULTI_CONF
+GPUENV_TEST_MULTI_NETNS=/run/netns/gpuenv-mn1
 GPUENV_TEST_USER=gpuenv-tester
 GPUENV_TEST_USER2=gpuenv-tester2
 GPUENV_TEST_USER_PYTHON=$TESTER_VENV/bin/python
@@ -498,6 +549,9 @@ engines_down() {
 }
 
 down() {
+  stop "$RUN/registry-mn1.pid" "the registry's forwarder for gpuenv-mn1"
+  stop "$RUN/registry-mn2.pid" "the registry's forwarder for gpuenv-mn2"
+  slurm_multi_down
   slurm_down
   engines_down
   stop "$NETNS_PID" "the services' namespaces"
@@ -507,7 +561,7 @@ down() {
 status() {  # exit 0 when every service is running
   local pidfile
   for pidfile in netns gpu nogpu claims registry registry-engines registry-host slurmctld slurmd \
-    podman podman-rootless; do
+    podman podman-rootless slurmctld-multi slurmd-mn1 slurmd-mn2 registry-mn1 registry-mn2; do
     alive "$RUN/$pidfile.pid" || return 1
   done
   netns_ready

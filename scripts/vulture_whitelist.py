@@ -31,3 +31,5 @@ mig_mode  # noqa: B018
 mig_devices  # noqa: B018
 # A claim's record on disk (asdict): who made it, for people reading the state folder.
 pid_start  # noqa: B018
+# The Kubernetes versions the docs claim, each validated by tests/unit/test_manifests.py.
+KUBERNETES_VERSIONS  # noqa: B018

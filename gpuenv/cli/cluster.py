@@ -25,6 +25,14 @@ target_argument = click.argument(
     "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
 )
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+rendezvous_option = click.option(
+    "--rendezvous-timeout",
+    type=click.IntRange(min=1),
+    default=600,
+    show_default=True,
+    metavar="SECONDS",
+    help="With several nodes: torchrun fails when not every node joined within this.",
+)
 
 
 def _pushed_platform(project: object) -> str | None:
@@ -53,7 +61,11 @@ def _warn_if_pushed_is_stale(project: object) -> None:
 @cluster_options
 @click.option("--time", "time_limit", metavar="TIME", help="Slurm time limit, e.g. 04:00:00.")
 @click.option("--partition", help="Slurm partition.")
-@click.option("--nodes", type=click.IntRange(min=1), help="Number of nodes.")
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    help="Number of nodes; more than one runs one torchrun per node (c10d rendezvous).",
+)
 @click.option(
     "--sbatch-arg",
     "sbatch_args",
@@ -63,11 +75,19 @@ def _warn_if_pushed_is_stale(project: object) -> None:
 )
 @click.option(
     "--launcher",
-    type=click.Choice(["docker", "pyxis"]),
+    type=click.Choice(["docker", "pyxis", "apptainer"]),
     default="docker",
     show_default=True,
-    help="docker run on the node, or srun with pyxis/enroot.",
+    help="docker run on the node, srun with pyxis/enroot, or apptainer exec of a SIF.",
 )
+@click.option(
+    "--sif-cache",
+    metavar="DIR",
+    envvar="GPUENV_SIF_CACHE",
+    help="Apptainer: the folder of SIF files, by digest, on a file system every node "
+    "sees (default: $GPUENV_SIF_CACHE, else ~/.cache/gpuenv/sif).",
+)
+@rendezvous_option
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
 @target_argument
 @click.pass_obj
@@ -81,20 +101,23 @@ def submit(
     nodes: int | None,
     sbatch_args: tuple[str, ...],
     launcher: str,
+    sif_cache: str | None,
+    rendezvous_timeout: int,
     dry_run: bool,
     arguments: tuple[str, ...],
 ) -> None:
     """Submit TARGET to Slurm, in the locked image (by the digest `gpuenv push` recorded).
 
-    The job asks for --gres=gpu:N; its step runs the image with exactly the GPUs Slurm
-    granted (SLURM_JOB_GPUS), the project mounted at /workspace, as you, and passes the
-    exit code back to Slurm. The script and the job's output go to .gpuenv/slurm/ in the
-    project (0600 files in a 0700 folder). -e and --env-file values are never written:
-    the script names each variable, and its value reaches the job through sbatch's
-    environment.
+    The job asks for --gres=gpu:N (per node); its step runs the image with exactly the
+    GPUs Slurm granted, the project mounted at /workspace, as you, and passes the exit
+    code back to Slurm. With --nodes N (N > 1), one torchrun per node meets the others in
+    a c10d rendezvous on the first node. The script and the job's output go to
+    .gpuenv/slurm/ in the project (0600 files in a 0700 folder). -e and --env-file values
+    are never written: the script names each variable, and its value reaches the job
+    through sbatch's environment.
     """
     from gpuenv.cli import ui
-    from gpuenv.cluster.slurm import pushed_image, sbatch_script
+    from gpuenv.cluster.slurm import Launch, pushed_image, sbatch_script
     from gpuenv.cluster.submit import job_environment, job_gpus, submit_script
     from gpuenv.images.service import load_project
     from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
@@ -121,10 +144,14 @@ def submit(
         gpus=job_gpus(spec, gpus),
         output_dir=output_dir,
         shm_size=shm_size(spec) or DEFAULT_SHM,
-        launcher=launcher,
+        launch=Launch(
+            launcher,
+            nodes,
+            rendezvous_timeout,
+            os.path.abspath(os.path.expanduser(sif_cache or "~/.cache/gpuenv/sif")),
+        ),
         time_limit=time_limit,
         partition=partition,
-        nodes=nodes,
         extra=sbatch_args,
         platform=_pushed_platform(project),
     )
@@ -140,24 +167,34 @@ def submit(
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
 @click.pass_obj
 def jobs(obj: Context, as_json: bool) -> None:
-    """This project's Slurm jobs that are pending or running (squeue)."""
+    """This project's Slurm jobs: pending, running, ended (sacct).
+
+    Pending and running jobs come from squeue; those that ended in the last 7 days from
+    sacct, where the cluster keeps Slurm accounting (gpuenv says so where it does not)."""
     from gpuenv.cli import ui
     from gpuenv.cluster.slurm import job_name
-    from gpuenv.cluster.submit import project_jobs
+    from gpuenv.cluster.submit import finished_jobs, project_jobs
     from gpuenv.project.validate import load_spec
 
     name = job_name(load_spec(obj.directory))
     data = project_jobs(name)
+    finished = finished_jobs(name)
+    if finished.rows is not None:
+        current = {job["job"] for job in data}
+        data += [job for job in finished.rows if job["job"] not in current]
     if as_json:
         ui.data(data)
     elif not data:
-        ui.info(f"no pending or running jobs named {name}")
+        ui.info(f"no jobs named {name}")
     else:
         for job in data:
+            code = f"  exit {job['exit_code']}" if job.get("exit_code") else ""
             ui.out.print(
-                f"{job['job']:>8}  {job['state']:<10} {job['time']:>10}  {job['where']}",
+                f"{job['job']:>8}  {job['state']:<10} {job['time']:>10}  {job['where']}{code}",
                 markup=False,
             )
+    if finished.rows is None:
+        ui.info(f"jobs that ended are not shown: {finished.reason}")
 
 
 @click.group()
@@ -167,6 +204,23 @@ def export() -> None:
 
 @export.command("kubernetes", context_settings=PASS_THROUGH)
 @cluster_options
+@click.option("--queue", metavar="NAME", help="Kueue LocalQueue: labelled, created suspended.")
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Pods (nodes); more than one: an Indexed Job running torchrun, a headless Service.",
+)
+@click.option("--mig", metavar="PROFILE", help="Ask for MIG slices, e.g. 1g.10gb, not GPUs.")
+@click.option(
+    "--pull-secret",
+    "pull_secrets",
+    multiple=True,
+    metavar="NAME",
+    help="An imagePullSecret for a private registry (repeatable).",
+)
+@rendezvous_option
 @target_argument
 @click.pass_obj
 def export_kubernetes(
@@ -174,13 +228,20 @@ def export_kubernetes(
     gpus: int | None,
     env: tuple[str, ...],
     env_files: tuple[str, ...],
+    queue: str | None,
+    nodes: int,
+    mig: str | None,
+    pull_secrets: tuple[str, ...],
+    rendezvous_timeout: int,
     arguments: tuple[str, ...],
 ) -> None:
     """A Kubernetes Job running TARGET in the pushed image (by digest), with nvidia.com/gpu
-    limits, /dev/shm as a memory-backed emptyDir, a non-root user and no restarts."""
+    (or MIG) limits, /dev/shm as a memory-backed emptyDir, a non-root user and no
+    restarts; with --nodes N, an Indexed Job of N pods and its headless Service."""
     import yaml
 
-    from gpuenv.cluster.slurm import kubernetes_job, pushed_image
+    from gpuenv.cluster.manifests import KubernetesOptions, kubernetes_manifests
+    from gpuenv.cluster.slurm import pushed_image
     from gpuenv.cluster.submit import exported_environment, job_gpus
     from gpuenv.images.service import load_project
     from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
@@ -188,7 +249,7 @@ def export_kubernetes(
     project = load_project(obj.directory)
     values = exported_environment(project.spec, env, env_files)
     _warn_if_pushed_is_stale(project)
-    manifest = kubernetes_job(
+    manifests = kubernetes_manifests(
         project.spec,
         pushed_image(project.lock.extra),
         command_for(arguments),
@@ -198,8 +259,9 @@ def export_kubernetes(
         uid=os.getuid(),
         gid=os.getgid(),
         platform=_pushed_platform(project),
+        options=KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout),
     )
-    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
 @export.command("compose", context_settings=PASS_THROUGH)
@@ -237,7 +299,7 @@ def export_compose(
 
     from gpuenv.cli import ui
     from gpuenv.cli.app import engine, view_factory
-    from gpuenv.cluster.slurm import compose_file
+    from gpuenv.cluster.manifests import compose_file
     from gpuenv.cluster.submit import exported_environment, job_gpus
     from gpuenv.images.build import image_for_run
     from gpuenv.images.service import load_project

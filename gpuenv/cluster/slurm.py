@@ -1,27 +1,22 @@
-"""The locked environment on other schedulers: Slurm batch scripts (docker or pyxis),
-Kubernetes Jobs and Compose services. Rendering only: values are quoted for the shell
-(shlex) or serialized as YAML data, never pasted raw."""
+"""Slurm batch scripts for the locked environment: docker, pyxis/enroot or Apptainer, on
+one node or, with torchrun, on several. Rendering only: values are quoted for the shell
+(shlex), never pasted raw."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shlex
 import string
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from gpuenv.common.platforms import UNAME, arch_of
+from gpuenv.cluster.images import PinnedImage
+from gpuenv.common.platforms import UNAME
 from gpuenv.common.resources import data_dir
 from gpuenv.errors import UsageError
 from gpuenv.project.spec import WORKSPACE, Spec
-
-if TYPE_CHECKING:
-    from gpuenv.project.mounts import Bind
-
-_DNS = re.compile(r"[^a-z0-9-]+")
 
 
 class _Template(string.Template):
@@ -55,7 +50,7 @@ def _directives(
     output_dir: str,
     time_limit: str | None,
     partition: str | None,
-    nodes: int | None,
+    launch: Launch,
     extra: Sequence[str],
 ) -> str:
     lines = [f"--job-name={job_name(spec)}"]
@@ -66,8 +61,10 @@ def _directives(
         lines.append(f"--time={time_limit}")
     if partition:
         lines.append(f"--partition={partition}")
-    if nodes:
-        lines.append(f"--nodes={nodes}")
+    if launch.nodes:
+        lines.append(f"--nodes={launch.nodes}")
+    if launch.multi_node:
+        lines.append("--ntasks-per-node=1")  # one torchrun per node; it starts the ranks
     for argument in extra:
         if not argument.startswith("--") or any(ch in argument for ch in "\n\r"):
             raise UsageError(f"--sbatch-arg {argument!r}: expected one option like --mem=64G")
@@ -76,6 +73,24 @@ def _directives(
         if any(ch in line for ch in "\n\r"):
             raise UsageError(f"{line!r} cannot go into an #SBATCH line")
     return "\n".join(f"#SBATCH {line}" for line in lines)
+
+
+DEFAULT_RENDEZVOUS_TIMEOUT = 600  # torch's own default for the c10d join_timeout
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the job runs the image: the launcher, its nodes and the SIF cache."""
+
+    launcher: str = "docker"
+    nodes: int | None = None
+    rendezvous_timeout: int = DEFAULT_RENDEZVOUS_TIMEOUT
+    sif_cache: str = ""
+
+    @property
+    def multi_node(self) -> bool:
+        return (self.nodes or 1) > 1
 
 
 def sbatch_script(
@@ -88,49 +103,175 @@ def sbatch_script(
     gpus: int,
     output_dir: str,
     shm_size: int,
-    launcher: str = "docker",
+    launch: Launch = Launch(),
     time_limit: str | None = None,
     partition: str | None = None,
-    nodes: int | None = None,
     extra: Sequence[str] = (),
     platform: str | None = None,
 ) -> str:
     """The sbatch script: its step runs `image` with exactly the GPUs Slurm granted, and
-    first checks that the node is of the image's platform (when known)."""
+    first checks that the node is of the image's platform (when known). On several
+    nodes, one torchrun per node joins a c10d rendezvous on the first node."""
     check = _platform_check(platform)
     project_dir = spec.project_dir
     if "," in project_dir or ":" in project_dir:
         raise UsageError(
             f"the project folder {project_dir} has ',' or ':', which mounts cannot carry"
         )
-    directives = _directives(spec, gpus, output_dir, time_limit, partition, nodes, extra)
+    for name in passthrough:
+        if not _NAME.match(name):
+            raise UsageError(f"-e {name!r}: not a variable name")
+    directives = _directives(spec, gpus, output_dir, time_limit, partition, launch, extra)
     quoted = " ".join(shlex.quote(part) for part in command)
-    if launcher == "pyxis":
-        registry, _, rest = image.partition("/")
-        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-        return _template("pyxis.sh.in").substitute(
-            project=shlex.quote(spec.name),
-            directives=directives,
-            platform_check=check,
-            image=shlex.quote(f"{registry}#{rest}"),
-            mounts=shlex.quote(f"{project_dir}:{WORKSPACE}"),
-            exports=exports,
-            command=quoted,
-        )
+    pinned = PinnedImage.parse(image)
+    common = {"project": shlex.quote(spec.name), "directives": directives}
+    if launch.launcher == "pyxis":
+        return _pyxis(common, check, pinned, project_dir, env, quoted, launch)
+    if launch.launcher == "apptainer":
+        return _apptainer(common, check, pinned, project_dir, env, passthrough, quoted, launch)
     # The spec's values are written (gpuenv.yaml has them already); every -e and
     # --env-file variable is only named: its value travels in the job's environment
     # (sbatch exports the environment it was started with), never in the script.
     env_args = "".join(f" -e {shlex.quote(f'{k}={v}')}" for k, v in env.items())
     env_args += "".join(f" -e {shlex.quote(k)}" for k in passthrough)
+    mount = shlex.quote(f"type=bind,source={project_dir},target={WORKSPACE}")
+    if launch.multi_node:
+        run = (
+            'docker run --rm --init --network host "${gpu_args[@]}" \\\n'
+            '    --user "$(id -u):$(id -g)" \\\n'
+            f"    --mount {mount} --workdir /workspace \\\n"
+            f"    --shm-size {shm_size} --ulimit stack=67108864 \\\n"
+            "    -e CUDA_DEVICE_ORDER=PCI_BUS_ID -e SLURM_JOB_ID -e SLURM_JOB_GPUS"
+            f" -e NCCL_SOCKET_IFNAME -e GLOO_SOCKET_IFNAME{env_args} \\\n"
+            f"    --label io.gpuenv.project={common['project']}"
+            ' --label "io.gpuenv.slurm-job=${SLURM_JOB_ID:-}" \\\n'
+            '    "$image"'
+        )
+        body = f"image={shlex.quote(image)}\nexport image\n"
+        body += _torchrun(launch, _template("docker-step.sh.in").template, run, quoted)
+        return _script("docker", common, check, body)
     return _template("sbatch.sh.in").substitute(
-        project=shlex.quote(spec.name),
-        directives=directives,
+        **common,
         platform_check=check,
         image=shlex.quote(image),
-        mount=shlex.quote(f"type=bind,source={project_dir},target={WORKSPACE}"),
+        mount=mount,
         shm_size=str(shm_size),
         env=env_args,
         command=quoted,
+    )
+
+
+def _script(launcher: str, common: Mapping[str, str], check: str, body: str) -> str:
+    """A multi-node script: the header of the launcher's, then `body`."""
+    what = {"docker": "docker run", "apptainer": "Apptainer", "pyxis": "pyxis/enroot"}[launcher]
+    return (
+        "#!/bin/bash\n"
+        f"# Written by `gpuenv submit --launcher {launcher}` for {common['project']}: one\n"
+        f"# torchrun per node, each in the locked image ({what}), on the GPUs Slurm grants.\n"
+        f"{common['directives']}\nset -euo pipefail\n{check}{body}"
+    )
+
+
+def _torchrun(launch: Launch, step: str, run: str, command: str) -> str:
+    """The rendezvous lines and the function every node runs."""
+    indented = "".join(f"  {line}\n" if line else "\n" for line in step.splitlines())
+    return _template("torchrun.sh.in").substitute(
+        nodes=str(launch.nodes),
+        timeout=str(launch.rendezvous_timeout),
+        step=indented.rstrip("\n"),
+        launch=run,
+        command=command,
+    )
+
+
+def _pyxis(
+    common: Mapping[str, str],
+    check: str,
+    pinned: PinnedImage,
+    project_dir: str,
+    env: Mapping[str, str],
+    command: str,
+    launch: Launch,
+) -> str:
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    container = (
+        f"--container-image={shlex.quote(pinned.enroot)} \\\n"
+        f"  --container-mounts={shlex.quote(f'{project_dir}:{WORKSPACE}')}"
+        " --container-workdir=/workspace"
+    )
+    if not launch.multi_node:
+        return _template("pyxis.sh.in").substitute(
+            **common, platform_check=check, exports=exports, container=container, command=command
+        )
+    # The torchrun line is the step's own command, in the container: a constant bash
+    # script makes the first node (SLURM_NODEID, which enroot passes in) the rendezvous
+    # host, with the address the batch host found as the one its workers are given
+    # (torch's guess from the host name can be `localhost`); TARGET follows as its
+    # arguments, never as shell text.
+    torchrun = _template("torchrun.sh.in").template
+    rendezvous = torchrun[: torchrun.index("gpuenv_node() {")]
+    conf = f"--rdzv-conf=join_timeout={launch.rendezvous_timeout},is_host"
+    node = (
+        '\'if [ "${SLURM_NODEID:-}" = 0 ]; then'
+        f' set -- {conf}=true --local-addr="$GPUENV_RDZV_HEAD" "$@";'
+        f' else set -- {conf}=false "$@"; fi;'
+        ' exec python3 -m torch.distributed.run "$@"\''
+    )
+    body = (
+        "export CUDA_DEVICE_ORDER=PCI_BUS_ID\n"
+        f"{exports}{rendezvous}"
+        "nproc=${SLURM_GPUS_ON_NODE:-0}  # per node, as Slurm counts them; one on the CPU\n"
+        '[ "$nproc" -gt 0 ] || nproc=1\n'
+        f"exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 {container} \\\n"
+        f"  bash -c {node} gpuenv-node \\\n"
+        f'  --nnodes={launch.nodes} --nproc-per-node="$nproc" --rdzv-backend=c10d \\\n'
+        '  --rdzv-endpoint="$GPUENV_RDZV_ENDPOINT" --rdzv-id="$SLURM_JOB_ID" \\\n'
+        "  --max-restarts=0 --no-python \\\n"
+        f"  {command}\n"
+    )
+    return _script("pyxis", common, check, body)
+
+
+def _apptainer(
+    common: Mapping[str, str],
+    check: str,
+    pinned: PinnedImage,
+    project_dir: str,
+    env: Mapping[str, str],
+    passthrough: Sequence[str],
+    command: str,
+    launch: Launch,
+) -> str:
+    if not launch.sif_cache.startswith("/"):
+        raise UsageError(f"the SIF cache {launch.sif_cache!r} is not an absolute path")
+    # APPTAINERENV_KEY reaches the container as KEY even with --cleanenv; `--env` would
+    # split values at commas. A bare -e KEY is copied from the job's environment.
+    exports = "".join(f"export APPTAINERENV_{k}={shlex.quote(v)}\n" for k, v in env.items())
+    exports += "".join(f'export APPTAINERENV_{k}="${{{k}-}}"\n' for k in passthrough)
+    run = (
+        'apptainer exec --cleanenv "${gpu_args[@]}" \\\n'
+        f"  --bind {shlex.quote(f'{project_dir}:{WORKSPACE}')} --pwd /workspace \\\n"
+        '  "$sif"'
+    )
+    step = _template("apptainer-step.sh.in").template
+    if launch.multi_node:
+        # The interface found on the node, unless -e or the spec named one.
+        node_step = step + "".join(
+            f'export APPTAINERENV_{name}="${{APPTAINERENV_{name}:-${{{name}:-}}}}"\n'
+            for name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+        )
+        body = "export sif\n" + _torchrun(launch, node_step, run.replace("\n", "\n  "), command)
+    else:
+        body = step + f"exec {run} \\\n  {command}\n"
+    return _template("apptainer.sh.in").substitute(
+        **common,
+        platform_check=check,
+        sif_cache=shlex.quote(launch.sif_cache),
+        sif_name=shlex.quote(pinned.sif_name),
+        pull_flags=" --no-https" if pinned.insecure else "",
+        source=shlex.quote(pinned.apptainer),
+        exports=exports,
+        launch=body.rstrip("\n"),
     )
 
 
@@ -147,106 +288,3 @@ def _platform_check(platform: str | None) -> str:
         "  exit 1\n"
         "fi\n"
     )
-
-
-def _dns_name(text: str, suffix: str) -> str:
-    base = _DNS.sub("-", text.lower()).strip("-")[: 63 - len(suffix) - 1].strip("-") or "job"
-    return f"{base}-{suffix}"
-
-
-def kubernetes_job(
-    spec: Spec,
-    image: str,
-    command: Sequence[str],
-    env: Mapping[str, str],
-    *,
-    gpus: int,
-    shm_size: int,
-    uid: int,
-    gid: int,
-    platform: str | None = None,
-) -> dict[str, Any]:
-    """A batch/v1 Job: the image by digest, GPUs as nvidia.com/gpu, /dev/shm sized from the
-    spec, a non-root user, Never restarted, no retries; on nodes of the image's platform
-    (kubernetes.io/arch) when it is known."""
-    suffix = hashlib.sha256(json.dumps([image, list(command)]).encode()).hexdigest()[:8]
-    labels = {"app.kubernetes.io/managed-by": "gpuenv", "io.gpuenv/project": spec.name}
-    user = uid if uid != 0 else 1000
-    group = gid if uid != 0 else 1000
-    container: dict[str, Any] = {
-        "name": "main",
-        "image": image,
-        "command": list(command),
-        "workingDir": WORKSPACE,
-        "env": [
-            {"name": k, "value": v} for k, v in {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}.items()
-        ],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False},
-    }
-    if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    shm = f"{shm_size // 2**20}Mi"
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "securityContext": {
-            "runAsUser": user,
-            "runAsGroup": group,
-            "runAsNonRoot": True,
-            "fsGroup": group,
-        },
-        "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
-    }
-    if platform:
-        pod["nodeSelector"] = {"kubernetes.io/arch": arch_of(platform)}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": _dns_name(job_name(spec), suffix), "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
-        },
-    }
-
-
-def compose_file(
-    spec: Spec,
-    image: str,
-    command: Sequence[str],
-    env: Mapping[str, str],
-    *,
-    gpus: int | None,
-    device_ids: Sequence[str],
-    shm_size: int,
-    uid: int,
-    gid: int,
-    platform: str | None = None,
-    binds: Sequence[Bind] = (),
-) -> dict[str, Any]:
-    """A Compose service; the GPU reservation names a count or device ids, never neither
-    (since Engine 27.3 that means no GPU at all); the image's platform when known.
-    `binds`: the spec's mounts as gpuenv.project.mounts decided them (as for a run)."""
-    service: dict[str, Any] = {
-        "image": image,
-        "command": list(command),
-        "working_dir": WORKSPACE,
-        "volumes": [f"{spec.project_dir}:{WORKSPACE}"]
-        + [f"{b.source}:{b.target}{':ro' if b.read_only else ''}" for b in binds],
-        "environment": {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-        "shm_size": str(shm_size),
-        "init": True,
-    }
-    if uid != 0:
-        service["user"] = f"{uid}:{gid}"
-    if platform:
-        service["platform"] = platform
-    if gpus or device_ids:
-        device: dict[str, Any] = {"driver": "nvidia", "capabilities": ["gpu"]}
-        if device_ids:
-            device["device_ids"] = list(device_ids)
-        else:
-            device["count"] = gpus
-        service["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
-    return {"services": {spec.name: service}}

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from gpuenv.project.spec import Spec
 
 JOB_FIELDS = ("job", "state", "time", "nodes", "where")
+FINISHED_FIELDS = (*JOB_FIELDS, "exit_code")
+# What sacct says where slurmctld keeps no accounting (AccountingStorageType=none).
+NO_ACCOUNTING = "accounting storage is disabled"
 
 
 @dataclass(frozen=True)
@@ -142,3 +145,51 @@ def project_jobs(name: str) -> list[dict[str, str]]:
     if result.returncode != 0:
         raise UsageError(f"squeue failed: {result.stderr.strip()}")
     return parse_squeue(result.stdout)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Jobs that ended, from sacct; `rows` is None where Slurm keeps no accounting."""
+
+    rows: list[dict[str, str]] | None
+    reason: str = ""
+
+
+def parse_sacct(text: str) -> list[dict[str, str]]:
+    """Rows of `sacct --parsable2 --format=JobID,State,Elapsed,NNodes,NodeList,ExitCode`,
+    ended jobs only.
+
+    >>> parse_sacct("17|COMPLETED|00:00:02|2|mn[1-2]|0:0\\n18|RUNNING|00:00:01|1|mn1|0:0\\n")
+    [{'job': '17', 'state': 'COMPLETED', 'time': '00:00:02', 'nodes': '2', 'where': 'mn[1-2]', \
+'exit_code': '0:0'}]
+    """
+    rows = [line.split("|") for line in text.splitlines() if line.strip()]
+    parsed = [dict(zip(FINISHED_FIELDS, row, strict=False)) for row in rows]
+    return [row for row in parsed if row.get("state") not in ("PENDING", "RUNNING", None)]
+
+
+def finished_jobs(name: str) -> Finished:
+    """Jobs named `name` that ended in the last 7 days, where accounting is kept."""
+    try:
+        result = subprocess.run(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                f"--name={name}",
+                "--starttime=now-7days",
+                "--format=JobID,State,Elapsed,NNodes,NodeList,ExitCode",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        return Finished(None, "sacct is not on PATH")
+    said = (result.stdout + result.stderr).strip()
+    if NO_ACCOUNTING in said.lower():
+        return Finished(None, "this cluster keeps no Slurm accounting (sacct: " + said + ")")
+    if result.returncode != 0:
+        return Finished(None, f"sacct failed: {said}")
+    return Finished(parse_sacct(result.stdout))

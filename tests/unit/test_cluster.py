@@ -10,7 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpuenv.cluster.slurm import compose_file, kubernetes_job, pushed_image, sbatch_script
+from gpuenv.cluster.manifests import compose_file, kubernetes_manifests
+from gpuenv.cluster.slurm import Launch, pushed_image, sbatch_script
 from gpuenv.errors import UsageError
 from gpuenv.project.spec import spec_from_data
 
@@ -39,6 +40,12 @@ def spec(gpus: object = 2):
     return spec_from_data(data, "/srv/projects/demo", "/srv/projects/demo/gpuenv.yaml")
 
 
+def kubernetes_job(*args, **kwargs) -> dict:
+    """The Job of a single-node export (the only manifest)."""
+    (job,) = kubernetes_manifests(*args, **kwargs)
+    return job
+
+
 def golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if UPDATE:
@@ -46,8 +53,9 @@ def golden(name: str, text: str) -> None:
     assert text == path.read_text()
 
 
-@pytest.mark.parametrize("launcher", ["docker", "pyxis"])
-def test_sbatch_golden(launcher: str) -> None:
+@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("launcher", ["docker", "pyxis", "apptainer"])
+def test_sbatch_golden(launcher: str, nodes: int) -> None:
     script = sbatch_script(
         spec(),
         IMAGE,
@@ -57,13 +65,12 @@ def test_sbatch_golden(launcher: str) -> None:
         gpus=2,
         output_dir="/srv/projects/demo/.gpuenv/slurm",
         shm_size=16 * 1024**3,
-        launcher=launcher,
+        launch=Launch(launcher, nodes, 600, "/shared/sif-cache"),
         time_limit="04:00:00",
         partition="gpu",
-        nodes=1,
         extra=["--mem=64G"],
     )
-    golden(f"{launcher}.sbatch", script)
+    golden(f"{launcher}.sbatch" if nodes == 1 else f"{launcher}-{nodes}-nodes.sbatch", script)
 
 
 @pytest.mark.parametrize("argument", ["--mem=1G\n#SBATCH --uid=0", "mem=1G"])
@@ -145,7 +152,7 @@ def test_compose_without_gpus_has_no_reservation() -> None:
 @pytest.mark.parametrize(
     ("platform", "machine"), [("linux/arm64", "aarch64"), ("linux/amd64", "x86_64")]
 )
-@pytest.mark.parametrize("launcher", ["docker", "pyxis"])
+@pytest.mark.parametrize("launcher", ["docker", "pyxis", "apptainer"])
 def test_the_job_checks_the_nodes_platform_first(
     launcher: str, platform: str, machine: str
 ) -> None:
@@ -158,14 +165,21 @@ def test_the_job_checks_the_nodes_platform_first(
         gpus=1,
         output_dir="/x",
         shm_size=1,
-        launcher=launcher,
+        launch=Launch(launcher, sif_cache="/sif"),
         platform=platform,
     )
     check = script.index('if [ "$(uname -m)" != ' + machine + " ]")
     assert check < script.index("exec ")
     assert f"the image is built for {platform}" in script
     unknown = sbatch_script(
-        spec(), IMAGE, ["true"], {}, gpus=1, output_dir="/x", shm_size=1, launcher=launcher
+        spec(),
+        IMAGE,
+        ["true"],
+        {},
+        gpus=1,
+        output_dir="/x",
+        shm_size=1,
+        launch=Launch(launcher, sif_cache="/sif"),
     )
     assert "uname -m" not in unknown
 
@@ -243,22 +257,27 @@ def test_job_values_are_named_never_written(tmp_path: Path) -> None:
     }
     assert variables.names == ["FROM_FILE", "TOKEN", "MODE", "WANDB_API_KEY"]
     assert variables.written == {}  # the spec's MODE is overridden: not written either
-    for launcher in ("docker", "pyxis"):
-        script = sbatch_script(
-            spec(),
-            IMAGE,
-            ["true"],
-            variables.written,
-            passthrough=variables.names,
-            gpus=1,
-            output_dir="/x",
-            shm_size=1,
-            launcher=launcher,
-        )
-        assert "hunter2" not in script and "file-secret" not in script
-        assert "override" not in script and "it's fast" not in script
-        if launcher == "docker":
-            assert "-e TOKEN -e MODE -e WANDB_API_KEY" in script
+    from gpuenv.cluster.slurm import Launch
+
+    for launcher in ("docker", "pyxis", "apptainer"):
+        for nodes in (None, 2):
+            script = sbatch_script(
+                spec(),
+                IMAGE,
+                ["true"],
+                variables.written,
+                passthrough=variables.names,
+                gpus=1,
+                output_dir="/x",
+                shm_size=1,
+                launch=Launch(launcher=launcher, nodes=nodes, sif_cache="/cache/sif"),
+            )
+            assert "hunter2" not in script and "file-secret" not in script
+            assert "override" not in script and "it's fast" not in script
+            if launcher == "docker":
+                assert "-e TOKEN -e MODE -e WANDB_API_KEY" in script
+            if launcher == "apptainer":  # copied from the job's environment when it runs
+                assert 'export APPTAINERENV_TOKEN="${TOKEN-}"' in script
 
 
 def test_submit_writes_a_private_script_and_passes_values_in_the_environment(

@@ -1,0 +1,240 @@
+"""The locked environment for other schedulers, as data: Kubernetes (a Job, or for
+several nodes an Indexed Job and its headless Service, queued by Kueue if asked) and
+Compose services. Serialized as YAML by the CLI, never pasted into text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuenv.cluster.slurm import DEFAULT_RENDEZVOUS_TIMEOUT, job_name
+from gpuenv.common.platforms import arch_of
+from gpuenv.errors import UsageError
+from gpuenv.project.spec import WORKSPACE, Spec
+
+if TYPE_CHECKING:
+    from gpuenv.project.mounts import Bind
+
+# The Kubernetes versions the docs promise, each checked by the tests with
+# kubernetes-validate --strict against its offline schemas.
+KUBERNETES_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
+# Kueue picks up a Job by this label (kueue.sigs.k8s.io/docs/tasks/run/jobs/).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# MIG profiles as NVIDIA's device plugin names them under the "mixed" strategy:
+# nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb, nvidia.com/mig-1g.10gb+me, ...
+_MIG_PROFILE = re.compile(r"^[1-9]\d*g\.[1-9]\d*gb(\+me)?$")
+_DNS = re.compile(r"[^a-z0-9-]+")
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subdomain
+RENDEZVOUS_PORT = 29500
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """What the cluster asks of a Job beyond the image: its queue, nodes, GPU kind and
+    the secrets for pulling from a private registry."""
+
+    queue: str | None = None
+    nodes: int = 1
+    mig: str | None = None
+    pull_secrets: tuple[str, ...] = ()
+    rendezvous_timeout: int = DEFAULT_RENDEZVOUS_TIMEOUT
+
+    def check(self) -> None:
+        if self.mig is not None and not _MIG_PROFILE.match(self.mig):
+            raise UsageError(
+                f"--mig {self.mig!r}: not a MIG profile like 1g.10gb, 3g.40gb or 1g.10gb+me"
+            )
+        named = [("--queue", self.queue), *(("--pull-secret", s) for s in self.pull_secrets)]
+        for what, name in named:
+            if name is not None and not _OBJECT_NAME.match(name):
+                raise UsageError(f"{what} {name!r}: not a Kubernetes object name")
+
+
+def _dns_name(text: str, suffix: str, room: int = 0) -> str:
+    """A DNS label of at most 63 characters, leaving `room` for a pod's `-INDEX`."""
+    limit = 63 - room - len(suffix) - 1
+    base = _DNS.sub("-", text.lower()).strip("-")[:limit].strip("-") or "job"
+    return f"{base}-{suffix}"
+
+
+def torchrun_command(
+    command: Sequence[str], nodes: int, nproc: int, endpoint: str, run_id: str, timeout: int
+) -> list[str]:
+    """torchrun with a c10d rendezvous at `endpoint`, every argument its own word."""
+    return [
+        "python3",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--rdzv-conf=join_timeout={timeout}",
+        "--max-restarts=0",
+        "--no-python",
+        *command,
+    ]
+
+
+def kubernetes_manifests(
+    spec: Spec,
+    image: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    gpus: int,
+    shm_size: int,
+    uid: int,
+    gid: int,
+    platform: str | None = None,
+    options: KubernetesOptions = KubernetesOptions(),
+) -> list[dict[str, Any]]:
+    """A batch/v1 Job: the image by digest, GPUs as nvidia.com/gpu (or a MIG profile),
+    /dev/shm sized from the spec, a non-root user, Never restarted, no retries; on nodes
+    of the image's platform (kubernetes.io/arch) when it is known. On several nodes, an
+    Indexed Job of one pod per node running torchrun, found by the headless Service."""
+    options.check()
+    suffix = hashlib.sha256(json.dumps([image, list(command), options.nodes]).encode()).hexdigest()[
+        :8
+    ]
+    room = len(str(options.nodes - 1)) + 1 if options.nodes > 1 else 0
+    name = _dns_name(job_name(spec), suffix, room)
+    labels = {"app.kubernetes.io/managed-by": "gpuenv", "io.gpuenv/project": spec.name}
+    if options.nodes > 1:
+        endpoint = f"{name}-0.{name}:{RENDEZVOUS_PORT}"
+        argv = torchrun_command(
+            command, options.nodes, gpus or 1, endpoint, name, options.rendezvous_timeout
+        )
+    else:
+        argv = list(command)
+    container = _container(image, argv, env, gpus, options.mig)
+    if options.nodes > 1:
+        container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
+    user = uid if uid != 0 else 1000
+    group = gid if uid != 0 else 1000
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsUser": user,
+            "runAsGroup": group,
+            "runAsNonRoot": True,
+            "fsGroup": group,
+        },
+        "containers": [container],
+        "volumes": [
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size // 2**20}Mi"},
+            }
+        ],
+    }
+    if options.pull_secrets:
+        pod["imagePullSecrets"] = [{"name": secret} for secret in options.pull_secrets]
+    if platform:
+        pod["nodeSelector"] = {"kubernetes.io/arch": arch_of(platform)}
+    job_labels = dict(labels)
+    job_spec: dict[str, Any] = {"backoffLimit": 0}
+    if options.queue:
+        job_labels[KUEUE_QUEUE_LABEL] = options.queue
+        # Created suspended, as in Kueue's sample Job: Kueue's webhook would suspend it
+        # anyway and unsuspends it once the queue admits it; never started before that.
+        job_spec["suspend"] = True
+    manifests: list[dict[str, Any]] = []
+    pod_labels = dict(labels)
+    if options.nodes > 1:
+        pod_labels["io.gpuenv/job"] = name
+        # Pod i is NAME-i.NAME in DNS: the Job's subdomain is the headless Service.
+        pod["subdomain"] = name
+        job_spec.update(
+            completionMode="Indexed", completions=options.nodes, parallelism=options.nodes
+        )
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {
+                    "clusterIP": "None",
+                    "selector": {"io.gpuenv/job": name},
+                    # Pods find each other before they are Ready.
+                    "publishNotReadyAddresses": True,
+                    "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
+                },
+            }
+        )
+    job_spec["template"] = {"metadata": {"labels": pod_labels}, "spec": pod}
+    manifests.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": job_labels},
+            "spec": job_spec,
+        }
+    )
+    return manifests
+
+
+def _container(
+    image: str, argv: list[str], env: Mapping[str, str], gpus: int, mig: str | None
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "command": argv,
+        "workingDir": WORKSPACE,
+        "env": [
+            {"name": k, "value": v} for k, v in {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}.items()
+        ],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    if gpus:
+        resource = f"nvidia.com/mig-{mig}" if mig else "nvidia.com/gpu"
+        container["resources"] = {"limits": {resource: gpus}}
+    return container
+
+
+def compose_file(
+    spec: Spec,
+    image: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    gpus: int | None,
+    device_ids: Sequence[str],
+    shm_size: int,
+    uid: int,
+    gid: int,
+    platform: str | None = None,
+    binds: Sequence[Bind] = (),
+) -> dict[str, Any]:
+    """A Compose service; the GPU reservation names a count or device ids, never neither
+    (since Engine 27.3 that means no GPU at all); the image's platform when known.
+    `binds`: the spec's mounts as gpuenv.project.mounts decided them (as for a run)."""
+    service: dict[str, Any] = {
+        "image": image,
+        "command": list(command),
+        "working_dir": WORKSPACE,
+        "volumes": [f"{spec.project_dir}:{WORKSPACE}"]
+        + [f"{b.source}:{b.target}{':ro' if b.read_only else ''}" for b in binds],
+        "environment": {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        "shm_size": str(shm_size),
+        "init": True,
+    }
+    if uid != 0:
+        service["user"] = f"{uid}:{gid}"
+    if platform:
+        service["platform"] = platform
+    if gpus or device_ids:
+        device: dict[str, Any] = {"driver": "nvidia", "capabilities": ["gpu"]}
+        if device_ids:
+            device["device_ids"] = list(device_ids)
+        else:
+            device["count"] = gpus
+        service["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
+    return {"services": {spec.name: service}}
