@@ -139,7 +139,21 @@ def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
     """The files whose change can change the image: spec, lock, and what is copied in."""
     paths = [project.spec.path or "", project.lock_path]
     copied = [f.origin or f.path for f in plan.files]
-    return [p for p in paths if p] + [p for p in copied if p] + list(plan.sources)
+    inputs = [p for p in paths if p] + [p for p in copied if p] + list(plan.sources)
+    if plan.baked:
+        # A file added to (or removed from) the baked tree changes no file recorded
+        # above, but it changes its folder: the folders of the baked files and their
+        # parents up to the project, and .dockerignore are inputs too.
+        root = os.path.abspath(project.spec.project_dir)
+        folders = {root}
+        for path in filter(None, copied):
+            folder = os.path.dirname(os.path.abspath(path))
+            while folder.startswith(root + os.sep) and folder not in folders:
+                folders.add(folder)
+                folder = os.path.dirname(folder)
+        ignore = os.path.join(root, ".dockerignore")  # made later: the root changes
+        inputs += sorted(folders) + ([ignore] if os.path.exists(ignore) else [])
+    return inputs
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,20 @@ def read_option(
             constraint=constraint or _INCLUDE_OPTIONS[name],
             chain=chain,
         )
+    elif name in _INDEX_OPTIONS and _credentials(value):
+        # Written into the image's install.txt, it would ship (and be pushed) with it.
+        into.problems.append(
+            Problem(
+                relative,
+                number,
+                None,
+                None,
+                f"{name} {_masked(value)} carries a user name or token in its URL, which "
+                "would be written into the image (and pushed with it): remove the "
+                "credentials from the URL; gpuenv cannot pass index credentials to a build "
+                "without writing them into the image yet",
+            )
+        )
     elif name in _INDEX_OPTIONS:
         if framework_index(value):
             if value.rstrip("/").endswith("/cpu"):
@@ -349,3 +363,30 @@ def _include(
     if included in chain:
         return
     _read(project_dir, PurePosixPath(included).as_posix(), into, constraint=constraint, chain=chain)
+
+
+def _credentials(url: str) -> bool:
+    """Whether an index URL names a user or password (`https://user:token@host/...`).
+
+    >>> _credentials("https://ann:s3cret@pypi.example/simple"), _credentials("https://pypi.org/simple")
+    (True, False)
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(parts.username or parts.password)
+
+
+def _masked(url: str) -> str:
+    """The URL with its user information hidden, for messages.
+
+    >>> _masked("https://ann:s3cret@pypi.example/simple")
+    'https://***@pypi.example/simple'
+    """
+    scheme, _, rest = url.partition("://")
+    if "@" not in rest.split("/", 1)[0]:
+        return url
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"

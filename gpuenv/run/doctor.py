@@ -148,6 +148,10 @@ def _rootless(facts: EngineFacts, checks: list[Check]) -> None:
     )
 
 
+# A command no image has: starting it fails after the GPU request was handled.
+PROBE = "/gpuenv-doctor-probe-does-not-exist"
+
+
 def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None:
     """Ask the engine itself: start a container with a GPU request and a command that
     cannot exist. 'could not select device driver' means no NVIDIA runtime; failing on
@@ -157,7 +161,15 @@ def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None
     tagged = [image for image in api.images() if image.tags]
     if not tagged:
         if "nvidia" in runtimes or cdi:
-            checks.append(Check("NVIDIA runtime", "ok", "registered (nvidia runtime or CDI)"))
+            checks.append(
+                Check(
+                    "NVIDIA runtime",
+                    "warn",
+                    "registered (nvidia runtime or CDI), not tested: the engine has no "
+                    "image to test with",
+                    "run `gpuenv build`, then `gpuenv doctor` again",
+                )
+            )
         else:
             checks.append(
                 Check(
@@ -170,7 +182,7 @@ def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None
         return
     config = {
         "Image": tagged[0].tags[0],
-        "Entrypoint": ["/gpuenv-doctor-probe-does-not-exist"],
+        "Entrypoint": [PROBE],
         "Cmd": [],
         "Labels": {"io.gpuenv.doctor": "1"},
         "HostConfig": {"DeviceRequests": [{"Count": -1, "Capabilities": [["gpu"]]}]},
@@ -193,9 +205,20 @@ def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None
                 "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/",
             )
         )
-    else:
+    elif PROBE in message:  # the GPU request was taken; only the probe could not run
         checks.append(
             Check("NVIDIA runtime", "ok", "GPU requests reach the engine's NVIDIA driver")
+        )
+    else:  # refused for another reason (the toolkit, the driver, CDI): say which
+        checks.append(
+            Check(
+                "NVIDIA runtime",
+                "fail",
+                f"a container with a GPU request did not get to start its command: "
+                f"{message or 'it started, which a probe that does not exist cannot'}",
+                "fix what the engine says (`docker run --rm --gpus all IMAGE true` shows "
+                "the same), then `gpuenv doctor` again",
+            )
         )
 
 

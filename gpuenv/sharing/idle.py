@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import RUN_LABEL
-from gpuenv.errors import UsageError
+from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.sharing.claims import Claim
 
 if TYPE_CHECKING:
@@ -138,6 +138,8 @@ class Action:
     project: str
     gpus: tuple[str, ...]
     idle: float  # seconds, the shortest over the run's GPUs
+    uid: int = -1  # the claims' owner, from their files (fstat), never from their content
+    pid_start: str = ""  # the claiming process's start time, as its claim recorded it
 
     def reason(self, policy: IdlePolicy) -> str:
         return (
@@ -165,7 +167,10 @@ def decide(
             warned.pop(holder, None)
             continue
         first = held[0]
-        action = Action("warn", holder, first.user, first.project, tuple(c.gpu for c in held), idle)
+        gpus = tuple(c.gpu for c in held)
+        action = Action(
+            "warn", holder, first.user, first.project, gpus, idle, first.uid, first.pid_start
+        )
         if holder not in warned:
             warned[holder] = now
             actions.append(action)
@@ -180,14 +185,31 @@ def record_name(uid: int) -> str:
 
 def stop_holder(engine: ContainerEngine, action: Action, hostname: str) -> str | None:
     """Stop the run behind an action: a detached run's container, or the container of
-    the gpuenv process named by the claim (its own `gpuenv run` then releases them)."""
+    the gpuenv process named by the claim (its own `gpuenv run` then releases them).
+    Only a run of the claims' owner, on this host, is stopped: a claim's content is
+    written by its owner, who could name another user's container or process."""
+    from gpuenv.sharing.monitor import user_uid
+
+    def owned(labels: Mapping[str, str]) -> bool:
+        return user_uid(dict(labels)) == action.uid and labels.get("io.gpuenv.host") == hostname
+
     if not action.holder.startswith("pid "):
+        try:
+            labels = (engine.inspect(action.holder).get("Config") or {}).get("Labels") or {}
+        except GpuenvError:
+            return None  # gone already
+        if not owned(labels):
+            return None
         engine.stop(action.holder, 10)
         return action.holder
     pid = action.holder.removeprefix("pid ")
     for container in engine.containers(RUN_LABEL, all=False):
         labels = container.get("Labels") or {}
-        if labels.get("io.gpuenv.pid") == pid and labels.get("io.gpuenv.host") == hostname:
+        if (
+            labels.get("io.gpuenv.pid") == pid
+            and labels.get("io.gpuenv.pid-start", "") == action.pid_start
+            and owned(labels)
+        ):
             engine.stop(str(container["Id"]), 10)
             return str(container["Id"])
     return None

@@ -150,6 +150,12 @@ def test_what_is_installed_hashed_and_checked(
         ("numpy\n-r ../other/requirements.txt\n", "requirements.txt:2: includes '../other/"),
         ("-r /etc/hosts\n", "requirements.txt:1: includes '/etc/hosts', which is outside"),
         ("numpy\ntorch==\n", "requirements.txt:2: 'torch==' is not a valid requirement"),
+        # A token in an index URL would be copied into the image and pushed with it.
+        (
+            "--extra-index-url https://ann:s3cr3tTOKEN@pypi.corp.example/simple\nnumpy\n",
+            "requirements.txt:1: --extra-index-url https://***@pypi.corp.example/simple "
+            "carries a user name or token",
+        ),
     ],
 )
 def test_why_unfollowable_requirements_are_located_errors(
@@ -161,6 +167,7 @@ def test_why_unfollowable_requirements_are_located_errors(
     assert message in error.value.message
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "check"])
     assert result.exit_code == 3 and message in result.stderr
+    assert "s3cr3tTOKEN" not in result.output
 
 
 def test_why_a_uv_pin_change_makes_the_lock_stale(tmp_path: Path) -> None:

@@ -74,19 +74,39 @@ def test_warn_then_stop_then_forgive(tmp_path: Path) -> None:
     assert state["warned"] == {}
 
 
+class LabelledEngine(FakeEngine):
+    """A fake engine whose containers' labels are given (as `docker inspect` shows them)."""
+
+    def __init__(self, labels: dict[str, dict[str, str]]) -> None:
+        super().__init__()
+        self.labels = labels
+
+    def inspect(self, container: str) -> dict[str, Any]:
+        if container not in self.labels:
+            return super().inspect(container)
+        return {"Config": {"Labels": self.labels[container]}, "State": {"Running": True}}
+
+
+def _run_labels(uid: int, pid: int) -> dict[str, str]:
+    from gpuenv.sharing.procfs import process_start
+
+    return {
+        "io.gpuenv.pid": str(pid),
+        "io.gpuenv.pid-start": process_start(pid),
+        "io.gpuenv.host": socket.gethostname(),
+        "io.gpuenv.user": f"someone ({uid})",
+    }
+
+
 def test_enforce_stops_detached_and_attached_runs(tmp_path: Path) -> None:
-    engine = FakeEngine()
+    mine = _run_labels(os.getuid(), os.getpid())
+    engine = LabelledEngine({"c9": mine})
     running = {"c9"}
     store = _store(tmp_path, running)
     with store.locked():
         store.transfer(store.add(["GPU-0"], "detached"), "c9")
         store.add(["GPU-1"], "attached")  # held by this process
-    engine.listed = [
-        {
-            "Id": "attached-container",
-            "Labels": {"io.gpuenv.pid": str(os.getpid()), "io.gpuenv.host": socket.gethostname()},
-        }
-    ]
+    engine.listed = [{"Id": "attached-container", "Labels": mine}]
     state: dict[str, Any] = {}
     policy = IdlePolicy(5, warn_after=60, stop_after=60)
     for minute in range(4):
@@ -118,3 +138,20 @@ def test_the_policy_is_off_without_a_root_file(tmp_path: Path) -> None:
         load_policy({"GPUENV_SYSTEM_CONFIG": str(path)})
     path.write_text("[idle]\nenabled = false\n")
     assert load_policy({"GPUENV_SYSTEM_CONFIG": str(path)})[0] is None
+
+
+def test_a_claim_never_gets_another_users_run_stopped(tmp_path: Path) -> None:
+    """A claim's content is its owner's to write: one that names another user's
+    container, or whose pid is that of another user's gpuenv, stops nothing of theirs."""
+    victim = _run_labels(4242, os.getpid())  # the claim's pid, but another user's run
+    engine = LabelledEngine({"c7": victim})
+    store = _store(tmp_path, {"c7"})
+    with store.locked():
+        store.transfer(store.add(["GPU-0"], "forged"), "c7")  # names the victim's container
+        store.add(["GPU-1"], "forged")  # its pid matches the victim's run's label
+    engine.listed = [{"Id": "victim-container", "Labels": victim}]
+    state: dict[str, Any] = {}
+    policy = IdlePolicy(5, warn_after=60, stop_after=60)
+    for minute in range(4):
+        enforce(store, engine, lambda: {"GPU-0": 0, "GPU-1": 0}, policy, minute * 60.0, state)
+    assert not [call for call in engine.calls if call[0] == "stop"]

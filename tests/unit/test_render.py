@@ -217,3 +217,35 @@ def test_requirements_files_decide_rebuilds(project: Path, matrix: Matrix) -> No
     assert str(project / "requirements.txt") in inputs
     assert str(project / "extra" / "dev.txt") in inputs
     assert str(project / "gpuenv.yaml") in inputs and str(project / "gpuenv.lock") in inputs
+
+
+def test_a_file_added_to_a_baked_project_makes_its_build_stamp_stale(
+    project: Path,
+    matrix: Matrix,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`build --bake` said "✓ up to date" after a file was added: no recorded file changed."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+    from gpuenv.images.service import Project, build_inputs
+    from gpuenv.project import stamp
+    from gpuenv.resolution.lock import read_lock, write_lock
+
+    (project / "src").mkdir()
+    (project / "src" / "train.py").write_text("print('hi')\n")
+    spec = load_spec(str(project))
+    lock = lock_from_resolution(
+        resolve(spec, matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")),
+        matrix.version,
+        DIGEST,
+    )
+    write_lock(str(project / "gpuenv.lock"), lock)
+    plan = planned(project, matrix, bake=True)
+    inputs = build_inputs(
+        Project(spec, read_lock(str(project / "gpuenv.lock")), str(project / "gpuenv.lock")), plan
+    )
+    assert str(project / "src") in inputs and str(project) in inputs
+    stamp.record(str(project), True, "gpuenv/demo:1", inputs)
+    assert stamp.fresh_tag(str(project), True) == "gpuenv/demo:1"
+    (project / "src" / "new.py").write_text("print('new')\n")
+    assert stamp.fresh_tag(str(project), True) is None
