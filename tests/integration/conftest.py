@@ -253,6 +253,10 @@ def make_project(
     # run gpuenv as another user against these projects.
     base = Path(tempfile.mkdtemp(prefix="gpuenv-itest-", dir="/tmp"))
     base.chmod(0o755)
+    # The projects' shared state folder, made as an admin makes /var/tmp/gpuenv (root's,
+    # sticky, writable by all): gpuenv never makes a folder shared itself.
+    (base / ".gpuenv-state").mkdir()
+    (base / ".gpuenv-state").chmod(0o1777)
 
     def make(spec: str = "", version: str = "2.4", requirements: str = "") -> Project:
         name = f"itest-{uuid.uuid4().hex[:8]}"

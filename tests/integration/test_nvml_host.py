@@ -15,6 +15,7 @@ import pytest
 
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 
+from ..jsonschemas import validate_output
 from .conftest import Project, docker
 from .test_shared import _container, _popen
 
@@ -83,7 +84,7 @@ def test_ps_top_and_doctor_report_health_with_remedies(
         data = troubled()  # the container's process on GPU 0, as NVML lists host pids
         data["gpus"][0]["processes"] = [{"pid": pid, "used_memory_mib": 30000}]
         nvml.write(data)
-        snapshot = json.loads(project.ok("top", "--once", "--json").stdout)
+        snapshot = validate_output("top", project.ok("top", "--once", "--json").stdout)
         assert snapshot["host"]["source"] == "nvml"
         rows = {row["index"]: row for row in snapshot["gpus"]}
         (user,) = rows[0]["users"]
@@ -97,7 +98,9 @@ def test_ps_top_and_doctor_report_health_with_remedies(
             assert line in top.stderr  # findings are messages; the rows stay on stdout
         assert "unusable" in top.stdout
         runs = [
-            r for r in json.loads(project.ok("ps", "--json").stdout) if r["project"] == project.name
+            r
+            for r in validate_output("ps", project.ok("ps", "--json").stdout)
+            if r["project"] == project.name
         ]
         assert len(runs) == 1, f"the run is gone: {process.poll()} {docker('ps', '-a').stdout}"
         run = runs[0]
