@@ -48,8 +48,9 @@ def open_dir(parent: int, name: str, where: str, owner: int, *, create: bool) ->
         if not create:
             return None
         if os.getuid() not in (0, owner):
+            who = "root" if owner == 0 else f"{owner_name(owner)} or root"
             raise UsageError(
-                f"{where} does not exist, and only {owner_name(owner)} or root may create it",
+                f"{where} does not exist, and only {who} may create it",
                 hint=admin_hint(where),
             ) from None
         with contextlib.suppress(FileExistsError):

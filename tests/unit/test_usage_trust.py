@@ -320,3 +320,53 @@ def test_removing_a_detached_run_records_its_end(tmp_path: Path) -> None:
     (run,) = UsageLog(state).runs()
     assert (run.state, run.end, run.exit) == ("ended", FINISHED, 5)
     assert time.time() > FINISHED
+
+
+def _as_user(uid: int, action: Callable[[], None]) -> str:
+    """`action` in a forked child running as `uid`: what it raised ('' for nothing)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's report goes through the pipe
+        os.close(read)
+        text = ""
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            action()
+        except BaseException as exc:
+            text = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
+        os.write(write, text.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        said = handle.read().decode()
+    os.waitpid(child, 0)
+    return said
+
+
+def _expect_own(runs: list[Any]) -> None:
+    if [run.uid for run in runs] != [os.getuid()]:
+        raise AssertionError(f"read {[run.uid for run in runs]}")
+
+
+def test_in_the_shared_folder_only_root_creates_usage() -> None:
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="gpuenv-usage-shared-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)  # like /var/tmp/gpuenv: root-owned and sticky
+        said = _as_user(ALICE, lambda: UsageLog(str(shared)).begin("llm", []) and None)
+        assert said.startswith("UsageError") and "does not exist, and only root may" in said
+        assert not (shared / "usage").exists()
+        UsageLog(str(shared)).begin("llm", [])  # root makes it: 1777, root's
+        assert (shared / "usage").stat().st_uid == 0
+        assert _as_user(ALICE, lambda: UsageLog(str(shared)).begin("llm", []) and None) == ""
+        mine = shared / "usage" / f"{ALICE}.jsonl"
+        assert mine.stat().st_uid == ALICE and mine.stat().st_mode & 0o777 == 0o600
+        # Alice reads her run only; root reads both.
+        assert len(UsageLog(str(shared)).runs(uid=0)) == 2
+        assert _as_user(ALICE, lambda: _expect_own(UsageLog(str(shared)).runs())) == ""
+    finally:
+        shutil.rmtree(shared)
