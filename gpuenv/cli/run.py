@@ -327,8 +327,9 @@ def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
 @click.command()
 @click.argument("run_name", metavar="RUN")
 def rm(run_name: str) -> None:
-    """Remove a detached run that has ended, with its output, recording its GPU-hours
-    end: its owner, or root."""
+    """Remove a detached run that has ended, with its output: its owner, or root.
+
+    Its end goes into the GPU-hours records (`gpuenv usage`)."""
     from gpuenv.cli import ui
     from gpuenv.run.detached import owned_run, remove_run
 
