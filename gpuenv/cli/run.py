@@ -310,13 +310,29 @@ def wait_command(run_name: str) -> None:
     sys.exit(wait_run(engine(), find_run(_runs(True), run_name)))
 
 
+def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
+    """A removed detached run's end, into its owner's usage file (never stops `rm`)."""
+    from gpuenv.errors import GpuenvError
+    from gpuenv.sharing.statedir import state_dir
+    from gpuenv.sharing.usage import UsageLog
+
+    try:
+        UsageLog(state_dir()).finish_for(label, exit_code, end)
+    except (GpuenvError, OSError) as exc:
+        from gpuenv.cli import ui
+
+        ui.warn(f"GPU usage of the run not recorded: {getattr(exc, 'message', exc)}")
+
+
 @click.command()
 @click.argument("run_name", metavar="RUN")
 def rm(run_name: str) -> None:
-    """Remove a detached run that has ended, with its output: its owner, or root."""
+    """Remove a detached run that has ended, with its output: its owner, or root.
+
+    Its end goes into the GPU-hours records (`gpuenv usage`)."""
     from gpuenv.cli import ui
     from gpuenv.run.detached import owned_run, remove_run
 
     run = owned_run(_runs(True), run_name, os.getuid(), "remove")
-    remove_run(engine(), run)
+    remove_run(engine(), run, _record_end)
     ui.success(f"removed {run.name}")

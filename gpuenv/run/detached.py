@@ -96,10 +96,23 @@ def wait_run(engine: ContainerEngine, run: RunInfo) -> int:
         raise
 
 
-def remove_run(engine: ContainerEngine, run: RunInfo) -> None:
-    """Remove a run that has stopped (its output goes with it)."""
+def remove_run(
+    engine: ContainerEngine,
+    run: RunInfo,
+    ended: Callable[[str, int | None, float | None], None] | None = None,
+) -> None:
+    """Remove a run that has stopped (its output goes with it). `ended` first gets its
+    usage label, exit code and end (Docker's ExitCode and FinishedAt) for its record."""
     if run.state == "running":
         raise UsageError(
             f"{run.name} is still running", hint=f"stop it first: `gpuenv stop {run.name}`"
         )
+    if ended is not None:
+        from gpuenv.common.labels import USAGE_LABEL
+        from gpuenv.run.session import finished
+
+        details = engine.inspect(run.id)
+        label = ((details.get("Config") or {}).get("Labels") or {}).get(USAGE_LABEL)
+        if label:
+            ended(str(label), *finished(details))
     engine.remove(run.id)

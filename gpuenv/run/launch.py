@@ -121,13 +121,14 @@ def _begin_usage(
     project: str,
     gpus: list[tuple[str, str]],
     notice: Callable[[str], None],
+    detached: bool = False,
 ) -> tuple[str | None, str | None]:
     """The run's usage id and its container label; a record that cannot be written is
     said, and never stops the run."""
     if log is None:
         return None, None
     try:
-        usage_id = log.begin(project, gpus)
+        usage_id = log.begin(project, gpus, detached=detached)
     except (GpuenvError, OSError) as exc:
         notice(f"GPU usage not recorded: {getattr(exc, 'message', exc)}")
         return None, None
@@ -224,7 +225,9 @@ def launch(
         store = services.claim_store()
         store.container_check = container_check(engine)
         granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)
-    usage_id, usage_label = _begin_usage(log, spec.name, _gpus_used(granted, host), notice)
+    usage_id, usage_label = _begin_usage(
+        log, spec.name, _gpus_used(granted, host), notice, detached=request.detach
+    )
     outcome: Outcome | None = None
     beating = threading.Event()
     if store is not None and not request.detach:

@@ -88,13 +88,18 @@ def reap_orphans(
 
 def _ended(api: ContainerEngine, container: Mapping[str, Any]) -> tuple[int | None, float | None]:
     """A stopped container's exit code and when it finished (Docker's FinishedAt)."""
+    return finished(api.inspect(container["Id"]))
+
+
+def finished(details: Mapping[str, Any]) -> tuple[int | None, float | None]:
+    """The exit code and end (FinishedAt, UTC) of an inspected container."""
     import calendar
     import time
 
-    state = api.inspect(container["Id"]).get("State") or {}
-    finished = str(state.get("FinishedAt") or "")[:19]
+    state = details.get("State") or {}
+    when = str(state.get("FinishedAt") or "")[:19]
     try:
-        end: float | None = float(calendar.timegm(time.strptime(finished, "%Y-%m-%dT%H:%M:%S")))
+        end: float | None = float(calendar.timegm(time.strptime(when, "%Y-%m-%dT%H:%M:%S")))
     except ValueError:
         end = None
     code = state.get("ExitCode")

@@ -1,31 +1,30 @@
 """GPU-hours: every run leaves usage records, and `gpuenv usage` adds them up.
 
 A run appends a start record when it has its GPUs and an end record when it ends, to its
-user's own file in the state folder (`usage/<uid>.jsonl`, mode 0600: the user and root
-read it). Appends are one line each, under flock (one writer at a time, with a timeout),
-fsync'd before the lock is released; a line torn by a crash is skipped when read. A run
-whose gpuenv process was killed gets its end from whoever removes its container next
-(`reap_orphans`): into the owner's file where that is allowed, else as a small
-world-readable marker (`usage/ended/<id>.json`: the run id, the end, the exit code).
-
-The detached runs of another change call `begin` and `finish` the same way.
+user's own file in the state folder (`usage/<uid>.jsonl`, owned by that uid, mode 0600:
+the user and root read it). Appends are one line each, under flock (one writer at a
+time, with a timeout), fsync'd before the lock is released; a line torn by a crash is
+skipped when read. A run whose gpuenv process was killed gets its end from whoever
+removes its container next (`reap_orphans`, `gpuenv rm`) where that is the owner or
+root. What is trusted, and how the files are opened: `usage_files`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
+import math
 import os
-import stat
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuenv.errors import UsageError
+from gpuenv.sharing import usage_files as files
 from gpuenv.sharing.procfs import process_start
+from gpuenv.sharing.statedir import open_state, owner_name
 
 LOCK_TIMEOUT = 10.0  # seconds to wait for another writer
 
@@ -56,89 +55,62 @@ def usage_dir(state_directory: str) -> str:
     return os.path.join(state_directory, "usage")
 
 
-def _folder(path: str, mode: int) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create the usage folder {path}: {exc.strerror}") from None
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        raise UsageError(f"{path} is not a folder: gpuenv keeps GPU usage records there")
-    if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) != mode:
-        with contextlib.suppress(OSError):
-            os.chmod(path, mode)
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
-@contextlib.contextmanager
-def _locked(fd: int, path: str, timeout: float) -> Iterator[None]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise UsageError(
-                    f"{path} stayed locked by another gpuenv for {timeout:g}s: usage not recorded"
-                ) from None
-            time.sleep(0.05)
-    try:
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def append(path: str, record: Mapping[str, Any], owner: int, timeout: float = LOCK_TIMEOUT) -> None:
-    """One record as one line, fsync'd, in `owner`'s file (root creates it for them)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as exc:
-        raise UsageError(f"cannot write usage records to {path}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (owner, os.getuid()):
-            raise UsageError(f"{path} is not {owner}'s usage file: not writing to it")
-        if info.st_uid != owner and os.getuid() == 0:
-            os.fchown(fd, owner, -1)
-        with _locked(fd, path, timeout):
-            os.write(fd, (json.dumps(record, sort_keys=True) + "\n").encode())
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 32 and value.isascii() and value.isalnum()
 
 
 class UsageLog:
     """The usage records of one host's state folder."""
 
-    def __init__(self, state_directory: str) -> None:
+    def __init__(self, state_directory: str, timeout: float = LOCK_TIMEOUT) -> None:
+        self.state_directory = state_directory
         self.directory = usage_dir(state_directory)
-        self.ended_dir = os.path.join(self.directory, "ended")
+        self.timeout = timeout
 
-    def _file(self, uid: int) -> str:
-        return os.path.join(self.directory, f"{uid}.jsonl")
+    @contextlib.contextmanager
+    def _usage(self, *, create: bool) -> Iterator[int | None]:
+        """The usage folder's descriptor (None: there is none yet and not `create`d)."""
+        folder = open_state(directory=self.state_directory)
+        try:
+            fd = files.open_dir(folder.fd, "usage", self.directory, folder.owner, create=create)
+            try:
+                yield fd
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            folder.close()
 
-    def _prepare(self) -> None:
-        _folder(self.directory, 0o1777)
-        _folder(self.ended_dir, 0o1777)
+    def _append(self, record: Mapping[str, Any], owner: int) -> None:
+        with self._usage(create=True) as fd:
+            assert fd is not None
+            name = f"{owner}.jsonl"
+            where = os.path.join(self.directory, name)
+            files.append(fd, name, record, owner, where, self.timeout)
 
     def begin(
-        self, project: str, gpus: Sequence[tuple[str, str]], start: float | None = None
+        self,
+        project: str,
+        gpus: Sequence[tuple[str, str]],
+        start: float | None = None,
+        *,
+        detached: bool = False,
     ) -> str:
-        """Record a run's start (its GPUs granted); returns its usage id for `finish`."""
-        import pwd
-
-        self._prepare()
+        """Record a run's start (its GPUs granted); returns its usage id for `finish`.
+        A detached run counts as running until its end is recorded (by the reaper or
+        `gpuenv rm`): its gpuenv process exits right after starting it."""
         run_id = uuid.uuid4().hex[:16]
         pid = os.getpid()
-        try:
-            user = pwd.getpwuid(os.getuid()).pw_name
-        except KeyError:
-            user = str(os.getuid())
         record = {
             "event": "start",
             "id": run_id,
-            "user": user,
+            "user": owner_name(os.getuid()),
             "uid": os.getuid(),
             "project": project,
             "start": time.time() if start is None else start,
@@ -147,121 +119,119 @@ class UsageLog:
             "pid": pid,
             "pid_start": process_start(pid),
         }
-        append(self._file(os.getuid()), record, os.getuid())
+        if detached:
+            record["detached"] = True
+        self._append(record, os.getuid())
         return run_id
 
     def finish(self, run_id: str, exit_code: int | None, end: float | None = None) -> None:
-        self._prepare()
         record = {"event": "end", "id": run_id, "end": time.time() if end is None else end}
         record["exit"] = exit_code
-        append(self._file(os.getuid()), record, os.getuid())
+        self._append(record, os.getuid())
 
     def finish_for(self, label: str, exit_code: int | None, end: float | None = None) -> None:
-        """Another process's run ended (its container was reaped; `label` is its
-        USAGE_LABEL, "<uid>/<id>"): the end record goes to the owner's file when we may
-        write it (the owner, root), else to a marker."""
+        """Another process's run ended (its container was reaped or removed; `label` is
+        its USAGE_LABEL, "<uid>/<id>"): the end record goes to the owner's file, once,
+        when we may write it (the owner, root). Another user's record of it would not be
+        believed, so none is written: such a run stays unrecorded."""
         owner_text, _, run_id = label.partition("/")
-        if not owner_text.isdigit() or not run_id.isalnum():
+        if not (owner_text.isascii() and owner_text.isdigit()) or not _valid_id(run_id):
             return
         owner = int(owner_text)
-        if owner == os.getuid() or os.getuid() == 0:
-            if any(  # a detached run's end is seen by every command until it is removed
-                r.get("event") == "end" and r.get("id") == run_id
-                for r in _records(self._file(owner))
-            ):
-                return
-            self._prepare()
-            record = {"event": "end", "id": run_id, "end": time.time() if end is None else end}
-            record["exit"] = exit_code
-            append(self._file(owner), record, owner)
+        if os.getuid() not in (0, owner):
             return
-        self._prepare()
-        safe = "".join(ch for ch in run_id if ch.isalnum())[:32]
-        marker = os.path.join(self.ended_dir, f"{safe}.json")
-        data = {"id": safe, "end": time.time() if end is None else end, "exit": exit_code}
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with contextlib.suppress(FileExistsError):
-            fd = os.open(marker, flags, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+        if any(run.id == run_id and run.end is not None for run in self.runs(owner)):
+            return  # a detached run's end is seen by every command until it is removed
+        record = {"event": "end", "id": run_id, "end": time.time() if end is None else end}
+        record["exit"] = exit_code
+        self._append(record, owner)
 
     def runs(self, uid: int | None = None) -> list[UsageRun]:
-        """The runs in the records `uid` may read: root (uid 0) all, a user their own."""
+        """The runs in the records `uid` may read: root (uid 0) all, a user their own.
+        Only `<uid>.jsonl` files owned by that uid are read, and in them only records of
+        that uid; an end marker counts only when root or the run's owner made it."""
         uid = os.getuid() if uid is None else uid
-        try:
-            names = sorted(os.listdir(self.directory))
-        except OSError:
-            return []
-        mine = f"{uid}.jsonl"
-        files = [n for n in names if n.endswith(".jsonl") and (uid == 0 or n == mine)]
-        starts: dict[str, dict[str, Any]] = {}
-        ends: dict[str, dict[str, Any]] = {}
-        for name in files:
-            for record in _records(os.path.join(self.directory, name)):
-                if record.get("event") == "start" and isinstance(record.get("id"), str):
-                    starts[record["id"]] = record
-                elif record.get("event") == "end" and isinstance(record.get("id"), str):
-                    ends[record["id"]] = record
-        return [
-            _run(start, ends.get(run_id) or self._marker(run_id))
-            for run_id, start in starts.items()
-        ]
-
-    def _marker(self, run_id: str) -> dict[str, Any] | None:
-        path = os.path.join(self.ended_dir, f"{''.join(c for c in run_id if c.isalnum())}.json")
-        try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        found: list[UsageRun] = []
+        with self._usage(create=False) as fd:
+            if fd is None:
+                return []
+            ended = files.open_dir(
+                fd,
+                "ended",
+                os.path.join(self.directory, "ended"),
+                os.fstat(fd).st_uid,
+                create=False,
+            )
+            try:
+                for owner, data in files.owner_files(fd, uid):
+                    found.extend(_owner_runs(owner, files.records(data), ended))
+            finally:
+                if ended is not None:
+                    os.close(ended)
+        return found
 
 
-def _records(path: str) -> Iterator[dict[str, Any]]:
+def _owner_runs(
+    owner: int, lines: Iterator[dict[str, Any]], ended: int | None
+) -> Iterator[UsageRun]:
+    starts: dict[str, dict[str, Any]] = {}
+    ends: dict[str, dict[str, Any]] = {}
+    for record in lines:
+        if not _valid_id(record.get("id")):
+            continue
+        if record.get("event") == "start" and record.get("uid") == owner:
+            starts.setdefault(record["id"], record)
+        elif record.get("event") == "end":
+            ends.setdefault(record["id"], record)
+    for run_id, start in starts.items():
+        run = _run(owner, start, ends.get(run_id) or _marker(ended, run_id, owner))
+        if run is not None:
+            yield run
+
+
+def _marker(ended: int | None, run_id: str, owner: int) -> dict[str, Any] | None:
+    if ended is None:
+        return None
+    found = files.read_owned(ended, f"{run_id}.json", files.MAX_MARKER)
+    if found is None or found[0] not in (0, owner):
+        return None  # anyone may add files there: only root's or the owner's count
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line torn by a crash
-        if isinstance(record, dict):
-            yield record
+        data = json.loads(found[1])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("id") == run_id else None
 
 
-def _run(start: dict[str, Any], end: dict[str, Any] | None) -> UsageRun:
-    gpus = tuple(
-        (str(g.get("key", "?")), str(g.get("model") or "unknown"))
-        for g in start.get("gpus") or []
-        if isinstance(g, dict)
-    )
+def _run(owner: int, start: dict[str, Any], end: dict[str, Any] | None) -> UsageRun | None:
+    """The run its records tell, None when the start record is malformed."""
+    began, gpus = _number(start.get("start")), start.get("gpus", [])
+    project = start.get("project", "?")
+    if began is None or not isinstance(gpus, list) or not isinstance(project, str):
+        return None
+    if not all(isinstance(g, dict) for g in gpus):
+        return None
     base = UsageRun(
         id=start["id"],
-        user=str(start.get("user", "?")),
-        uid=int(start.get("uid", -1)),
-        project=str(start.get("project", "?")),
-        start=float(start.get("start", 0)),
-        gpus=gpus,
+        user=owner_name(owner),
+        uid=owner,
+        project=project,
+        start=began,
+        gpus=tuple((str(g.get("key", "?")), str(g.get("model") or "unknown")) for g in gpus),
     )
-    if end is not None and isinstance(end.get("end"), int | float):
-        exit_code = end.get("exit")
-        return _replace(base, end=float(end["end"]), exit=exit_code, state="ended")
+    finished = None if end is None else _number(end.get("end"))
+    if end is not None and finished is not None:
+        code = end.get("exit")
+        exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        return replace(base, end=finished, exit=exit_code, state="ended")
+    if start.get("detached") is True:
+        return replace(base, state="running")  # until the reaper or `gpuenv rm` ends it
     local = start.get("host") == os.uname().nodename
-    pid_start = process_start(int(start.get("pid", 0) or 0))
+    pid = start.get("pid")
+    valid_pid = isinstance(pid, int) and not isinstance(pid, bool) and pid > 0
+    pid_start = process_start(pid) if valid_pid else None  # type: ignore[arg-type]
     if not local or (pid_start and pid_start == start.get("pid_start")):
-        return _replace(base, state="running")
-    return _replace(base, state="unrecorded")
-
-
-def _replace(run: UsageRun, **changes: Any) -> UsageRun:
-    from dataclasses import replace
-
-    return replace(run, **changes)
+        return replace(base, state="running")
+    return replace(base, state="unrecorded")
 
 
 @dataclass

@@ -33,6 +33,7 @@ class FakeEngine:
         default_factory=lambda: {"Version": "fake", "ApiVersion": "1.41"}
     )
     info_data: dict[str, Any] = field(default_factory=dict)
+    finished_at: str = ""  # Docker's State.FinishedAt of every container, when set
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -133,6 +134,7 @@ class FakeEngine:
                 "OOMKilled": self.oom_killed,
                 "Running": container in self.running,
                 "ExitCode": self.exit_code,
+                **({"FinishedAt": self.finished_at} if self.finished_at else {}),
             },
         }
 

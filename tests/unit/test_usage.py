@@ -9,18 +9,20 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuenv.errors import UsageError
+from gpuenv.sharing.statedir import owner_name
 from gpuenv.sharing.usage import (
     UsageLog,
     UsageRun,
-    append,
     load_prices,
     parse_since,
     summarize,
 )
+from gpuenv.sharing.usage_files import append
 
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 HOUR = 3600.0
@@ -125,18 +127,16 @@ def test_a_run_whose_process_died_is_unrecorded_until_reaped(tmp_path: Path) -> 
     assert (reaped.state, reaped.end, reaped.exit) == ("ended", NOW, None)
 
 
-def test_another_users_reaper_leaves_a_marker(tmp_path: Path) -> None:
+def test_root_ends_another_users_run_in_their_file(tmp_path: Path) -> None:
     log = UsageLog(str(tmp_path))
     owner = os.getuid() + 1 if os.getuid() else 4242
-    if os.getuid() == 0:  # root may write anyone's file: its end goes there, chowned
-        log.finish_for(f"{owner}/abc123", 7, end=NOW)
-        path = tmp_path / "usage" / f"{owner}.jsonl"
-        assert path.stat().st_uid == owner and json.loads(path.read_text())["exit"] == 7
-        return
     log.finish_for(f"{owner}/abc123", 7, end=NOW)
-    marker = tmp_path / "usage" / "ended" / "abc123.json"
-    assert json.loads(marker.read_text()) == {"id": "abc123", "end": NOW, "exit": 7}
-    assert stat.S_IMODE(marker.stat().st_mode) == 0o644
+    path = tmp_path / "usage" / f"{owner}.jsonl"
+    if os.getuid() != 0:  # another user's record of it would not be believed
+        assert not path.exists()
+        return
+    assert path.stat().st_uid == owner and json.loads(path.read_text())["exit"] == 7
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("label", ["", "x/abc", "1000/../../etc", "1000/"])
@@ -149,6 +149,8 @@ def test_each_user_reads_their_own_rows_root_all(tmp_path: Path) -> None:
     folder = tmp_path / "usage"
     folder.mkdir()
     for uid, user in ((1000, "alice"), (1001, "bob")):
+        if os.getuid() != 0:
+            pytest.skip("writes files owned by other users")
         start = {
             "event": "start",
             "id": f"id{uid}",
@@ -161,25 +163,29 @@ def test_each_user_reads_their_own_rows_root_all(tmp_path: Path) -> None:
         }
         end = {"event": "end", "id": f"id{uid}", "end": NOW, "exit": 0}
         (folder / f"{uid}.jsonl").write_text(json.dumps(start) + "\n" + json.dumps(end) + "\n")
+        os.chown(folder / f"{uid}.jsonl", uid, uid)
     log = UsageLog(str(tmp_path))
-    assert [r.user for r in log.runs(uid=1000)] == ["alice"]
-    assert sorted(r.user for r in log.runs(uid=0)) == ["alice", "bob"]
+    assert [r.uid for r in log.runs(uid=1000)] == [1000]
+    assert sorted(r.user for r in log.runs(uid=0)) == sorted([owner_name(1000), owner_name(1001)])
     assert log.runs(uid=1002) == []
 
 
 def test_one_writer_at_a_time_with_a_timeout(tmp_path: Path) -> None:
     path = tmp_path / "usage.jsonl"
     path.touch(mode=0o600)
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     fd = os.open(path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         started = time.monotonic()
         with pytest.raises(UsageError, match=r"stayed locked by another gpuenv for 0\.3s"):
-            append(str(path), {"event": "start"}, os.getuid(), timeout=0.3)
+            append(directory, path.name, {"event": "start"}, os.getuid(), str(path), 0.3)
         assert time.monotonic() - started >= 0.3
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        append(directory, path.name, {"event": "start"}, os.getuid(), str(path), 1.0)
     finally:
         os.close(fd)
-    append(str(path), {"event": "start"}, os.getuid())
+        os.close(directory)
     assert path.read_text() == '{"event": "start"}\n'
 
 
@@ -236,8 +242,6 @@ def test_a_run_leaves_its_record_and_a_reaped_one_its_end(tmp_path: Path) -> Non
     folder = project.__wrapped__(tmp_path)  # type: ignore[attr-defined]
     state = str(tmp_path / "state")
     orphan_label = f"{os.getuid()}/deadbeef00000000"
-    log = UsageLog(state)
-    log._prepare()
     start = {
         "event": "start",
         "id": "deadbeef00000000",
@@ -250,7 +254,7 @@ def test_a_run_leaves_its_record_and_a_reaped_one_its_end(tmp_path: Path) -> Non
         "pid": 1,
         "pid_start": "0",
     }
-    append(os.path.join(log.directory, f"{os.getuid()}.jsonl"), start, os.getuid())
+    _write(Path(state), os.getuid(), [start])
     engine = FakeEngine(exit_code=3)
     engine.listed = [
         {
@@ -326,3 +330,15 @@ def test_the_usage_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert cells == [[A100, "2", "2.50", "5.00 EUR"], [H100, "1", "1.50", "6.00 EUR"]]
     bad = CliRunner().invoke(main, ["usage", "--since", "soon"])
     assert bad.exit_code == 2 and "--since 'soon'" in bad.output
+
+
+def _write(state: Path, owner: int, records: list[dict[str, Any]], name: str = "") -> Path:
+    """Records as `owner`'s file would hold them (owned by `owner`: tests run as root)."""
+    folder = state / "usage"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o1777)
+    path = folder / (name or f"{owner}.jsonl")
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path.chmod(0o600)
+    os.chown(path, owner, owner)
+    return path
