@@ -441,12 +441,17 @@ podman_service_up() {  # podman_service_up NAME SOCKET [USER]
   fi
   rm -f "${sock#unix://}"
   log "starting podman '$name' on $sock"
-  setsid "${IN_NETNS_NET[@]}" unshare --mount --propagation private "${pidns[@]}" -- \
-    sh "$PODMAN/launch.sh" "$RUN/$name-etc" "$PODMAN/cdi" \
-    "${as[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "HOME=$(getent passwd "${user:-root}" | cut -d: -f6)" \
-    "XDG_RUNTIME_DIR=$runtime" "CONTAINERS_CONF=$PODMAN/containers.conf" \
-    "CONTAINERS_STORAGE_CONF=$storage" "CONTAINERS_REGISTRIES_CONF=$PODMAN/registries.conf" \
-    podman system service --time=0 "$sock" >"$RUN/$name.log" 2>&1 </dev/null &
+  # From /: the checkout may be a private folder (mktemp -d) the user cannot enter, and
+  # rootless Podman's pause process fails where it cannot chdir.
+  (
+    cd /
+    exec setsid "${IN_NETNS_NET[@]}" unshare --mount --propagation private "${pidns[@]}" -- \
+      sh "$PODMAN/launch.sh" "$RUN/$name-etc" "$PODMAN/cdi" \
+      "${as[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "HOME=$(getent passwd "${user:-root}" | cut -d: -f6)" \
+      "XDG_RUNTIME_DIR=$runtime" "CONTAINERS_CONF=$PODMAN/containers.conf" \
+      "CONTAINERS_STORAGE_CONF=$storage" "CONTAINERS_REGISTRIES_CONF=$PODMAN/registries.conf" \
+      podman system service --time=0 "$sock" >"$RUN/$name.log" 2>&1 </dev/null
+  ) &
   echo $! >"$pidfile"
   wait_for 30 "podman '$name' (log: $RUN/$name.log)" \
     curl -sf --unix-socket "${sock#unix://}" http://podman/_ping
