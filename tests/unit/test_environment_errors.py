@@ -8,6 +8,7 @@ that first drops to an unprivileged user (nobody); as a user they simply run."""
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import shutil
@@ -60,9 +61,24 @@ def _preload() -> None:
         importlib.import_module(name)
 
 
+@functools.cache
+def readable_matrices() -> str:
+    """The shipped matrices where nobody can read them: the checkout may be a private
+    folder (a clone in `mktemp -d`, as CI makes it)."""
+    from gpuenv.resolution.matrix import default_matrix_dir
+
+    folder = Path(tempfile.mkdtemp(prefix="gpuenv-matrices-"))
+    copy = folder / "matrices"
+    shutil.copytree(default_matrix_dir(), copy)
+    for path in (folder, copy, *copy.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return str(copy)
+
+
 def run_as_user(project: Path, args: list[str], env: dict[str, str]) -> dict[str, Any]:
     """The CLI in-process in a forked child running as nobody (or as this user when not
     root): its exit code, stdout and stderr."""
+    env = {"GPUENV_MATRIX_DIR": readable_matrices(), **env}
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
