@@ -1,21 +1,18 @@
-"""What every command shares: the context, the one error path (`abort`), the lazily
-loaded command tree, the option groups, and the adapters the CLI plugs into the core
-(the engine, the progress view)."""
+"""What every click command shares: the context, the lazily loaded command tree (whose
+errors take the one error path in `base`), the option groups; and, from `base`, the
+adapters the CLI plugs into the core (the engine, the progress view)."""
 
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import click
 
-from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError
+from gpuenv.cli.base import debugging, engine, exit_code_for, report, view_factory
 
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import Engine
-    from gpuenv.images.service import View
+__all__ = ["Context", "LazyGroup", "apply", "engine", "report", "view_factory"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,34 +24,9 @@ class Context(NamedTuple):
     debug: bool
 
 
-def report(exc: GpuenvError) -> None:
-    """An error as the user sees it: the message, its details, the hint (stderr)."""
-    from rich.markup import escape
-
-    from gpuenv.cli import ui
-    from gpuenv.errors import BuildError, ResolutionError
-
-    ui.error(exc.message)
-    if isinstance(exc, ResolutionError):
-        for line in exc.explanation:
-            ui.detail(line)
-    if isinstance(exc, BuildError) and exc.output:
-        ui.info("last lines of its output:")
-        for line in exc.output:
-            ui.detail(line)
-    if exc.hint:
-        ui.err.print(f"[cyan]hint:[/] {escape(exc.hint)}")
-
-
 def _debug(ctx: click.Context) -> bool:
     obj = ctx.find_object(Context)
-    return bool(obj and obj.debug) or os.environ.get("GPUENV_DEBUG") == "1"
-
-
-def _traceback() -> None:
-    import traceback
-
-    traceback.print_exc()
+    return debugging(bool(obj and obj.debug))
 
 
 class LazyGroup(click.Group):
@@ -84,25 +56,10 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except GpuenvError as exc:
-            report(exc)
-            if _debug(ctx):
-                _traceback()
-            ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
-        except Exception as exc:
-            if _debug(ctx):
-                _traceback()
-            click.echo(
-                f"error: internal error: {type(exc).__name__}: {exc}\n"
-                "hint: this is a bug in gpuenv; run again with --debug and report the traceback",
-                err=True,
-            )
-            ctx.exit(EXIT_INTERNAL)
+        except (Exception, KeyboardInterrupt) as exc:
+            ctx.exit(exit_code_for(exc, _debug(ctx)))
 
 
 def apply(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
@@ -162,21 +119,3 @@ bake_option = click.option(
     is_flag=True,
     help="Copy the project into the image (/workspace), for images that travel to a cluster.",
 )
-
-
-def engine() -> Engine:
-    """The engine at DOCKER_HOST (the Unix-socket client, or docker-py for tcp/ssh)."""
-    from gpuenv.engine import connect
-
-    return connect()
-
-
-def view_factory(quiet: bool) -> Callable[[], View]:
-    """The progress view for pulls and builds, made (with rich) only if one happens."""
-
-    def make() -> View:
-        from gpuenv.cli.live import make_view
-
-        return make_view(quiet)
-
-    return make

@@ -67,25 +67,21 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
     (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
     built. Project code is mounted at run time, not copied, unless --bake.
     """
+    from gpuenv.cli.base import up_to_date
     from gpuenv.images.build import build_project, up_to_date_tag
-
-    def up_to_date(tag: str) -> None:
-        click.echo(tag)
-        if not quiet:
-            click.echo("✓ up to date: nothing to build", err=True)
 
     # The no-op path: nothing changed since the last build, and the engine has the image.
     connected = engine()
     known = up_to_date_tag(obj.directory, bake, connected)
     if known:
-        up_to_date(known)
+        up_to_date(known, quiet)
         return
 
     from gpuenv.cli import ui
 
     _, tag, result = build_project(obj.directory, connected, view_factory(quiet), bake=bake)
     if result is None:
-        up_to_date(tag)
+        up_to_date(tag, quiet)
         return
     ui.result(tag)
     if not quiet:

@@ -1,16 +1,18 @@
-"""The Engine API over its Unix socket, on the standard library's http.client.
+"""The Engine API over its Unix socket, with a small HTTP/1.1 client of its own.
 
 The container calls (`gpuenv run`, ps, stop, doctor) and the image check of the no-op
 build are made here directly: docker-py and requests take ~0.2 s to import, more than a
-whole `docker run`. Image transfers and builds (pull, build, push, tag, list, remove)
-go through docker-py (`engine.dockerpy`), loaded only when one is asked for. Only the
-attach hijack speaks HTTP by hand: http.client cannot hand over an upgraded socket.
+whole `docker run`, and even the standard library's http.client (which pulls in email
+and ssl) costs ~40 ms, a sixth of one. The engine's side of the exchange is small and
+fixed (one request per connection, a body by Content-Length or chunked, JSON), so
+`_exchange` speaks it directly; the attach hijack keeps the connection it upgraded.
+Image transfers and builds (pull, build, push, tag, list, remove) go through docker-py
+(`engine.dockerpy`), loaded only when one is asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import socket
 import urllib.parse
@@ -27,20 +29,94 @@ if TYPE_CHECKING:
 API = "/v1.41"  # Engine 20.10; DeviceRequests need 1.40
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._path = path
+class _BadResponse(OSError):
+    """The engine's answer was not HTTP/1.1 as it speaks it (a dying engine, a wrong socket)."""
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
+
+def _read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The status and (lower-cased) headers of a response, and the bytes read past them."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise _BadResponse("the engine closed the connection before answering")
+        data += chunk
+        if len(data) > 1 << 20:
+            raise _BadResponse("the engine's response headers never end")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise _BadResponse(f"not an HTTP response: {status_line[:80]!r}")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers, rest
+
+
+def _read_body(sock: socket.socket, headers: Mapping[str, str], data: bytes) -> bytes:
+    """The whole body: chunked, by Content-Length, or up to the close."""
+
+    def more() -> bytes:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise _BadResponse("the engine closed the connection mid-response")
+        return chunk
+
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = bytearray()
+        while True:
+            while b"\r\n" not in data:
+                data += more()
+            size_line, _, data = data.partition(b"\r\n")
+            try:
+                size = int(size_line.split(b";", 1)[0].strip() or b"x", 16)
+            except ValueError:
+                raise _BadResponse(f"bad chunk size {size_line[:20]!r}") from None
+            if size == 0:
+                return bytes(body)  # trailers, if any, are not needed: the connection closes
+            while len(data) < size + 2:
+                data += more()
+            body += data[:size]
+            data = data[size + 2 :]
+    if "content-length" in headers:
         try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+            length = int(headers["content-length"])
+        except ValueError:
+            raise _BadResponse("bad Content-Length") from None
+        while len(data) < length:
+            data += more()
+        return data[:length]
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _exchange(
+    path: str,
+    method: str,
+    url: str,
+    body: bytes | None,
+    headers: Mapping[str, str],
+    timeout: float | None,
+) -> tuple[int, bytes]:
+    """One request on a fresh connection to the socket at `path`: its status and body."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        lines = [f"{method} {url} HTTP/1.1", "Host: docker", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if body is not None or method in ("POST", "PUT"):
+            lines.append(f"Content-Length: {len(body or b'')}")
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        status, response_headers, rest = _read_head(sock)
+        if status in (204, 304) or 100 <= status < 200:
+            return status, b""
+        return status, _read_body(sock, response_headers, rest)
+    finally:
+        sock.close()
 
 
 def _message(status: int, data: bytes) -> str:
@@ -81,15 +157,10 @@ class UnixSocketEngine:
         url = API + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         headers = {"Content-Type": content_type} if data is not None else {}
-        connection = _UnixConnection(self.path, timeout)
         try:
-            connection.request(method, url, body=data, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException) as exc:
+            return _exchange(self.path, method, url, data, headers, timeout)
+        except OSError as exc:
             raise engine_error(exc, self.host) from None
-        finally:
-            connection.close()
 
     def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         """A request whose error status raises EngineRefused; the decoded JSON body."""

@@ -6,12 +6,10 @@ talks to the engine.
 
 from __future__ import annotations
 
-import io
 import os
 import pwd
 import re
 import socket
-import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -308,6 +306,9 @@ def merge_accounts(passwd: str, group: str, identity: Identity) -> tuple[str, st
 
 def accounts_archive(passwd: str, group: str, identity: Identity) -> bytes:
     """A tar for PUT /archive at /: etc/passwd, etc/group and the user's (empty) home."""
+    import io
+    import tarfile  # ~15 ms to import (shutil, lzma): only for the runs that upload
+
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, text in (("etc/passwd", passwd), ("etc/group", group)):
