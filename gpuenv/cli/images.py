@@ -77,9 +77,16 @@ def build(obj: Context, bake: bool, quiet: bool) -> None:
         up_to_date(known, quiet)
         return
 
-    from gpuenv.cli import ui
+    import os
 
-    _, tag, result = build_project(obj.directory, connected, view_factory(quiet), bake=bake)
+    from gpuenv.cli import ui
+    from gpuenv.images.accounts import invoking_identity
+
+    # The account image is made for whoever builds (not root: root runs as root).
+    identity = None if os.getuid() == 0 else invoking_identity()
+    _, tag, result = build_project(
+        obj.directory, connected, view_factory(quiet), bake=bake, identity=identity
+    )
     if result is None:
         up_to_date(tag, quiet)
         return

@@ -236,6 +236,10 @@ class UnixSocketEngine:
         if status >= 400:
             raise EngineRefused(status, _message(status, data))
 
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        query = {"container": container, "repo": repository, "tag": tag, "pause": "0"}
+        return str(self.call("POST", "/commit", dict(config), query=query)["Id"])
+
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         filters = json.dumps({"label": [label]})
         query = {"filters": filters, **({"all": "1"} if all else {})}
@@ -278,6 +282,14 @@ class UnixSocketEngine:
         if status >= 400 and status != 404:
             raise EngineRefused(status, _message(status, data))
         return status == 200
+
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        if status == 404:
+            return None
+        if status >= 400:
+            raise EngineRefused(status, _message(status, data))
+        return dict(json.loads(data).get("Config") or {})
 
     def _docker(self) -> DockerEngine:
         """docker-py, for the streaming image calls; imported on first use."""

@@ -77,6 +77,16 @@ class DockerEngine:
                 return []
         return list(data.get("RepoDigests") or [])
 
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        from docker.errors import ImageNotFound, NotFound
+
+        with self._calls():
+            try:
+                data = self.api.inspect_image(reference)
+            except (ImageNotFound, NotFound):
+                return None
+        return dict(data.get("Config") or {})
+
     def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
         from docker.errors import APIError
 
@@ -238,6 +248,13 @@ class DockerEngine:
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
         with self._container_calls():
             self.api.put_archive(container, path, tar)
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        with self._container_calls():
+            result = self.api.commit(
+                container, repository=repository, tag=tag, pause=False, conf=dict(config)
+            )
+        return str(result["Id"])
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         with self._container_calls():

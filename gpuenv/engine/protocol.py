@@ -62,6 +62,11 @@ class ImageEngine(Protocol):
 
     def has_image(self, reference: str) -> bool: ...
 
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        """A local image's configuration (``Config``: Labels, Cmd, Entrypoint, ...), None
+        when the engine does not have it."""
+        ...
+
     def repo_digests(self, reference: str) -> list[str]:
         """``repo@sha256:...`` entries of a local image (empty when unknown)."""
         ...
@@ -128,6 +133,11 @@ class ContainerEngine(Protocol):
         ...
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None: ...
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        """An image of the container's files as they are now, tagged repository:tag,
+        with `config` over the container's; its id."""
+        ...
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         """Containers carrying `label` (stopped ones too unless all=False)."""

@@ -124,8 +124,11 @@ def launch(
     reaped: list[str] = []
     reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine)), daemon=True)
     reaper.start()
-    image = image_for_run(directory, engine, view)
+    identity = None if request.root or terminal.uid == 0 else services.identity()
+    image = image_for_run(directory, engine, view, identity)
     spec, locked, tag = image.spec, image.locked, image.tag
+    # The user's account image has their passwd entry and HOME already: nothing to upload.
+    upload_for = identity if image.account_tag is None else None
     gpus = parse_gpus_option(request.gpus) if request.gpus else spec.gpus
     # No GPUs, no need to ask NVML about them.
     host = services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
@@ -144,12 +147,11 @@ def launch(
 
             for warning in preflight(locked, host, granted, load_matrix()):
                 notice(warning)
-        identity = None if request.root or terminal.uid == 0 else services.identity()
         variables = environment(spec, request.env, request.env_files, environ)
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
         config = container_config(
             spec,
-            tag,
+            image.account_tag or tag,
             command,
             granted,
             identity,
@@ -165,7 +167,7 @@ def launch(
             return run_container(
                 engine,
                 container,
-                identity=identity,
+                identity=upload_for,
                 accounts=image.accounts,
                 tty=terminal.tty,
                 stdin=terminal.stdin,

@@ -27,6 +27,9 @@ class FakeEngine:
     alive: set[str] = field(default_factory=set)
     images_present: set[str] = field(default_factory=set)
     listed: list[dict[str, Any]] = field(default_factory=list)
+    image_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # committed ones too
+    committed: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # tag, config
+    uploaded: dict[str, bytes] = field(default_factory=dict)  # container -> tar
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -43,6 +46,14 @@ class FakeEngine:
     def has_image(self, reference: str) -> bool:
         self._record("has_image", reference)
         return reference in self.images_present or reference.startswith("gpuenv/")
+
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        self._record("image_config", reference)
+        if reference in self.image_configs:
+            return dict(self.image_configs[reference])
+        if reference in self.images_present or reference.startswith("gpuenv/"):
+            return {"Labels": {"io.gpuenv.project": "demo"}, "Cmd": ["bash"]}
+        return None
 
     def repo_digests(self, reference: str) -> list[str]:
         repository = reference.rsplit(":", 1)[0]
@@ -86,6 +97,9 @@ class FakeEngine:
             self.probes.append(dict(config))
             self._record("probe", config["Image"])
             return "probe"
+        if (config.get("Labels") or {}).get("io.gpuenv.account"):
+            self._record("account", config["Image"])
+            return "account"
         self.created.append(dict(config))
         container = f"c{len(self.created)}"
         self.alive.add(container)
@@ -123,6 +137,13 @@ class FakeEngine:
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
         self._record("put_archive", container, path)
+        self.uploaded[container] = tar
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        self._record("commit", container, f"{repository}:{tag}")
+        self.committed.append((f"{repository}:{tag}", dict(config)))
+        self.image_configs[f"{repository}:{tag}"] = {"Labels": dict(config.get("Labels") or {})}
+        return "sha256:" + "cd" * 32
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         self._record("containers", label)
