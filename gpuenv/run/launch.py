@@ -20,8 +20,10 @@ if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
     from gpuenv.images.build import ViewFactory
     from gpuenv.resolution.host import Host
+    from gpuenv.resolution.locked import Locked
     from gpuenv.run.session import Outcome
     from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.sharing.gpus import Grant
 
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
@@ -81,6 +83,43 @@ def oom_advice(memory: str | None) -> str:
     return f"the command was killed because it ran out of memory (OOM); {advice}"
 
 
+class _Preflight:
+    """The preflight (`container.preflight`) in a thread of its own, begun as soon as the
+    grant is known: loading the matrix and judging the locked image take the time the
+    engine spends creating the container. `verdict` waits for it before the start: the
+    refusal (the container, created but never started, is then removed) or the warnings,
+    said once."""
+
+    def __init__(
+        self, locked: Locked, host: Host, granted: Grant, notice: Callable[[str], None]
+    ) -> None:
+        self._notice = notice
+        self._outcome: list[str] | BaseException = []
+        self._said = False
+        self._thread = threading.Thread(
+            target=self._judge, args=(locked, host, granted), daemon=True
+        )
+        self._thread.start()
+
+    def _judge(self, locked: Locked, host: Host, granted: Grant) -> None:
+        from gpuenv.resolution.matrix import load_matrix
+        from gpuenv.run.container import preflight
+
+        try:
+            self._outcome = preflight(locked, host, granted, load_matrix())
+        except BaseException as exc:
+            self._outcome = exc
+
+    def verdict(self) -> None:
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        if not self._said:
+            self._said = True
+            for warning in self._outcome:
+                self._notice(warning)
+
+
 def _reap(engine: Engine) -> list[str]:
     from gpuenv.run.session import reap_orphans
 
@@ -110,7 +149,6 @@ def launch(
         container_config,
         environment,
         labels,
-        preflight,
         without_gpus,
     )
     from gpuenv.run.session import run_container
@@ -142,11 +180,9 @@ def launch(
         store = services.claim_store()
         granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)
     try:
+        check = None
         if not request.force and host.driver is not None and granted.mode != "none":
-            from gpuenv.resolution.matrix import load_matrix
-
-            for warning in preflight(locked, host, granted, load_matrix()):
-                notice(warning)
+            check = _Preflight(locked, host, granted, notice)
         variables = environment(spec, request.env, request.env_files, environ)
         run_labels = labels(spec, locked.lock_hash, granted, identity, command)
         config = container_config(
@@ -173,6 +209,7 @@ def launch(
                 stdin=terminal.stdin,
                 notice=notice,
                 second_interrupt_kills=not request.shell,
+                before_start=check.verdict if check is not None else None,
             )
 
         try:

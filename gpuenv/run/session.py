@@ -154,9 +154,12 @@ def run_container(
     stdin: bool,
     second_interrupt_kills: bool = True,
     notice: Callable[[str], None] = lambda text: None,
+    before_start: Callable[[], None] | None = None,
 ) -> Outcome:
     """Create, attach, start, stream, wait, remove. Raises GpuRuntimeMissing (after
-    removing the container) when the engine cannot give the container GPUs."""
+    removing the container) when the engine cannot give the container GPUs.
+    `before_start` runs once the container exists, before it starts; what it raises
+    ends the run (the container is removed)."""
     container = api.create(config)
     interrupts = 0
     lock = threading.Lock()
@@ -175,6 +178,8 @@ def run_container(
     try:
         if identity is not None:
             _upload_identity(api, container, identity, accounts)
+        if before_start is not None:
+            before_start()
         sock, ahead = api.attach(container, stdin)
         with contextlib.closing(sock):
             try:
