@@ -102,6 +102,25 @@ def _exchange(
     timeout: float | None,
 ) -> tuple[int, bytes]:
     """One request on a fresh connection to the socket at `path`: its status and body."""
+    sock = _send(path, method, url, body, headers, timeout)
+    try:
+        status, response_headers, rest = _read_head(sock)
+        if status in (204, 304) or 100 <= status < 200:
+            return status, b""
+        return status, _read_body(sock, response_headers, rest)
+    finally:
+        sock.close()
+
+
+def _send(
+    path: str,
+    method: str,
+    url: str,
+    body: bytes | None,
+    headers: Mapping[str, str],
+    timeout: float | None,
+) -> socket.socket:
+    """A fresh connection to the socket at `path`, with the request sent on it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -111,12 +130,51 @@ def _exchange(
         if body is not None or method in ("POST", "PUT"):
             lines.append(f"Content-Length: {len(body or b'')}")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
-        status, response_headers, rest = _read_head(sock)
-        if status in (204, 304) or 100 <= status < 200:
-            return status, b""
-        return status, _read_body(sock, response_headers, rest)
-    finally:
+    except BaseException:
         sock.close()
+        raise
+    return sock
+
+
+class _ExitWatch:
+    """POST /containers/ID/wait?condition=next-exit on a connection of its own. The
+    engine registers the wait before it sends the response's head, so once `armed`
+    has read the head, an exit cannot be missed; the body comes at the exit."""
+
+    def __init__(self, engine: UnixSocketEngine, container: str) -> None:
+        self._host = engine.host
+        url = f"{API}/containers/{container}/wait?condition=next-exit"
+        try:
+            self._sock = _send(engine.path, "POST", url, None, {}, None)
+        except OSError as exc:
+            raise engine_error(exc, self._host) from None
+        self._head: tuple[int, dict[str, str], bytes] | None = None
+
+    def armed(self) -> None:
+        if self._head is not None:
+            return
+        try:
+            self._head = _read_head(self._sock)
+            status = self._head[0]
+            if status >= 400:
+                data = _read_body(self._sock, self._head[1], self._head[2])
+                raise EngineRefused(status, _message(status, data))
+        except OSError as exc:
+            raise engine_error(exc, self._host) from None
+
+    def code(self) -> int:
+        self.armed()
+        assert self._head is not None
+        try:
+            data = _read_body(self._sock, self._head[1], self._head[2])
+        except OSError as exc:
+            raise engine_error(exc, self._host) from None
+        finally:
+            self._sock.close()
+        return int(json.loads(data).get("StatusCode", 1))
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def _message(status: int, data: bytes) -> str:
@@ -216,6 +274,9 @@ class UnixSocketEngine:
     def wait(self, container: str) -> int:
         result = self.call("POST", f"/containers/{container}/wait", timeout=None)
         return int(result.get("StatusCode", 1))
+
+    def watch_exit(self, container: str) -> _ExitWatch:
+        return _ExitWatch(self, container)
 
     def resize(self, container: str, rows: int, columns: int) -> None:
         with contextlib.suppress(EngineRefused):

@@ -19,6 +19,23 @@ from gpuenv.engine.protocol import Event, ImageInfo
 from gpuenv.errors import BuildError, EngineError, EngineRefused
 
 
+class WaitAfter:
+    """An ExitWatch for engines docker-py talks to: it waits once the output has ended
+    (the default condition, not-running, so the start can come first)."""
+
+    def __init__(self, engine: DockerEngine, container: str) -> None:
+        self._engine, self._container = engine, container
+
+    def armed(self) -> None:
+        return
+
+    def code(self) -> int:
+        return self._engine.wait(self._container)
+
+    def close(self) -> None:
+        return
+
+
 class DockerEngine:
     """The Engine protocol over docker-py's low-level APIClient (streaming calls)."""
 
@@ -230,6 +247,9 @@ class DockerEngine:
         with self._container_calls():
             result = self.api.wait(container, timeout=None)
         return int(result.get("StatusCode", 1))
+
+    def watch_exit(self, container: str) -> WaitAfter:
+        return WaitAfter(self, container)
 
     def resize(self, container: str, rows: int, columns: int) -> None:
         with contextlib.suppress(EngineRefused), self._container_calls():

@@ -96,6 +96,20 @@ class ImageEngine(Protocol):
         ...
 
 
+class ExitWatch(Protocol):
+    """A wait for a container's next exit, begun before it starts (as `docker run` does),
+    so that its answer is there as soon as the command ends."""
+
+    def armed(self) -> None:
+        """Return once the engine is watching (call it before the start)."""
+
+    def code(self) -> int:
+        """Block until the container exits; its exit code."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class ContainerEngine(Protocol):
     """What gpuenv needs from an engine for containers (Engine API shapes: a create
     config is the API's JSON; a listed container is the API's summary dict)."""
@@ -124,6 +138,10 @@ class ContainerEngine(Protocol):
 
     def wait(self, container: str) -> int:
         """Block until the container exits; its exit code."""
+        ...
+
+    def watch_exit(self, container: str) -> ExitWatch:
+        """Begin waiting for the container's next exit (before it is started)."""
         ...
 
     def resize(self, container: str, rows: int, columns: int) -> None: ...

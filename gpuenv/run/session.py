@@ -180,56 +180,63 @@ def run_container(
             _upload_identity(api, container, identity, accounts)
         if before_start is not None:
             before_start()
-        sock, ahead = api.attach(container, stdin)
-        with contextlib.closing(sock):
-            try:
-                api.start(container)
-            except EngineRefused as exc:
-                if _NO_DRIVER in exc.message:
-                    raise GpuRuntimeMissing(
-                        "this Docker engine cannot give containers GPUs "
-                        f"({exc.message}): the NVIDIA Container Toolkit is missing",
-                        hint="install the NVIDIA Container Toolkit and restart Docker "
-                        "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
-                        "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
-                    ) from None
-                raise StartError(f"the container did not start: {exc.message}") from None
-            handlers: dict[int, Callable[[int, FrameType | None], None]] = {
-                signal.SIGINT: lambda *_: interrupt("SIGINT"),
-                signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
-                signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
-            }
-            if tty:
+        watch = api.watch_exit(container)  # on its own connection, as `docker run` does
+        with contextlib.closing(watch):
+            sock, ahead = api.attach(container, stdin)
+            watch.armed()  # before the start: an exit cannot be missed
+            with contextlib.closing(sock):
+                try:
+                    api.start(container)
+                except EngineRefused as exc:
+                    if _NO_DRIVER in exc.message:
+                        raise GpuRuntimeMissing(
+                            "this Docker engine cannot give containers GPUs "
+                            f"({exc.message}): the NVIDIA Container Toolkit is missing",
+                            hint="install the NVIDIA Container Toolkit and restart Docker "
+                            "(https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/), "
+                            "or run with --gpus none (or `gpus: optional` in gpuenv.yaml)",
+                        ) from None
+                    raise StartError(f"the container did not start: {exc.message}") from None
+                handlers: dict[int, Callable[[int, FrameType | None], None]] = {
+                    signal.SIGINT: lambda *_: interrupt("SIGINT"),
+                    signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
+                    signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
+                }
+                if tty:
 
-                def resize(*_: object) -> None:
-                    size = os.get_terminal_size(sys.stdout.fileno())
-                    api.resize(container, size.lines, size.columns)
+                    def resize(*_: object) -> None:
+                        size = os.get_terminal_size(sys.stdout.fileno())
+                        api.resize(container, size.lines, size.columns)
 
-                handlers[signal.SIGWINCH] = resize
-                resize()
-            with _signals(handlers), _raw_terminal(tty):
-                if stdin:
-                    on_byte = (
-                        (lambda: interrupt("SIGINT")) if tty and second_interrupt_kills else None
-                    )
-                    threading.Thread(target=_pump_stdin, args=(sock, on_byte), daemon=True).start()
-                buffer = bytearray(ahead)
-                if tty and buffer:
-                    _write(1, bytes(buffer))
-                    buffer.clear()
-                while True:
-                    try:
-                        chunk = sock.recv(65536)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    if tty:
-                        _write(1, chunk)
-                    else:
-                        buffer += chunk
-                        _demultiplex(buffer, _write)
-                code = api.wait(container)
+                    handlers[signal.SIGWINCH] = resize
+                    resize()
+                with _signals(handlers), _raw_terminal(tty):
+                    if stdin:
+                        on_byte = (
+                            (lambda: interrupt("SIGINT"))
+                            if tty and second_interrupt_kills
+                            else None
+                        )
+                        threading.Thread(
+                            target=_pump_stdin, args=(sock, on_byte), daemon=True
+                        ).start()
+                    buffer = bytearray(ahead)
+                    if tty and buffer:
+                        _write(1, bytes(buffer))
+                        buffer.clear()
+                    while True:
+                        try:
+                            chunk = sock.recv(65536)
+                        except OSError:
+                            break
+                        if not chunk:
+                            break
+                        if tty:
+                            _write(1, chunk)
+                        else:
+                            buffer += chunk
+                            _demultiplex(buffer, _write)
+                    code = watch.code()
         # Only a SIGKILLed command (137) can have been killed for memory: ask then only.
         oom = code == 137 and bool(api.inspect(container).get("State", {}).get("OOMKilled"))
         return Outcome(code, oom, interrupts > 0)

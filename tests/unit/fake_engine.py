@@ -128,6 +128,10 @@ class FakeEngine:
         self._record("wait", container)
         return self.exit_code
 
+    def watch_exit(self, container: str) -> _Watch:
+        self._record("watch_exit", container)
+        return _Watch(self, container)
+
     def resize(self, container: str, rows: int, columns: int) -> None:
         self._record("resize", container)
 
@@ -157,3 +161,20 @@ class FakeEngine:
             theirs.sendall(b"\x01\x00\x00\x00" + len(self.output).to_bytes(4, "big") + self.output)
         theirs.close()
         return ours, b""
+
+
+@dataclass
+class _Watch:
+    """The fake's exit watch: armed at once, its code from `wait` (recorded as such)."""
+
+    engine: FakeEngine
+    container: str
+
+    def armed(self) -> None:
+        self.engine._record("armed", self.container)
+
+    def code(self) -> int:
+        return self.engine.wait(self.container)
+
+    def close(self) -> None:
+        return

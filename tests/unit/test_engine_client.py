@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.seen.append(("GET", self.path, b""))
         if self.path.startswith("/v1.41/images/present"):
-            self._reply(200, b'{"RepoDigests": ["r@sha256:1"]}')
+            self._reply(200, b'{"RepoDigests": ["r@sha256:1"], "Config": {"Labels": {"a": "b"}}}')
         elif self.path.startswith("/v1.41/images/"):
             self._reply(404, b'{"message": "No such image"}')
         elif self.path.startswith("/v1.41/containers/json"):
@@ -73,6 +73,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif self.path.endswith("/wait"):
             self._reply(200, b'{"StatusCode": 7}')
+        elif self.path.endswith("/wait?condition=next-exit"):
+            self._reply(200, b'{"StatusCode": 3}', chunked=True)  # as the engine answers it
+        elif self.path.startswith("/v1.41/commit?"):
+            self._reply(201, b'{"Id": "sha256:feed"}')
         else:
             self._reply(404, b'{"message": "no such container"}')
 
@@ -109,6 +113,24 @@ def test_json_bodies_and_status(engine: UnixSocketEngine) -> None:
     assert (method, path, json.loads(body)) == ("POST", "/v1.41/containers/create", {"Image": "x"})
     assert engine.version()["Version"] == "28.2.2"
     assert engine.wait("c0ffee") == 7
+
+
+def test_the_exit_watch_waits_for_the_next_exit(engine: UnixSocketEngine) -> None:
+    watch = engine.watch_exit("c0ffee")
+    watch.armed()
+    assert watch.code() == 3
+    watch.close()
+    assert _Handler.seen[-1][:2] == ("POST", "/v1.41/containers/c0ffee/wait?condition=next-exit")
+
+
+def test_image_config_and_commit(engine: UnixSocketEngine) -> None:
+    assert engine.image_config("present:1") == {"Labels": {"a": "b"}}
+    assert engine.image_config("absent:1") is None
+    assert engine.commit("c0ffee", "gpuenv/demo", "1-u7", {"Labels": {"x": "y"}}) == "sha256:feed"
+    method, path, body = _Handler.seen[-1]
+    assert method == "POST" and path.startswith("/v1.41/commit?")
+    assert "container=c0ffee" in path and "repo=gpuenv%2Fdemo" in path and "tag=1-u7" in path
+    assert json.loads(body) == {"Labels": {"x": "y"}}
 
 
 def test_chunked_bodies_are_read_whole(engine: UnixSocketEngine) -> None:
