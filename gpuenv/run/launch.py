@@ -183,19 +183,24 @@ def launch(
         check = None
         if not request.force and host.driver is not None and granted.mode != "none":
             check = _Preflight(locked, host, granted, notice)
-        variables = environment(spec, request.env, request.env_files, environ)
-        run_labels = labels(spec, locked.lock_hash, granted, identity, command)
-        config = container_config(
-            spec,
-            image.account_tag or tag,
-            command,
-            granted,
-            identity,
-            variables,
-            run_labels,
-            tty=terminal.tty,
-            stdin=terminal.stdin,
-        )
+        try:
+            variables = environment(spec, request.env, request.env_files, environ)
+            run_labels = labels(spec, locked.lock_hash, granted, identity, command)
+            config = container_config(
+                spec,
+                image.account_tag or tag,
+                command,
+                granted,
+                identity,
+                variables,
+                run_labels,
+                tty=terminal.tty,
+                stdin=terminal.stdin,
+            )
+        except GpuenvError:
+            if check is not None:
+                check.verdict()  # a refusal of the host is reported first, as it always was
+            raise
         if limit is not None:
             config["HostConfig"]["Memory"] = limit
 

@@ -262,3 +262,44 @@ def test_the_account_image_holds_the_users_entries_and_home(project: Path, state
     assert home.isdir() and (home.uid, home.gid, home.mode) == (1000, 1000, 0o755)
     assert ("start", ("account",)) not in engine.calls
     assert ("remove", ("account",)) in engine.calls
+
+
+OLD_DRIVER = Host(  # too old for the locked image, and no forward compatibility on GeForce
+    "535.104.05",
+    tuple(Gpu(i, "NVIDIA GeForce RTX 4090", uuid=f"GPU-{i}") for i in range(4)),
+    "test",
+)
+
+
+def test_a_host_the_image_cannot_run_on_is_refused_before_the_start(
+    project: Path, state: str
+) -> None:
+    """The preflight runs while the container is created: refused, it never starts and
+    is removed, and the GPUs are released."""
+    from gpuenv.errors import ResolutionError
+
+    engine = FakeEngine()
+    with pytest.raises(ResolutionError, match="this host cannot run the locked image"):
+        _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), host=OLD_DRIVER)
+    assert "start" not in engine.names()
+    assert not engine.alive
+    assert ClaimStore(state).claims() == []
+
+
+def test_the_refusal_comes_before_a_usage_error(project: Path, state: str) -> None:
+    """As when the preflight ran first: a host that cannot run the image is the error
+    reported, even with a bad -e beside it."""
+    from gpuenv.errors import ResolutionError
+
+    engine = FakeEngine()
+    request = RunRequest(("train.py",), gpus="1", env=("1BAD=x",))
+    with pytest.raises(ResolutionError):
+        _launch(project, engine, state, request, host=OLD_DRIVER)
+    with pytest.raises(UsageError, match="not a variable name"):
+        _launch(project, engine, state, request)
+
+
+def test_force_skips_the_preflight(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    request = RunRequest(("train.py",), gpus="1", force=True)
+    assert _launch(project, engine, state, request, host=OLD_DRIVER).exit_code == 0  # type: ignore[attr-defined]
