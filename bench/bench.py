@@ -440,12 +440,17 @@ def docker_rows() -> tuple[list[Row], str]:
             (context / "docker-compose.yml").write_text(
                 f"version: '3'\nservices:\n  train:\n    image: {tag}\n"
             )
-            compose_run = median_seconds(
-                command(compose, "run", "--rm", "-T", "train", "true", cwd=context)
-            )
-            rows.append(
-                Row("gpuenv run -- true", gpuenv_run, "docker-compose run --rm", compose_run)
-            )
+            try:
+                compose_run = median_seconds(
+                    command(compose, "run", "--rm", "-T", "train", "true", cwd=context)
+                )
+            except subprocess.CalledProcessError as exc:  # a peer's baseline, not gpuenv
+                stderr = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+                note = f"docker-compose run failed ({(stderr or ['?'])[-1][:120]}): its row is missing."
+            else:
+                rows.append(
+                    Row("gpuenv run -- true", gpuenv_run, "docker-compose run --rm", compose_run)
+                )
         subprocess.run(
             ["docker", "rmi", "-f", tag, "gpuenv-bench/docker:1", "gpuenv-bench/compose:1"],
             capture_output=True,

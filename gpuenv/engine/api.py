@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.engine.failures import removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, ImageInfo
 from gpuenv.errors import EngineError, EngineRefused
@@ -264,7 +265,7 @@ class UnixSocketEngine:
         try:
             self.call("DELETE", f"/containers/{container}", query={"force": "1", "v": "1"})
         except EngineRefused as exc:
-            if exc.status != 404:
+            if not removal_done(exc):
                 raise
 
     def inspect(self, container: str) -> dict[str, Any]:

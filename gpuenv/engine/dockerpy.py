@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpuenv.engine.failures import pull_error, redact
+from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, ImageInfo
 from gpuenv.errors import BuildError, EngineError, EngineRefused
@@ -235,7 +235,7 @@ class DockerEngine:
             with self._container_calls():
                 self.api.remove_container(container, v=True, force=True)
         except EngineRefused as exc:
-            if exc.status != 404:
+            if not removal_done(exc):
                 raise
 
     def inspect(self, container: str) -> dict[str, Any]:

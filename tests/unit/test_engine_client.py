@@ -82,7 +82,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         self.seen.append(("DELETE", self.path, b""))
-        self._reply(404, b'{"message": "No such container: gone"}')
+        if "/containers/busy" in self.path:
+            self._reply(409, b'{"message": "removal of container busy is already in progress"}')
+        elif "/containers/held" in self.path:
+            self._reply(409, b'{"message": "container held is paused, unpause it first"}')
+        else:
+            self._reply(404, b'{"message": "No such container: gone"}')
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -160,6 +165,14 @@ def test_remove_and_kill_of_a_gone_container_are_quiet(engine: UnixSocketEngine)
     engine.remove("gone")
     engine.kill("gone", "SIGTERM")
     assert [m for m, _, _ in _Handler.seen] == ["DELETE", "POST"]
+
+
+def test_a_removal_already_under_way_is_a_removal(engine: UnixSocketEngine) -> None:
+    """Someone else removing the container (docker rm -f, another run's orphan check)
+    removes it all the same; another conflict is an error."""
+    engine.remove("busy")
+    with pytest.raises(EngineRefused, match="unpause it first"):
+        engine.remove("held")
 
 
 def test_attach_hands_over_the_stream_with_bytes_read_ahead(engine: UnixSocketEngine) -> None:
