@@ -445,7 +445,7 @@ def docker_rows() -> tuple[list[Row], str]:
                     command(compose, "run", "--rm", "-T", "train", "true", cwd=context)
                 )
             except subprocess.CalledProcessError as exc:  # a peer's baseline, not gpuenv
-                stderr = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+                stderr = (exc.stderr or b"").decode(errors="replace").splitlines()
                 note = f"docker-compose run failed ({(stderr or ['?'])[-1][:120]}): its row is missing."
             else:
                 rows.append(
@@ -724,7 +724,21 @@ def main() -> None:
     output = parser.parse_args().output
     rows, notes = [], []
     for section in (core_rows, docker_rows, user_run_rows, rebuild_rows):
-        section_rows, note = section()
+        try:
+            section_rows, note = section()
+        except subprocess.CalledProcessError as exc:
+            # A failed command (on a machine shared with other work, an engine can kill a
+            # build) is reported with the rows it cost, not hidden by a retry.
+            err = exc.stderr or b""
+            said = (err.decode(errors="replace") if isinstance(err, bytes) else err).splitlines()
+            shown = " ".join(str(a) for a in exc.cmd[-4:])
+            section_rows, note = (
+                [],
+                (
+                    f"{section.__name__} stopped: `… {shown}` exited {exc.returncode}"
+                    f" ({(said or ['no output'])[-1][:160]}); its rows are missing."
+                ),
+            )
         rows += section_rows
         if note:
             notes.append(note)
