@@ -650,64 +650,75 @@ def rebuild_rows() -> tuple[list[Row], str]:
         tags = []
         gpuenv_times, docker_times = [], []
 
-        for i in range(runs):
-            (project / "requirements.txt").write_text(requirements + f"# change {i}\n")
-            subprocess.run([*gpuenv, "lock"], check=True, capture_output=True)
-            start = time.perf_counter()
-            tag = subprocess.run(
-                [*gpuenv, "build", "-q"], check=True, capture_output=True, text=True
-            ).stdout.strip()
-            gpuenv_times.append(time.perf_counter() - start)
-            tags.append(tag)
-            context = Path(tmp) / f"context{i}"
-            _build_context(project, context)
-            start = time.perf_counter()
-            subprocess.run(
+        # A marker of this run's own, so that no image left by an earlier run (one that
+        # was killed before its clean-up) can give a build from cache.
+        marker = f"{os.getpid()}-{time.time_ns()}"
+        try:
+            for i in range(runs):
+                (project / "requirements.txt").write_text(requirements + f"# change {i} {marker}\n")
+                subprocess.run([*gpuenv, "lock"], check=True, capture_output=True)
+                start = time.perf_counter()
+                tag = subprocess.run(
+                    [*gpuenv, "build", "-q"], check=True, capture_output=True, text=True
+                ).stdout.strip()
+                gpuenv_times.append(time.perf_counter() - start)
+                tags.append(tag)
+                context = Path(tmp) / f"context{i}"
+                _build_context(project, context)
+                start = time.perf_counter()
+                subprocess.run(
+                    [
+                        "docker",
+                        "build",
+                        "--no-cache",
+                        "-q",
+                        "-t",
+                        f"gpuenv-bench/fresh:{i}",
+                        str(context),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
+                docker_times.append(time.perf_counter() - start)
+            rows = [
+                Row(
+                    "gpuenv build after a requirements change",
+                    statistics.median(gpuenv_times),
+                    "docker build --no-cache, same Dockerfile",
+                    statistics.median(docker_times),
+                    "same or better",
+                    1.0,
+                ),
+            ]
+            base = f"{os.environ['GPUENV_REGISTRY_MIRROR']}/nvidia/pytorch:24.06-py3"
+            added = _image_size(tags[-1]) - _image_size(base)
+            installed = subprocess.run(
                 [
                     "docker",
-                    "build",
-                    "--no-cache",
-                    "-q",
-                    "-t",
-                    f"gpuenv-bench/fresh:{i}",
-                    str(context),
+                    "run",
+                    "--rm",
+                    "--entrypoint",
+                    "sh",
+                    tags[-1],
+                    "-c",
+                    "du -sk /usr/local/lib/python3*/dist-packages/ | cut -f1",
                 ],
                 check=True,
                 capture_output=True,
+                text=True,
+            ).stdout.strip()
+            installed_bytes = int(installed or 0) * 1024
+        finally:  # also when a build fails: nothing left to give a later run a cache hit
+            subprocess.run(
+                [
+                    "docker",
+                    "rmi",
+                    "-f",
+                    *set(tags),
+                    *(f"gpuenv-bench/fresh:{i}" for i in range(runs)),
+                ],
+                capture_output=True,
             )
-            docker_times.append(time.perf_counter() - start)
-        rows = [
-            Row(
-                "gpuenv build after a requirements change",
-                statistics.median(gpuenv_times),
-                "docker build --no-cache, same Dockerfile",
-                statistics.median(docker_times),
-                "same or better",
-                1.0,
-            ),
-        ]
-        base = f"{os.environ['GPUENV_REGISTRY_MIRROR']}/nvidia/pytorch:24.06-py3"
-        added = _image_size(tags[-1]) - _image_size(base)
-        installed = subprocess.run(
-            [
-                "docker",
-                "run",
-                "--rm",
-                "--entrypoint",
-                "sh",
-                tags[-1],
-                "-c",
-                "du -sk /usr/local/lib/python3*/dist-packages/ | cut -f1",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        installed_bytes = int(installed or 0) * 1024
-        subprocess.run(
-            ["docker", "rmi", "-f", *set(tags), *(f"gpuenv-bench/fresh:{i}" for i in range(runs))],
-            capture_output=True,
-        )
     extra = max(0, added - installed_bytes)
     note = (
         f"Image size: the project layers add {added / 1e6:.1f} MB on top of the base, for packages "
