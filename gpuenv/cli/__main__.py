@@ -1,5 +1,5 @@
 """`python -m gpuenv.cli`: the same as the `gpuenv` command."""
 
-from gpuenv.cli import main
+from gpuenv.cli import entry
 
-main()
+entry()

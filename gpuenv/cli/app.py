@@ -1,31 +1,34 @@
-"""What every command shares: the context, the one error path (`abort`), the lazily
-loaded command tree, the option groups, and the adapters the CLI plugs into the core
-(the engine, the progress view)."""
+"""What every click command shares: the context, the lazily loaded command tree (whose
+errors take the one error path in `base`, with JSON failures when --json asks), the
+option groups; and, from `base`, the adapters the CLI plugs into the core (the engine,
+the progress view)."""
 
 from __future__ import annotations
 
-import errno
 import importlib
-import os
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import click
 
+from gpuenv.cli.base import (
+    as_gpuenv_error,
+    debugging,
+    engine,
+    internal,
+    print_traceback,
+    report,
+    show_warning,
+    stdout_closed,
+    view_factory,
+)
 from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError, GpuenvWarning
 
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import Engine
-    from gpuenv.images.service import View
+__all__ = ["Context", "LazyGroup", "apply", "engine", "report", "view_factory"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# An OSError without a file name is still the environment's when it is one of these.
-FILE_ERRNOS = frozenset(
-    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EIO}
-)
 
 FRAMEWORK_CHOICE = click.Choice(["pytorch", "tensorflow", "jax", "none"])
 
@@ -35,67 +38,9 @@ class Context(NamedTuple):
     debug: bool
 
 
-def report(exc: GpuenvError) -> None:
-    """An error as the user sees it: the message, its details, the hint (stderr)."""
-    from rich.markup import escape
-
-    from gpuenv.cli import ui
-    from gpuenv.errors import BuildError, ResolutionError
-
-    ui.error(exc.message)
-    if isinstance(exc, ResolutionError):
-        for line in exc.explanation:
-            ui.detail(line)
-    if isinstance(exc, BuildError) and exc.output:
-        ui.info("last lines of its output:")
-        for line in exc.output:
-            ui.detail(line)
-    if exc.hint:
-        ui.err.print(f"[cyan]hint:[/] {escape(exc.hint)}")
-
-
 def _debug(ctx: click.Context) -> bool:
     obj = ctx.find_object(Context)
-    return bool(obj and obj.debug) or os.environ.get("GPUENV_DEBUG") == "1"
-
-
-def _traceback() -> None:
-    import traceback
-
-    traceback.print_exc()
-
-
-_python_showwarning = warnings.showwarning
-
-
-def _show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: Any = None,
-    line: str | None = None,
-) -> None:
-    """A GpuenvWarning from the core as `warning: ...` on stderr; others as Python's."""
-    if issubclass(category, GpuenvWarning):
-        from gpuenv.cli import ui
-
-        ui.warn(str(message))
-    else:
-        _python_showwarning(message, category, filename, lineno, file, line)
-
-
-def _stdout_closed() -> None:
-    """The reader of stdout went away (`gpuenv ... | head -1`): point stdout at
-    /dev/null so that the flush at exit cannot fail again (Python's documented
-    handling of SIGPIPE, in the signal module's notes)."""
-    try:
-        target = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a real file (a test's capture): nothing to flush
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, target)
-    os.close(devnull)
+    return debugging(bool(obj and obj.debug))
 
 
 def _leaf(group: click.Group, ctx: click.Context, words: Sequence[str]) -> click.Command | None:
@@ -157,7 +102,7 @@ class LazyGroup(click.Group):
         try:
             rest = super().parse_args(ctx, args)
         except BrokenPipeError:  # `gpuenv --help | head -1`
-            _stdout_closed()
+            stdout_closed()
             ctx.exit(EXIT_BROKEN_PIPE)
         except click.UsageError as exc:  # gpuenv's own options (-C): JSON too, if asked
             named = [i for i, word in enumerate(original) if word in self.lazy_subcommands]
@@ -179,7 +124,7 @@ class LazyGroup(click.Group):
             ui.data(error_data(exc), once=True)
         report(exc)
         if _debug(ctx):
-            _traceback()
+            print_traceback()
         ctx.exit(exc.exit_code)
 
     def _json(self, ctx: click.Context) -> bool:
@@ -187,20 +132,20 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from gpuenv.cli import ui
-        from gpuenv.errors import EXIT_BROKEN_PIPE, file_error
+        from gpuenv.errors import EXIT_BROKEN_PIPE
 
         ui.reset()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("default", GpuenvWarning)
-                warnings.showwarning = _show_warning
+                warnings.showwarning = show_warning
                 result = super().invoke(ctx)
             sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
             return result
         except GpuenvError as exc:
             self._fail(ctx, exc)
         except BrokenPipeError:
-            _stdout_closed()
+            stdout_closed()
             ctx.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
             if self._json(ctx):
@@ -219,25 +164,20 @@ class LazyGroup(click.Group):
                 ui.data(usage_data(exc), once=True)
             raise
         except OSError as exc:  # permissions, a full disk, a read-only folder
-            if exc.filename is None and exc.errno not in FILE_ERRNOS:
+            error = as_gpuenv_error(exc)
+            if error is None:
                 self._internal(ctx, exc)
-            self._fail(ctx, file_error(exc))
+            self._fail(ctx, error)
         except Exception as exc:
             self._internal(ctx, exc)
 
     def _internal(self, ctx: click.Context, exc: Exception) -> NoReturn:
-        if _debug(ctx):
-            _traceback()
         if self._json(ctx):
             from gpuenv.cli import ui
             from gpuenv.cli.failure import internal_data
 
             ui.data(internal_data(exc), once=True)
-        click.echo(
-            f"error: internal error: {type(exc).__name__}: {exc}\n"
-            "hint: this is a bug in gpuenv; run again with --debug and report the traceback",
-            err=True,
-        )
+        internal(exc, _debug(ctx))
         ctx.exit(EXIT_INTERNAL)
 
 
@@ -329,21 +269,3 @@ bake_checks = apply(
         ),
     ]
 )
-
-
-def engine() -> Engine:
-    """The engine at DOCKER_HOST (the Unix-socket client, or docker-py for tcp/ssh)."""
-    from gpuenv.engine import connect
-
-    return connect()
-
-
-def view_factory(quiet: bool) -> Callable[[], View]:
-    """The progress view for pulls and builds, made (with rich) only if one happens."""
-
-    def make() -> View:
-        from gpuenv.cli.live import make_view
-
-        return make_view(quiet)
-
-    return make

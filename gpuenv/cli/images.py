@@ -75,23 +75,24 @@ def build(
     like credentials stop the build (exit 12) unless .dockerignore leaves them out or
     --allow-secret names them, and so does a project over 2 GiB unless --allow-large.
     """
+    from gpuenv.cli.base import up_to_date
     from gpuenv.images.build import build_project, up_to_date_tag
-
-    def up_to_date(tag: str) -> None:
-        click.echo(tag)
-        if not quiet:
-            click.echo("✓ up to date: nothing to build", err=True)
 
     # The no-op path: nothing changed since the last build, and the engine has the image.
     connected = engine()
     known = up_to_date_tag(obj.directory, bake, connected)
     if known:
-        up_to_date(known)
+        up_to_date(known, quiet)
         return
 
+    import os
+
     from gpuenv.cli import ui
+    from gpuenv.images.accounts import invoking_identity
     from gpuenv.images.bake import BakePolicy
 
+    # The account image is made for whoever builds (not root: root runs as root).
+    identity = None if os.getuid() == 0 else invoking_identity()
     _, tag, result = build_project(
         obj.directory,
         connected,
@@ -99,9 +100,10 @@ def build(
         bake=bake,
         bake_policy=BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
+        identity=identity,
     )
     if result is None:
-        up_to_date(tag)
+        up_to_date(tag, quiet)
         return
     ui.result(tag)
     if not quiet:

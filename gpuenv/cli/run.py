@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gpuenv.cli.app import Context, apply, engine, quiet_option, view_factory
+from gpuenv.cli.app import Context, apply, engine, quiet_option
 
 if TYPE_CHECKING:
     from gpuenv.sharing.monitor import RunInfo
@@ -86,42 +86,9 @@ run_options = apply(
 
 
 def _launch(obj: Context, quiet: bool, **options: Any) -> None:
-    from gpuenv.resolution.host import detect_host
-    from gpuenv.run.container import invoking_identity
-    from gpuenv.run.launch import RunRequest, Services, Terminal, launch, oom_advice
-    from gpuenv.run.session import stdin_is_input
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.statedir import state_dir
-    from gpuenv.sharing.usage import UsageLog
+    from gpuenv.cli.running import launch_run
 
-    def notice(text: str) -> None:
-        if not quiet:
-            click.echo(f"gpuenv: {text}", err=True)
-
-    wait, wait_timeout = options.pop("wait"), options.pop("wait_timeout")
-    request = RunRequest(wait=(wait_timeout or 0.0) if wait or wait_timeout else None, **options)
-    tty = sys.stdin.isatty() and sys.stdout.isatty()
-    outcome = launch(
-        obj.directory,
-        request,
-        engine(),
-        services=Services(
-            detect_host, ClaimStore, invoking_identity, usage_log=lambda: UsageLog(state_dir())
-        ),
-        terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
-        environ=os.environ,
-        view=view_factory(quiet),
-        notice=notice,
-    )
-    if outcome.container:
-        name = str(engine().inspect(outcome.container).get("Name", outcome.container))
-        name = name.lstrip("/")
-        click.echo(name)
-        notice(f"started {name}, detached: `gpuenv logs -f {name}`, `gpuenv wait {name}`")
-        return
-    if outcome.oom_killed:
-        click.echo(f"gpuenv: {oom_advice(request.memory)}", err=True)
-    sys.exit(outcome.exit_code)
+    launch_run(obj.directory, quiet, **options)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -1,22 +1,25 @@
-"""The Engine API over its Unix socket, on the standard library's http.client.
+"""The Engine API over its Unix socket, with a small HTTP/1.1 client of its own.
 
 The container calls (`gpuenv run`, ps, stop, doctor) and the image check of the no-op
 build are made here directly: docker-py and requests take ~0.2 s to import, more than a
-whole `docker run`. Image transfers and builds (pull, build, push, tag, list, remove)
-go through docker-py (`engine.dockerpy`), loaded only when one is asked for. Only the
-attach hijack speaks HTTP by hand: http.client cannot hand over an upgraded socket.
+whole `docker run`, and even the standard library's http.client (which pulls in email
+and ssl) costs ~40 ms, a sixth of one. The engine's side of the exchange is small and
+fixed (one request per connection, a body by Content-Length or chunked, JSON), so
+`_exchange` speaks it directly; the attach hijack keeps the connection it upgraded.
+Image transfers and builds (pull, build, push, tag, list, remove) go through docker-py
+(`engine.dockerpy`), loaded only when one is asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import socket
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.engine.failures import removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
 from gpuenv.errors import EngineError, EngineRefused
@@ -27,20 +30,158 @@ if TYPE_CHECKING:
 API = "/v1.41"  # Engine 20.10; DeviceRequests need 1.40
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float | None) -> None:
-        super().__init__("docker", timeout=timeout)
-        self._path = path
+class _BadResponse(OSError):
+    """The engine's answer was not HTTP/1.1 as it speaks it (a dying engine, a wrong socket)."""
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
+
+def _read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The status and (lower-cased) headers of a response, and the bytes read past them."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise _BadResponse("the engine closed the connection before answering")
+        data += chunk
+        if len(data) > 1 << 20:
+            raise _BadResponse("the engine's response headers never end")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise _BadResponse(f"not an HTTP response: {status_line[:80]!r}")
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers, rest
+
+
+def _read_body(sock: socket.socket, headers: Mapping[str, str], data: bytes) -> bytes:
+    """The whole body: chunked, by Content-Length, or up to the close."""
+    return b"".join(_body_chunks(sock, headers, data))
+
+
+def _body_chunks(sock: socket.socket, headers: Mapping[str, str], data: bytes) -> Iterator[bytes]:
+    """The body as it comes (chunked, by Content-Length, or up to the close)."""
+
+    def more() -> bytes:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise _BadResponse("the engine closed the connection mid-response")
+        return chunk
+
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            while b"\r\n" not in data:
+                data += more()
+            size_line, _, data = data.partition(b"\r\n")
+            try:
+                size = int(size_line.split(b";", 1)[0].strip() or b"x", 16)
+            except ValueError:
+                raise _BadResponse(f"bad chunk size {size_line[:20]!r}") from None
+            if size == 0:
+                return  # trailers, if any, are not needed: the connection closes
+            while len(data) < size + 2:
+                data += more()
+            yield data[:size]
+            data = data[size + 2 :]
+    if "content-length" in headers:
         try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+            length = int(headers["content-length"])
+        except ValueError:
+            raise _BadResponse("bad Content-Length") from None
+        while len(data) < length:
+            data += more()
+        yield data[:length]
+        return
+    if data:
+        yield data
+    while chunk := sock.recv(65536):
+        yield chunk
+
+
+def _exchange(
+    path: str,
+    method: str,
+    url: str,
+    body: bytes | None,
+    headers: Mapping[str, str],
+    timeout: float | None,
+) -> tuple[int, bytes]:
+    """One request on a fresh connection to the socket at `path`: its status and body."""
+    sock = _send(path, method, url, body, headers, timeout)
+    try:
+        status, response_headers, rest = _read_head(sock)
+        if status in (204, 304) or 100 <= status < 200:
+            return status, b""
+        return status, _read_body(sock, response_headers, rest)
+    finally:
+        sock.close()
+
+
+def _send(
+    path: str,
+    method: str,
+    url: str,
+    body: bytes | None,
+    headers: Mapping[str, str],
+    timeout: float | None,
+) -> socket.socket:
+    """A fresh connection to the socket at `path`, with the request sent on it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        lines = [f"{method} {url} HTTP/1.1", "Host: docker", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if body is not None or method in ("POST", "PUT"):
+            lines.append(f"Content-Length: {len(body or b'')}")
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class _ExitWatch:
+    """POST /containers/ID/wait?condition=next-exit on a connection of its own. The
+    engine registers the wait before it sends the response's head, so once `armed`
+    has read the head, an exit cannot be missed; the body comes at the exit."""
+
+    def __init__(self, engine: UnixSocketEngine, container: str) -> None:
+        self._host = engine.host
+        url = f"{API}/containers/{container}/wait?condition=next-exit"
+        try:
+            self._sock = _send(engine.path, "POST", url, None, {}, None)
+        except OSError as exc:
+            raise engine_error(exc, self._host) from None
+        self._head: tuple[int, dict[str, str], bytes] | None = None
+
+    def armed(self) -> None:
+        if self._head is not None:
+            return
+        try:
+            self._head = _read_head(self._sock)
+            status = self._head[0]
+            if status >= 400:
+                data = _read_body(self._sock, self._head[1], self._head[2])
+                raise EngineRefused(status, _message(status, data))
+        except OSError as exc:
+            raise engine_error(exc, self._host) from None
+
+    def code(self) -> int:
+        self.armed()
+        assert self._head is not None
+        try:
+            data = _read_body(self._sock, self._head[1], self._head[2])
+        except OSError as exc:
+            raise engine_error(exc, self._host) from None
+        finally:
+            self._sock.close()
+        return int(json.loads(data).get("StatusCode", 1))
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def _message(status: int, data: bytes) -> str:
@@ -82,15 +223,10 @@ class UnixSocketEngine:
         url = prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         headers = {"Content-Type": content_type} if data is not None else {}
-        connection = _UnixConnection(self.path, timeout)
         try:
-            connection.request(method, url, body=data, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException) as exc:
+            return _exchange(self.path, method, url, data, headers, timeout)
+        except OSError as exc:
             raise engine_error(exc, self.host) from None
-        finally:
-            connection.close()
 
     def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         """A request whose error status raises EngineRefused; the decoded JSON body."""
@@ -137,7 +273,7 @@ class UnixSocketEngine:
         try:
             self.call("DELETE", f"/containers/{container}", query={"force": "1", "v": "1"})
         except EngineRefused as exc:
-            if exc.status != 404:
+            if not removal_done(exc):
                 raise
 
     def inspect(self, container: str) -> dict[str, Any]:
@@ -147,6 +283,9 @@ class UnixSocketEngine:
     def wait(self, container: str) -> int:
         result = self.call("POST", f"/containers/{container}/wait", timeout=None)
         return int(result.get("StatusCode", 1))
+
+    def watch_exit(self, container: str) -> _ExitWatch:
+        return _ExitWatch(self, container)
 
     def resize(self, container: str, rows: int, columns: int) -> None:
         with contextlib.suppress(EngineRefused):
@@ -166,6 +305,10 @@ class UnixSocketEngine:
         )
         if status >= 400:
             raise EngineRefused(status, _message(status, data))
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        query = {"container": container, "repo": repository, "tag": tag, "pause": "0"}
+        return str(self.call("POST", "/commit", dict(config), query=query)["Id"])
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         filters = json.dumps({"label": [label]})
@@ -208,29 +351,39 @@ class UnixSocketEngine:
         tty = bool((self.inspect(container).get("Config") or {}).get("Tty"))
         query = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
         url = f"{API}/containers/{container}/logs?{urllib.parse.urlencode(query)}"
-        connection = _UnixConnection(self.path, None if follow else 60)
+        try:
+            sock = _send(self.path, "GET", url, None, {}, None if follow else 60)
+        except OSError as exc:
+            raise engine_error(exc, self.host) from None
         try:
             try:
-                connection.request("GET", url)
-                response = connection.getresponse()
-            except (OSError, http.client.HTTPException) as exc:
+                status, headers, rest = _read_head(sock)
+                if status >= 400:
+                    data = _read_body(sock, headers, rest)
+                    raise EngineRefused(status, _message(status, data))
+            except OSError as exc:
                 raise engine_error(exc, self.host) from None
-            if response.status >= 400:
-                raise EngineRefused(response.status, _message(response.status, response.read()))
 
             def chunks() -> Iterator[bytes]:
-                while True:
-                    try:
-                        chunk = response.read1(65536)
-                    except (OSError, http.client.HTTPException):
-                        return
-                    if not chunk:
-                        return
-                    yield chunk
+                with contextlib.suppress(OSError):  # the engine went away: the output ends
+                    yield from _body_chunks(sock, headers, rest)
 
             yield from frames(chunks(), tty)
         finally:
-            connection.close()
+            sock.close()
+
+    def head(self, path: str, *, prefix: str = API) -> tuple[int, dict[str, str]]:
+        """A GET answered by its status and (lower-cased) headers, the body unread
+        (`GET /_ping` says the API versions in its headers)."""
+        try:
+            sock = _send(self.path, "GET", prefix + path, None, {}, 30)
+            try:
+                status, headers, _ = _read_head(sock)
+            finally:
+                sock.close()
+        except OSError as exc:
+            raise engine_error(exc, self.host) from None
+        return status, headers
 
     # -- images -------------------------------------------------------------------------
 
@@ -239,6 +392,14 @@ class UnixSocketEngine:
         if status >= 400 and status != 404:
             raise EngineRefused(status, _message(status, data))
         return status == 200
+
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        if status == 404:
+            return None
+        if status >= 400:
+            raise EngineRefused(status, _message(status, data))
+        return dict(json.loads(data).get("Config") or {})
 
     def _docker(self) -> DockerEngine:
         """docker-py, for the streaming image calls; imported on first use."""

@@ -13,10 +13,27 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpuenv.engine.failures import pull_error, redact
+from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
 from gpuenv.errors import BuildError, EngineError, EngineRefused
+
+
+class WaitAfter:
+    """An ExitWatch for engines docker-py talks to: it waits once the output has ended
+    (the default condition, not-running, so the start can come first)."""
+
+    def __init__(self, engine: DockerEngine, container: str) -> None:
+        self._engine, self._container = engine, container
+
+    def armed(self) -> None:
+        return
+
+    def code(self) -> int:
+        return self._engine.wait(self._container)
+
+    def close(self) -> None:
+        return
 
 
 class DockerEngine:
@@ -76,6 +93,16 @@ class DockerEngine:
             except (ImageNotFound, NotFound):
                 return []
         return list(data.get("RepoDigests") or [])
+
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        from docker.errors import ImageNotFound, NotFound
+
+        with self._calls():
+            try:
+                data = self.api.inspect_image(reference)
+            except (ImageNotFound, NotFound):
+                return None
+        return dict(data.get("Config") or {})
 
     def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
         from docker.errors import APIError
@@ -209,7 +236,7 @@ class DockerEngine:
             with self._container_calls():
                 self.api.remove_container(container, v=True, force=True)
         except EngineRefused as exc:
-            if exc.status != 404:
+            if not removal_done(exc):
                 raise
 
     def inspect(self, container: str) -> dict[str, Any]:
@@ -221,6 +248,9 @@ class DockerEngine:
         with self._container_calls():
             result = self.api.wait(container, timeout=None)
         return int(result.get("StatusCode", 1))
+
+    def watch_exit(self, container: str) -> WaitAfter:
+        return WaitAfter(self, container)
 
     def resize(self, container: str, rows: int, columns: int) -> None:
         with contextlib.suppress(EngineRefused), self._container_calls():
@@ -239,6 +269,13 @@ class DockerEngine:
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
         with self._container_calls():
             self.api.put_archive(container, path, tar)
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        with self._container_calls():
+            result = self.api.commit(
+                container, repository=repository, tag=tag, pause=False, conf=dict(config)
+            )
+        return str(result["Id"])
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         with self._container_calls():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from gpuenv.errors import PullError
+from gpuenv.errors import EngineRefused, PullError
 
 NGC_KEY_ENV = "NGC_API_KEY"
 
@@ -59,3 +59,12 @@ def pull_error(
             hint="check the network, or pull through a mirror: GPUENV_REGISTRY_MIRROR=host:port",
         )
     return PullError(f"{verb}ing {reference} failed: {text}")
+
+
+def removal_done(refusal: EngineRefused) -> bool:
+    """Whether a refused container removal leaves it removed all the same: it is gone
+    (404), or someone else's removal of it is under way (409, "removal of container …
+    is already in progress": `docker rm -f`, another run's orphan check)."""
+    return refusal.status == 404 or (
+        refusal.status == 409 and "already in progress" in refusal.message
+    )

@@ -15,15 +15,14 @@ user's on the host.
 
 from __future__ import annotations
 
-import http.client
 import os
 import resource
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuenv.engine.api import UnixSocketEngine, _UnixConnection
-from gpuenv.engine.hosts import engine_error, podman_socket
+from gpuenv.engine.api import UnixSocketEngine
+from gpuenv.engine.hosts import podman_socket
 from gpuenv.engine.protocol import ImageInfo
 from gpuenv.errors import GpuRuntimeMissing
 
@@ -150,17 +149,9 @@ class PodmanEngine(UnixSocketEngine):
         """The version from ``GET /_ping``'s headers (Libpod-Api-Version, Api-Version),
         with ``Rootless``: Podman 4.3 answers /version in about a second (it asks
         conmon and the runtime for theirs), /_ping in milliseconds, and a run needs it."""
-        connection = _UnixConnection(self.path, 30)
-        try:
-            connection.request("GET", "/_ping")
-            response = connection.getresponse()
-            response.read()
-            libpod = response.getheader("Libpod-Api-Version") or ""
-            api = response.getheader("Api-Version") or "1.41"
-        except (OSError, http.client.HTTPException) as exc:
-            raise engine_error(exc, self.host) from None
-        finally:
-            connection.close()
+        _, headers = self.head("/_ping", prefix="")
+        libpod = headers.get("libpod-api-version", "")
+        api = headers.get("api-version") or "1.41"
         if not libpod:
             return super().version()
         return {

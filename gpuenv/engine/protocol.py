@@ -86,6 +86,11 @@ class ImageEngine(Protocol):
 
     def has_image(self, reference: str) -> bool: ...
 
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        """A local image's configuration (``Config``: Labels, Cmd, Entrypoint, ...), None
+        when the engine does not have it."""
+        ...
+
     def repo_digests(self, reference: str) -> list[str]:
         """``repo@sha256:...`` entries of a local image (empty when unknown)."""
         ...
@@ -113,6 +118,20 @@ class ImageEngine(Protocol):
     def image_users(self, image: str) -> list[str]:
         """Names of the containers (running or stopped) made from `image`."""
         ...
+
+
+class ExitWatch(Protocol):
+    """A wait for a container's next exit, begun before it starts (as `docker run` does),
+    so that its answer is there as soon as the command ends."""
+
+    def armed(self) -> None:
+        """Return once the engine is watching (call it before the start)."""
+
+    def code(self) -> int:
+        """Block until the container exits; its exit code."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class ContainerEngine(Protocol):
@@ -145,6 +164,10 @@ class ContainerEngine(Protocol):
         """Block until the container exits; its exit code."""
         ...
 
+    def watch_exit(self, container: str) -> ExitWatch:
+        """Begin waiting for the container's next exit (before it is started)."""
+        ...
+
     def resize(self, container: str, rows: int, columns: int) -> None: ...
 
     def get_archive(self, container: str, path: str) -> bytes | None:
@@ -152,6 +175,11 @@ class ContainerEngine(Protocol):
         ...
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None: ...
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        """An image of the container's files as they are now, tagged repository:tag,
+        with `config` over the container's; its id."""
+        ...
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         """Containers carrying `label` (stopped ones too unless all=False)."""

@@ -4,7 +4,6 @@ needs, from the stamp when nothing changed (no YAML parsed, nothing rendered).""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ from gpuenv.errors import UsageError
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
+    from gpuenv.images.accounts import Identity
     from gpuenv.images.bake import BakePolicy
     from gpuenv.images.service import BuildResult, Project, View
     from gpuenv.project.spec import Spec
@@ -73,38 +73,11 @@ def up_to_date_tag(directory: str, bake: bool, engine: Engine) -> str | None:
     return known if known and engine.has_image(known) else None
 
 
-def image_accounts(engine: Engine, tag: str) -> tuple[str, str] | None:
-    """The image's /etc/passwd and /etc/group, read from a container that is created and
-    removed, never started: a run then adds its user with one upload. None when the
-    engine cannot say."""
-    from gpuenv.common.files import file_from_archive
-    from gpuenv.errors import GpuenvError
-
-    try:
-        # An image without a command cannot be created; this one is never started.
-        probe = {
-            "Image": tag,
-            "Entrypoint": ["/gpuenv-accounts-probe-never-started"],
-            "Cmd": [],
-            "Labels": {"io.gpuenv.probe": "accounts"},
-        }
-        container = engine.create(probe)
-    except GpuenvError:
-        return None
-    try:
-        passwd = file_from_archive(engine.get_archive(container, "/etc/passwd"))
-        group = file_from_archive(engine.get_archive(container, "/etc/group"))
-    except GpuenvError:
-        return None
-    finally:
-        with contextlib.suppress(GpuenvError):
-            engine.remove(container)
-    return passwd, group
-
-
-def _stamp_project(project: Project, accounts: tuple[str, str] | None) -> dict[str, Any]:
-    """What `gpuenv run` needs of the validated spec and lock, and of the image's
-    accounts, kept in the build stamp."""
+def _stamp_project(
+    project: Project, accounts: tuple[str, str] | None, account: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """What `gpuenv run` needs of the validated spec and lock, of the image's accounts,
+    and the account image made for the user who built it, kept in the build stamp."""
     from gpuenv.common.files import file_hash
     from gpuenv.resolution.locked import Locked
 
@@ -115,6 +88,8 @@ def _stamp_project(project: Project, accounts: tuple[str, str] | None) -> dict[s
     }
     if accounts is not None:
         data["accounts"] = {"passwd": accounts[0], "group": accounts[1]}
+    if account is not None:
+        data["account"] = dict(account)
     return data
 
 
@@ -126,11 +101,14 @@ def build_project(
     bake: bool = False,
     bake_policy: BakePolicy | None = None,
     notice: Callable[[str], None] = lambda _: None,
+    identity: Identity | None = None,
 ) -> tuple[Project, str, BuildResult | None]:
     """Read the project, render its image and build it if the engine lacks it (pulling
-    and pinning the base first); record the build stamp. Returns the project, the tag
-    and the BuildResult (None when the image was already there). A baked image is first
+    and pinning the base first); make the account image for `identity` (the user who
+    runs it, None for root); record the build stamp. Returns the project, the tag and
+    the BuildResult (None when the image was already there). A baked image is first
     checked for credentials and size (gpuenv.images.bake); `notice` gets the size."""
+    from gpuenv.images.accounts import account_image, image_accounts
     from gpuenv.images.bake import BakePolicy, check_bake
     from gpuenv.images.service import build, build_inputs, ensure_base, load_project, plan
     from gpuenv.project import stamp
@@ -150,19 +128,25 @@ def build_project(
         result = build(planned, engine, shown)
     inputs = build_inputs(project, planned)
     accounts = image_accounts(engine, planned.tag)
-    stamp.record(directory, bake, planned.tag, inputs, _stamp_project(project, accounts))
+    account = None
+    if identity is not None and accounts is not None and not bake:
+        made = account_image(engine, planned.tag, identity, accounts)
+        account = {"tag": made, "for": identity.key} if made else None
+    stamp.record(directory, bake, planned.tag, inputs, _stamp_project(project, accounts, account))
     return project, planned.tag, result
 
 
 @dataclass(frozen=True)
 class RunImage:
-    """What a run needs: the spec, the lock (as a run needs it), the image tag, and the
-    image's /etc/passwd and /etc/group (None when unknown)."""
+    """What a run needs: the spec, the lock (as a run needs it), the image tag, the
+    image's /etc/passwd and /etc/group (None when unknown), and the account image of
+    the invoking user (None when there is none to trust: the run uploads the entries)."""
 
     spec: Spec
     locked: Locked
     tag: str
     accounts: tuple[str, str] | None = None
+    account_tag: str | None = None
 
 
 def _accounts(saved: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -172,30 +156,38 @@ def _accounts(saved: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def image_for_run(directory: str, engine: Engine, view: ViewFactory) -> RunImage:
+def image_for_run(
+    directory: str, engine: Engine, view: ViewFactory, identity: Identity | None = None
+) -> RunImage:
     """The image a run uses, building first if missing.
 
     When nothing changed since the last build, everything comes from the build stamp:
-    no YAML is parsed, nothing is rendered, the image's accounts are not read again.
+    no YAML is parsed, nothing is rendered, the image's accounts are not read again, and
+    one request finds the image (the account image of `identity` where it is recorded
+    and checks out, else the image).
     """
+    from gpuenv.images.accounts import usable_account_image
     from gpuenv.project import stamp
     from gpuenv.project.spec import spec_from_data
     from gpuenv.resolution.locked import Locked
 
     known = stamp.fresh(directory, False)
-    if known and known.get("project") and engine.has_image(known["tag"]):
-        saved = known["project"]
-        spec = spec_from_data(saved["spec"], directory, saved["spec_path"])
-        locked = Locked(**saved["locked"])
-        check_platform(locked.image, locked.resolved.get("platforms") or (), engine)
-        return RunImage(spec, locked, str(known["tag"]), _accounts(saved))
+    if known and known.get("project"):
+        saved, tag = known["project"], str(known["tag"])
+        account = usable_account_image(engine, saved.get("account"), tag, identity)
+        if account or engine.has_image(tag):
+            spec = spec_from_data(saved["spec"], directory, saved["spec_path"])
+            locked = Locked(**saved["locked"])
+            check_platform(locked.image, locked.resolved.get("platforms") or (), engine)
+            return RunImage(spec, locked, tag, _accounts(saved), account)
 
     from gpuenv.common.files import file_hash
 
-    project, tag, _ = build_project(directory, engine, view)
+    project, tag, _ = build_project(directory, engine, view, identity=identity)
     locked = Locked.from_lock(project.lock, file_hash(project.lock_path))
-    fresh_stamp = stamp.fresh(directory, False) or {}
-    return RunImage(project.spec, locked, tag, _accounts(fresh_stamp.get("project") or {}))
+    saved = (stamp.fresh(directory, False) or {}).get("project") or {}
+    account = usable_account_image(engine, saved.get("account"), tag, identity)
+    return RunImage(project.spec, locked, tag, _accounts(saved), account)
 
 
 def pushed_is_stale(project: Project) -> bool:

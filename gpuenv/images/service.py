@@ -19,6 +19,7 @@ from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import redact
 from gpuenv.engine.protocol import Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
+from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.progress import BuildProgress, PullProgress
 from gpuenv.images.registry import credentials, parse_reference, pull_repository
 from gpuenv.images.render import BuildPlan, plan_build
@@ -280,8 +281,10 @@ def list_images(engine: Engine, mirror: str | None, folders: Sequence[str] = ())
     infos = [
         info
         for info in engine.images(PROJECT_LABEL)
-        # Images built FROM a gpuenv image inherit its labels, not its gpuenv/ tag.
+        # Images built FROM a gpuenv image inherit its labels, not its gpuenv/ tag; a
+        # user's account image goes with the image it was made from (`collect`).
         if any(t.startswith(f"gpuenv/{info.labels.get(PROJECT_LABEL)}:") for t in info.tags)
+        and ACCOUNT_LABEL not in info.labels
     ]
     known = set(project_folders(folders))
     known |= {info.labels.get(f"{LABEL_PREFIX}.project-dir", "") for info in infos} - {""}
@@ -329,7 +332,12 @@ def collect(engine: Engine, rows: Sequence[ImageRow], remove: bool) -> GcOutcome
             doomed.append(row)
     removed: list[ImageRow] = []
     if remove:
+        accounts = engine.images(ACCOUNT_BASE_LABEL) if doomed else []
         for row in doomed:
+            for account in accounts:  # the users' account images made from it go first
+                if account.labels.get(ACCOUNT_BASE_LABEL) in row.info.tags:
+                    for tag in account.tags or (account.id,):
+                        engine.remove_image(tag)
             engine.remove_image(row.info.id if not row.info.tags else row.info.tags[0])
             for tag in row.info.tags[1:]:
                 engine.remove_image(tag)

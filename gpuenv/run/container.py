@@ -6,19 +6,19 @@ talks to the engine.
 
 from __future__ import annotations
 
-import io
 import os
-import pwd
 import re
 import socket
-import tarfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import ResolutionError, UsageError
+from gpuenv.images.accounts import Identity as Identity
+from gpuenv.images.accounts import accounts_archive as accounts_archive
+from gpuenv.images.accounts import invoking_identity as invoking_identity
+from gpuenv.images.accounts import merge_accounts as merge_accounts
 from gpuenv.project.spec import WORKSPACE, Spec
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.procfs import process_start
@@ -32,29 +32,6 @@ MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
 DEFAULT_SHM = 8 * 1024**3
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Who the command runs as inside the container: the invoking user, by number."""
-
-    uid: int
-    gid: int
-    name: str
-
-    @property
-    def home(self) -> str:
-        return f"/home/{self.name}"
-
-
-def invoking_identity() -> Identity:
-    uid, gid = os.getuid(), os.getgid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = os.environ.get("USER", "")
-    return Identity(uid, gid, name if _USER_NAME.match(name or "") else "gpuenv")
 
 
 def command_for(arguments: Sequence[str]) -> list[str]:
@@ -284,39 +261,3 @@ def without_gpus(config: Mapping[str, Any]) -> dict[str, Any]:
     ]
     copy["Labels"] = {**config["Labels"], "io.gpuenv.gpus": "none"}
     return copy
-
-
-def merge_accounts(passwd: str, group: str, identity: Identity) -> tuple[str, str]:
-    """The image's /etc/passwd and /etc/group, plus the invoking user if its ids are new."""
-
-    def has_id(text: str, field: int, value: int) -> bool:
-        for line in text.splitlines():
-            parts = line.split(":")
-            if len(parts) > field and parts[field] == str(value):
-                return True
-        return False
-
-    if not has_id(passwd, 2, identity.uid):
-        passwd = (
-            passwd.rstrip("\n")
-            + f"\n{identity.name}:x:{identity.uid}:{identity.gid}::{identity.home}:/bin/bash\n"
-        )
-    if not has_id(group, 2, identity.gid):
-        group = group.rstrip("\n") + f"\n{identity.name}:x:{identity.gid}:\n"
-    return passwd.lstrip("\n"), group.lstrip("\n")
-
-
-def accounts_archive(passwd: str, group: str, identity: Identity) -> bytes:
-    """A tar for PUT /archive at /: etc/passwd, etc/group and the user's (empty) home."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, text in (("etc/passwd", passwd), ("etc/group", group)):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            archive.addfile(info, io.BytesIO(data))
-        home = tarfile.TarInfo(identity.home.lstrip("/"))
-        home.type, home.mode = tarfile.DIRTYPE, 0o755
-        home.uid, home.gid = identity.uid, identity.gid
-        archive.addfile(home)
-    return buffer.getvalue()

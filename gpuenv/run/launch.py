@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
     from gpuenv.images.build import ViewFactory
     from gpuenv.resolution.host import Host
+    from gpuenv.resolution.locked import Locked
     from gpuenv.run.session import Outcome
     from gpuenv.sharing.claims import ClaimStore
     from gpuenv.sharing.gpus import Grant
@@ -90,6 +91,43 @@ def oom_advice(memory: str | None) -> str:
         else "lower the batch size or the DataLoader workers, or use a bigger machine"
     )
     return f"the command was killed because it ran out of memory (OOM); {advice}"
+
+
+class _Preflight:
+    """The preflight (`container.preflight`) in a thread of its own, begun as soon as the
+    grant is known: loading the matrix and judging the locked image take the time the
+    engine spends creating the container. `verdict` waits for it before the start: the
+    refusal (the container, created but never started, is then removed) or the warnings,
+    said once."""
+
+    def __init__(
+        self, locked: Locked, host: Host, granted: Grant, notice: Callable[[str], None]
+    ) -> None:
+        self._notice = notice
+        self._outcome: list[str] | BaseException = []
+        self._said = False
+        self._thread = threading.Thread(
+            target=self._judge, args=(locked, host, granted), daemon=True
+        )
+        self._thread.start()
+
+    def _judge(self, locked: Locked, host: Host, granted: Grant) -> None:
+        from gpuenv.resolution.matrix import load_matrix
+        from gpuenv.run.container import preflight
+
+        try:
+            self._outcome = preflight(locked, host, granted, load_matrix())
+        except BaseException as exc:
+            self._outcome = exc
+
+    def verdict(self) -> None:
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        if not self._said:
+            self._said = True
+            for warning in self._outcome:
+                self._notice(warning)
 
 
 def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
@@ -186,7 +224,6 @@ def launch(
         detached_labels,
         environment,
         labels,
-        preflight,
         without_gpus,
     )
     from gpuenv.run.session import Outcome, run_container, start_detached
@@ -206,8 +243,11 @@ def launch(
     log = services.usage_log()
     reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine, log)), daemon=True)
     reaper.start()
-    image = image_for_run(directory, engine, view)
+    identity = None if request.root or terminal.uid == 0 else services.identity()
+    image = image_for_run(directory, engine, view, identity)
     spec, locked, tag = image.spec, image.locked, image.tag
+    # The user's account image has their passwd entry and HOME already: nothing to upload.
+    upload_for = identity if image.account_tag is None else None
     from gpuenv.project.mounts import run_binds
 
     binds = run_binds(spec, request.mounts, request.allow_mounts, env=environ, notice=notice)
@@ -236,42 +276,49 @@ def launch(
         ).start()
     started = ""
     try:
+        check = None
         if not request.force and host.driver is not None and granted.mode != "none":
-            from gpuenv.resolution.matrix import load_matrix
-
-            for warning in preflight(locked, host, granted, load_matrix()):
-                notice(warning)
-        identity = None if request.root or terminal.uid == 0 else services.identity()
-        variables = environment(spec, request.env, request.env_files, environ)
-        run_labels = labels(spec, locked.lock_hash, granted, identity, command)
-        if usage_label:
-            run_labels[USAGE_LABEL] = usage_label
-        if request.detach:
-            run_labels = detached_labels(run_labels)
+            check = _Preflight(locked, host, granted, notice)
         gpus_missing: GpuRuntimeMissing | None = None
         try:
-            requests = gpu_requests(engine, host, granted, environ, notice)
-        except GpuRuntimeMissing as exc:
-            if not granted.optional:
-                raise
-            gpus_missing, requests = exc, []
-        config = container_config(
-            spec,
-            tag,
-            command,
-            granted,
-            identity,
-            variables,
-            run_labels,
-            tty=terminal.tty,
-            stdin=terminal.stdin,
-            binds=binds,
-            device_requests=requests,
-        )
+            variables = environment(spec, request.env, request.env_files, environ)
+            run_labels = labels(spec, locked.lock_hash, granted, identity, command)
+            if usage_label:
+                run_labels[USAGE_LABEL] = usage_label
+            if request.detach:
+                run_labels = detached_labels(run_labels)
+            try:
+                requests = gpu_requests(engine, host, granted, environ, notice)
+            except GpuRuntimeMissing as exc:
+                if not granted.optional:
+                    raise
+                gpus_missing, requests = exc, []
+            config = container_config(
+                spec,
+                image.account_tag or tag,
+                command,
+                granted,
+                identity,
+                variables,
+                run_labels,
+                tty=terminal.tty,
+                stdin=terminal.stdin,
+                binds=binds,
+                device_requests=requests,
+            )
+        except GpuenvError:
+            if check is not None:
+                check.verdict()  # a refusal of the host is reported first, as it always was
+            raise
         if limit is not None:
             config["HostConfig"]["Memory"] = limit
 
+        def verdict() -> None:
+            if check is not None:
+                check.verdict()
+
         def hand_over(container: str) -> None:
+            verdict()
             if store is not None:
                 with store.locked():
                     claimed[:] = store.transfer(claimed, container)
@@ -283,7 +330,7 @@ def launch(
                     engine,
                     container,
                     name=request.name,
-                    identity=identity,
+                    identity=upload_for,
                     accounts=image.accounts,
                     before_start=hand_over,
                 )
@@ -291,16 +338,18 @@ def launch(
             return run_container(
                 engine,
                 container,
-                identity=identity,
+                identity=upload_for,
                 accounts=image.accounts,
                 tty=terminal.tty,
                 stdin=terminal.stdin,
                 notice=notice,
                 second_interrupt_kills=not request.shell,
+                before_start=verdict if check is not None else None,
             )
 
         try:
             if gpus_missing is not None:
+                verdict()
                 raise gpus_missing
             outcome = start(config)
         except GpuRuntimeMissing as exc:

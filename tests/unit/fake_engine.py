@@ -34,6 +34,9 @@ class FakeEngine:
     )
     info_data: dict[str, Any] = field(default_factory=dict)
     finished_at: str = ""  # Docker's State.FinishedAt of every container, when set
+    image_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # committed ones too
+    committed: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # tag, config
+    uploaded: dict[str, bytes] = field(default_factory=dict)  # container -> tar
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -50,6 +53,14 @@ class FakeEngine:
     def has_image(self, reference: str) -> bool:
         self._record("has_image", reference)
         return reference in self.images_present or reference.startswith("gpuenv/")
+
+    def image_config(self, reference: str) -> dict[str, Any] | None:
+        self._record("image_config", reference)
+        if reference in self.image_configs:
+            return dict(self.image_configs[reference])
+        if reference in self.images_present or reference.startswith("gpuenv/"):
+            return {"Labels": {"io.gpuenv.project": "demo"}, "Cmd": ["bash"]}
+        return None
 
     def repo_digests(self, reference: str) -> list[str]:
         repository = reference.rsplit(":", 1)[0]
@@ -94,6 +105,9 @@ class FakeEngine:
             self.probes.append(dict(config))
             self._record("probe", config["Image"])
             return "probe"
+        if (config.get("Labels") or {}).get("io.gpuenv.account"):
+            self._record("account", config["Image"])
+            return "account"
         self.created.append(dict(config))
         container = f"c{len(self.created)}"
         self.alive.add(container)
@@ -143,6 +157,10 @@ class FakeEngine:
         self.running.discard(container)
         return self.exit_code
 
+    def watch_exit(self, container: str) -> _Watch:
+        self._record("watch_exit", container)
+        return _Watch(self, container)
+
     def resize(self, container: str, rows: int, columns: int) -> None:
         self._record("resize", container)
 
@@ -152,6 +170,13 @@ class FakeEngine:
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
         self._record("put_archive", container, path)
+        self.uploaded[container] = tar
+
+    def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
+        self._record("commit", container, f"{repository}:{tag}")
+        self.committed.append((f"{repository}:{tag}", dict(config)))
+        self.image_configs[f"{repository}:{tag}"] = {"Labels": dict(config.get("Labels") or {})}
+        return "sha256:" + "cd" * 32
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         self._record("containers", label)
@@ -170,3 +195,20 @@ class FakeEngine:
         self._record("logs", container, follow, tail)
         if self.output:
             yield 1, self.output
+
+
+@dataclass
+class _Watch:
+    """The fake's exit watch: armed at once, its code from `wait` (recorded as such)."""
+
+    engine: FakeEngine
+    container: str
+
+    def armed(self) -> None:
+        self.engine._record("armed", self.container)
+
+    def code(self) -> int:
+        return self.engine.wait(self.container)
+
+    def close(self) -> None:
+        return

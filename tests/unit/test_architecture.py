@@ -31,7 +31,8 @@ def test_version_starts_without_heavy_imports() -> None:
     output, modules = _loaded_after(["--version"])
     assert "gpuenv, version" in output
     assert not modules & set(HEAVY)
-    assert not {m for m in modules if m.startswith("gpuenv.cli.")} - {"gpuenv.cli.app"}
+    tree = {"gpuenv.cli.app", "gpuenv.cli.tree", "gpuenv.cli.base"}
+    assert not {m for m in modules if m.startswith("gpuenv.cli.")} - tree
 
 
 @pytest.mark.parametrize(

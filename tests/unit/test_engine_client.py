@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.seen.append(("GET", self.path, b""))
         if self.path.startswith("/v1.41/images/present"):
-            self._reply(200, b'{"RepoDigests": ["r@sha256:1"]}')
+            self._reply(200, b'{"RepoDigests": ["r@sha256:1"], "Config": {"Labels": {"a": "b"}}}')
         elif self.path.startswith("/v1.41/images/"):
             self._reply(404, b'{"message": "No such image"}')
         elif self.path.startswith("/v1.41/containers/json"):
@@ -73,12 +73,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif self.path.endswith("/wait"):
             self._reply(200, b'{"StatusCode": 7}')
+        elif self.path.endswith("/wait?condition=next-exit"):
+            self._reply(200, b'{"StatusCode": 3}', chunked=True)  # as the engine answers it
+        elif self.path.startswith("/v1.41/commit?"):
+            self._reply(201, b'{"Id": "sha256:feed"}')
         else:
             self._reply(404, b'{"message": "no such container"}')
 
     def do_DELETE(self) -> None:
         self.seen.append(("DELETE", self.path, b""))
-        self._reply(404, b'{"message": "No such container: gone"}')
+        if "/containers/busy" in self.path:
+            self._reply(409, b'{"message": "removal of container busy is already in progress"}')
+        elif "/containers/held" in self.path:
+            self._reply(409, b'{"message": "container held is paused, unpause it first"}')
+        else:
+            self._reply(404, b'{"message": "No such container: gone"}')
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -111,6 +120,24 @@ def test_json_bodies_and_status(engine: UnixSocketEngine) -> None:
     assert engine.wait("c0ffee") == 7
 
 
+def test_the_exit_watch_waits_for_the_next_exit(engine: UnixSocketEngine) -> None:
+    watch = engine.watch_exit("c0ffee")
+    watch.armed()
+    assert watch.code() == 3
+    watch.close()
+    assert _Handler.seen[-1][:2] == ("POST", "/v1.41/containers/c0ffee/wait?condition=next-exit")
+
+
+def test_image_config_and_commit(engine: UnixSocketEngine) -> None:
+    assert engine.image_config("present:1") == {"Labels": {"a": "b"}}
+    assert engine.image_config("absent:1") is None
+    assert engine.commit("c0ffee", "gpuenv/demo", "1-u7", {"Labels": {"x": "y"}}) == "sha256:feed"
+    method, path, body = _Handler.seen[-1]
+    assert method == "POST" and path.startswith("/v1.41/commit?")
+    assert "container=c0ffee" in path and "repo=gpuenv%2Fdemo" in path and "tag=1-u7" in path
+    assert json.loads(body) == {"Labels": {"x": "y"}}
+
+
 def test_chunked_bodies_are_read_whole(engine: UnixSocketEngine) -> None:
     assert engine.containers("io.gpuenv.run") == [{"Id": "abc", "Names": ["/run-1"]}]
     _, path, _ = _Handler.seen[-1]
@@ -138,6 +165,14 @@ def test_remove_and_kill_of_a_gone_container_are_quiet(engine: UnixSocketEngine)
     engine.remove("gone")
     engine.kill("gone", "SIGTERM")
     assert [m for m, _, _ in _Handler.seen] == ["DELETE", "POST"]
+
+
+def test_a_removal_already_under_way_is_a_removal(engine: UnixSocketEngine) -> None:
+    """Someone else removing the container (docker rm -f, another run's orphan check)
+    removes it all the same; another conflict is an error."""
+    engine.remove("busy")
+    with pytest.raises(EngineRefused, match="unpause it first"):
+        engine.remove("held")
 
 
 def test_attach_hands_over_the_stream_with_bytes_read_ahead(engine: UnixSocketEngine) -> None:

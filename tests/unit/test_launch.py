@@ -83,12 +83,54 @@ def test_a_run_gets_its_grant_identity_and_exit_code(project: Path, state: str) 
     requests = config["HostConfig"]["DeviceRequests"]
     assert requests[0]["DeviceIDs"] == ["GPU-0", "GPU-1"]
     assert config["User"] == "1000:1000"
-    # The identity goes in before start; the container is removed after.
+    # The build made alice's account image (passwd, group, HOME): the run uploads nothing.
+    [(account, committed)] = engine.committed
+    assert config["Image"] == account and account.endswith("-u1000")
+    assert committed["Labels"]["io.gpuenv.account"] == "1000:1000:alice"
     calls = engine.calls
-    upload = calls.index(("put_archive", ("c1", "/")))
-    assert upload < calls.index(("start", ("c1",))) < calls.index(("remove", ("c1",)))
+    assert ("put_archive", ("account", "/")) in calls
+    assert ("put_archive", ("c1", "/")) not in calls
+    assert calls.index(("start", ("c1",))) < calls.index(("remove", ("c1",)))
+    # The exit watch is armed before the start, as `docker run` does.
+    assert calls.index(("armed", ("c1",))) < calls.index(("start", ("c1",)))
+    assert calls.index(("start", ("c1",))) < calls.index(("wait", ("c1",)))
     assert not engine.alive
     assert ClaimStore(state).claims() == []  # released
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda configs, tag: configs.pop(tag),  # removed (gpuenv gc, docker rmi)
+        lambda configs, tag: configs[tag]["Labels"].update({"io.gpuenv.account": "1:1:eve"}),
+        lambda configs, tag: configs[tag]["Labels"].update({"io.gpuenv.account-base": "x:1"}),
+    ],
+    ids=["missing", "another-user", "another-image"],
+)
+def test_an_account_image_that_does_not_check_out_is_not_used(
+    project: Path, state: str, spoil: object
+) -> None:
+    """The run then uploads the passwd/group entries into its own container, before start."""
+    engine = FakeEngine()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1"))
+    [(account, _)] = engine.committed
+    spoil(engine.image_configs, account)  # type: ignore[operator]
+    engine.calls.clear()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1"))
+    config = engine.created[-1]
+    assert config["Image"] == account.removesuffix("-u1000")
+    assert config["User"] == "1000:1000"
+    calls = engine.calls
+    upload = calls.index(("put_archive", ("c2", "/")))
+    assert upload < calls.index(("start", ("c2",))) < calls.index(("remove", ("c2",)))
+
+
+def test_a_root_run_has_no_account_image(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), uid=0)
+    assert engine.committed == []
+    assert engine.created[-1]["User"] == ""
+    assert "put_archive" not in engine.names()
 
 
 def test_claims_hold_against_a_second_run(project: Path, state: str) -> None:
@@ -183,15 +225,21 @@ def test_the_images_accounts_are_read_once_at_build_time(project: Path, state: s
         }
     )
     _launch(project, engine, state, RunRequest(("train.py",), gpus="none"))
-    # The first run builds: a probe container (never started) gives the accounts.
+    # The first run builds: a probe container (never started) gives the accounts, and
+    # another (never started either) becomes alice's account image.
     assert len(engine.probes) == 1
     assert ("start", ("probe",)) not in engine.calls
+    assert ("start", ("account",)) not in engine.calls
+    assert engine.names().count("commit") == 1
     engine.calls.clear()
     _launch(project, engine, state, RunRequest(("train.py",), gpus="none"))
-    # The second comes from the build stamp: one upload, no reads, no probe.
+    # The second comes from the build stamp: the account image, checked with one request;
+    # no reads, no probe, no upload.
     assert "get_archive" not in engine.names()
     assert "probe" not in engine.names()
-    assert engine.names().count("put_archive") == 1
+    assert "put_archive" not in engine.names()
+    assert engine.names().count("image_config") == 1
+    assert "has_image" not in engine.names()
 
 
 def test_a_detached_run_hands_its_claims_to_its_container(project: Path, state: str) -> None:
@@ -352,3 +400,68 @@ def test_optional_gpus_run_without_them_when_no_cdi_device_fits(
     assert "DeviceRequests" not in config["HostConfig"]
     assert "NVIDIA_VISIBLE_DEVICES=void" in config["Env"]
     assert any("cannot give the GPUs through CDI" in n and "optional" in n for n in notices)
+
+
+def test_the_account_image_holds_the_users_entries_and_home(project: Path, state: str) -> None:
+    import io
+    import tarfile
+
+    engine = FakeEngine(
+        files={
+            "/etc/passwd": _tar("passwd", "root:x:0:0:root:/root:/bin/bash\n"),
+            "/etc/group": _tar("group", "root:x:0:\n"),
+        }
+    )
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none"))
+    [(tag, config)] = engine.committed
+    assert config["Labels"]["io.gpuenv.account-base"] == tag.removesuffix("-u1000")
+    assert config["Cmd"] == ["bash"]  # the image's own, not the never-run container's
+    with tarfile.open(fileobj=io.BytesIO(engine.uploaded["account"])) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+        passwd = archive.extractfile("etc/passwd").read().decode()  # type: ignore[union-attr]
+    assert passwd.splitlines()[-1] == "alice:x:1000:1000::/home/alice:/bin/bash"
+    home = members["home/alice"]
+    assert home.isdir() and (home.uid, home.gid, home.mode) == (1000, 1000, 0o755)
+    assert ("start", ("account",)) not in engine.calls
+    assert ("remove", ("account",)) in engine.calls
+
+
+OLD_DRIVER = Host(  # too old for the locked image, and no forward compatibility on GeForce
+    "535.104.05",
+    tuple(Gpu(i, "NVIDIA GeForce RTX 4090", uuid=f"GPU-{i}") for i in range(4)),
+    "test",
+)
+
+
+def test_a_host_the_image_cannot_run_on_is_refused_before_the_start(
+    project: Path, state: str
+) -> None:
+    """The preflight runs while the container is created: refused, it never starts and
+    is removed, and the GPUs are released."""
+    from gpuenv.errors import ResolutionError
+
+    engine = FakeEngine()
+    with pytest.raises(ResolutionError, match="this host cannot run the locked image"):
+        _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), host=OLD_DRIVER)
+    assert "start" not in engine.names()
+    assert not engine.alive
+    assert ClaimStore(state).claims() == []
+
+
+def test_the_refusal_comes_before_a_usage_error(project: Path, state: str) -> None:
+    """As when the preflight ran first: a host that cannot run the image is the error
+    reported, even with a bad -e beside it."""
+    from gpuenv.errors import ResolutionError
+
+    engine = FakeEngine()
+    request = RunRequest(("train.py",), gpus="1", env=("1BAD=x",))
+    with pytest.raises(ResolutionError):
+        _launch(project, engine, state, request, host=OLD_DRIVER)
+    with pytest.raises(UsageError, match="not a variable name"):
+        _launch(project, engine, state, request)
+
+
+def test_force_skips_the_preflight(project: Path, state: str) -> None:
+    engine = FakeEngine()
+    request = RunRequest(("train.py",), gpus="1", force=True)
+    assert _launch(project, engine, state, request, host=OLD_DRIVER).exit_code == 0  # type: ignore[attr-defined]

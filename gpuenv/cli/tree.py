@@ -1,0 +1,94 @@
+"""The click command tree of `gpuenv` (`gpuenv.cli.main`).
+
+The tree is loaded lazily (one module per command group): `gpuenv --version` imports
+none of them, and `gpuenv run` only the run commands. Heavy modules (rich, docker, the
+core) are imported inside the commands. The plain forms of `gpuenv run` and the no-op
+build do not come here at all (`gpuenv.cli.fast`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from gpuenv import __version__
+from gpuenv.cli.app import Context, LazyGroup
+from gpuenv.errors import exit_codes_help
+
+COMMANDS = {
+    "init": "gpuenv.cli.project.init",
+    "resolve": "gpuenv.cli.project.resolve",
+    "lock": "gpuenv.cli.project.lock",
+    "check": "gpuenv.cli.project.check",
+    "matrix": "gpuenv.cli.matrix.matrix",
+    "render": "gpuenv.cli.images.render",
+    "pull": "gpuenv.cli.images.pull",
+    "build": "gpuenv.cli.images.build",
+    "images": "gpuenv.cli.images.images",
+    "gc": "gpuenv.cli.images.gc",
+    "push": "gpuenv.cli.images.push",
+    "run": "gpuenv.cli.run.run",
+    "shell": "gpuenv.cli.run.shell",
+    "ps": "gpuenv.cli.run.ps",
+    "stop": "gpuenv.cli.run.stop",
+    "logs": "gpuenv.cli.run.logs",
+    "attach": "gpuenv.cli.run.attach",
+    "wait": "gpuenv.cli.run.wait_command",
+    "rm": "gpuenv.cli.run.rm",
+    "top": "gpuenv.cli.sharing.top",
+    "doctor": "gpuenv.cli.sharing.doctor",
+    "exporter": "gpuenv.cli.exporter.exporter",
+    "usage": "gpuenv.cli.usage.usage",
+    "idle": "gpuenv.cli.sharing.idle",
+    "submit": "gpuenv.cli.cluster.submit",
+    "jobs": "gpuenv.cli.cluster.jobs",
+    "export": "gpuenv.cli.cluster.export",
+}
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_subcommands=COMMANDS,
+    epilog=exit_codes_help(),
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, "--version", "-V", prog_name="gpuenv")
+@click.option(
+    "-C",
+    "--directory",
+    # Not `readable`: a folder you may enter but not list still has files gpuenv can read.
+    type=click.Path(file_okay=False, exists=True, readable=False),
+    default=".",
+    help="Run as if gpuenv was started in this project folder.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors (for bug reports).")
+@click.pass_context
+def main(ctx: click.Context, directory: str, debug: bool) -> None:
+    """gpuenv: one spec per project for GPU containers.
+
+    gpuenv.yaml says what the project needs; gpuenv resolves it against NVIDIA's NGC
+    images, the CUDA/driver rules and this host's GPUs, and pins the answer in
+    gpuenv.lock for everyone on the team.
+
+    \b
+    Start:   gpuenv init            write gpuenv.yaml and gpuenv.lock
+    Plan:    gpuenv resolve --explain
+    Pin:     gpuenv lock            (--check in CI, --upgrade to move on)
+    Image:   gpuenv build           (pulls the base, pins its digest, builds)
+    Run:     gpuenv run train.py    (as you, the project at /workspace)
+    Share:   gpuenv ps | top | stop (who uses which GPU)
+    Watch:   gpuenv exporter | usage (Prometheus metrics, GPU-hours)
+    Detach:  gpuenv run -d | logs -f | attach | wait | rm
+    Scale:   gpuenv push | submit | jobs | export kubernetes|compose
+    Fix:     gpuenv doctor
+    Check:   gpuenv check
+    Data:    gpuenv matrix pytorch
+    Script:  --json on check, lock, init, resolve, matrix, doctor, ps, top,
+             images, jobs (failures too); piped tables are tab-separated
+    """
+    ctx.obj = Context(directory=os.path.abspath(directory), debug=debug)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
