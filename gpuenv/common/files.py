@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 
 
@@ -40,6 +39,8 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
 
 def file_hash(path: str) -> str:
     """``sha256:<hex>`` of a file's bytes."""
+    import hashlib  # here: OpenSSL's load is ~5 ms a run does not need
+
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 16), b""):

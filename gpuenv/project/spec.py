@@ -7,7 +7,6 @@ reaches a Dockerfile or a container is checked here (package names, paths, env n
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -169,6 +168,8 @@ class Spec:
     def digest(self) -> str:
         """A hash of the spec's meaning: reformatting or comments do not change it."""
         blob = json.dumps(self.to_data(), sort_keys=True, separators=(",", ":"))
+        import hashlib  # here: OpenSSL's load is ~5 ms a run does not need
+
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
     def with_overrides(self, **values: Any) -> Spec:

@@ -427,9 +427,16 @@ def engine_facts(engine: ContainerEngine) -> EngineFacts:
     return facts
 
 
-def detect_path(engine: ContainerEngine, host: Host, environ: Mapping[str, str]) -> GpuPath:
-    """The GPU path for runs on this engine and host (GPUENV_GPU_PATH forces one)."""
-    facts = engine_facts(engine)
+def detect_path(
+    engine: ContainerEngine,
+    host: Host,
+    environ: Mapping[str, str],
+    facts: EngineFacts | None = None,
+) -> GpuPath:
+    """The GPU path for runs on this engine and host (GPUENV_GPU_PATH forces one);
+    `facts`, the engine's, when they were asked already."""
+    if facts is None:
+        facts = engine_facts(engine)
     forced = environ.get(GPU_PATH_ENV, "").strip().lower() or None
     if forced not in (None, "legacy", "cdi"):
         from gpuenv.errors import UsageError

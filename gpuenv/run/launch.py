@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpuenv.images.build import ViewFactory
     from gpuenv.resolution.host import Host
     from gpuenv.resolution.locked import Locked
+    from gpuenv.run.devices import EngineFacts
     from gpuenv.run.session import Outcome
     from gpuenv.sharing.claims import ClaimStore
     from gpuenv.sharing.gpus import Grant
@@ -130,6 +131,33 @@ class _Preflight:
                 self._notice(warning)
 
 
+class _Facts:
+    """The engine's facts for the GPU path (`devices.engine_facts`: GET /version, and
+    /info on Docker 25+), asked in a thread of its own from the start of the run: the
+    answer is there when the container's GPUs are chosen. What the request raised is
+    raised where the facts are needed, as if they had been asked then."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._outcome: EngineFacts | BaseException | None = None
+        self._thread = threading.Thread(target=self._ask, args=(engine,), daemon=True)
+        self._thread.start()
+
+    def _ask(self, engine: Engine) -> None:
+        from gpuenv.run.devices import engine_facts
+
+        try:
+            self._outcome = engine_facts(engine)
+        except BaseException as exc:
+            self._outcome = exc
+
+    def get(self) -> EngineFacts:
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None
+        return self._outcome
+
+
 def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
     from gpuenv.run.session import reap_orphans
 
@@ -179,14 +207,16 @@ def gpu_requests(
     granted: Grant,
     environ: Mapping[str, str],
     notice: Callable[[str], None],
+    facts: Callable[[], EngineFacts] | None = None,
 ) -> list[dict[str, Any]]:
     """The grant's DeviceRequests the way this engine takes GPUs (legacy or CDI); a
-    GpuPathBroken naming the spec problems when CDI cannot give them."""
+    GpuPathBroken naming the spec problems when CDI cannot give them. `facts` gives the
+    engine's facts when they were asked beforehand."""
     from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 
     if granted.mode == "none":
         return []
-    path = detect_path(engine, host, environ)
+    path = detect_path(engine, host, environ, facts() if facts else None)
     try:
         requests = device_requests(path, granted)
     except MissingCdiDevice as exc:
@@ -243,6 +273,8 @@ def launch(
     log = services.usage_log()
     reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine, log)), daemon=True)
     reaper.start()
+    # Asked now, answered by the time the GPUs are chosen (one round trip less in line).
+    facts = _Facts(engine) if request.gpus != "none" else None
     identity = None if request.root or terminal.uid == 0 else services.identity()
     image = image_for_run(directory, engine, view, identity)
     spec, locked, tag = image.spec, image.locked, image.tag
@@ -288,7 +320,9 @@ def launch(
             if request.detach:
                 run_labels = detached_labels(run_labels)
             try:
-                requests = gpu_requests(engine, host, granted, environ, notice)
+                requests = gpu_requests(
+                    engine, host, granted, environ, notice, facts.get if facts else None
+                )
             except GpuRuntimeMissing as exc:
                 if not granted.optional:
                     raise

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import socket
 import stat
 import time
@@ -184,7 +183,7 @@ class ClaimStore:
         """Write a new file: O_EXCL under a random temporary name, fsynced, renamed to
         `name` (itself random: nobody can have made it first). With `held`, this process
         keeps it locked (and open) until `release`: that is what makes it live."""
-        temp = f".tmp.{secrets.token_hex(8)}"
+        temp = f".tmp.{os.urandom(8).hex()}"
         fd = os.open(
             temp,
             os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -293,7 +292,7 @@ class ClaimStore:
         names = []
         for gpu in gpus:
             claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
-            name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{secrets.token_hex(6)}.json"
+            name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{os.urandom(6).hex()}.json"
             names.append(self._write(name, asdict(claim), held=not container))
         return names
 
@@ -334,7 +333,7 @@ class ClaimStore:
 
     def enqueue(self) -> str:
         me = _me()
-        name = f"{TICKET_PREFIX}{time.time():017.6f}.{me['uid']}.{secrets.token_hex(6)}.json"
+        name = f"{TICKET_PREFIX}{time.time():017.6f}.{me['uid']}.{os.urandom(6).hex()}.json"
         return self._write(name, {**me, "since": time.time()}, held=True)
 
     def waiters(self, before: str | None = None) -> list[Waiter]:

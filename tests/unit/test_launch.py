@@ -465,3 +465,17 @@ def test_force_skips_the_preflight(project: Path, state: str) -> None:
     engine = FakeEngine()
     request = RunRequest(("train.py",), gpus="1", force=True)
     assert _launch(project, engine, state, request, host=OLD_DRIVER).exit_code == 0  # type: ignore[attr-defined]
+
+
+def test_the_engine_is_asked_for_its_gpu_path_once_and_not_for_gpus_none(
+    project: Path, state: str, tmp_path: Path
+) -> None:
+    """The engine's facts are asked beside the image lookup (Docker 28: one GET /info,
+    its answer used for the device requests); a run with --gpus none asks nothing."""
+    engine, environ = _cdi_engine(tmp_path)
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1"), environ=environ)
+    assert engine.names().count("info") == 1
+    assert engine.created[0]["HostConfig"]["DeviceRequests"][0]["Driver"] == "cdi"
+    engine.calls.clear()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="none"), environ=environ)
+    assert "info" not in engine.names()
