@@ -15,132 +15,28 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.engine.failures import removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
+from gpuenv.engine.wire import (
+    body_chunks,
+    exchange,
+    message,
+    quote,
+    read_body,
+    read_head,
+    send,
+    urlencode,
+)
 from gpuenv.errors import EngineError, EngineRefused
 
 if TYPE_CHECKING:
     from gpuenv.engine.dockerpy import DockerEngine
 
 API = "/v1.41"  # Engine 20.10; DeviceRequests need 1.40
-
-
-class _BadResponse(OSError):
-    """The engine's answer was not HTTP/1.1 as it speaks it (a dying engine, a wrong socket)."""
-
-
-def _read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """The status and (lower-cased) headers of a response, and the bytes read past them."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise _BadResponse("the engine closed the connection before answering")
-        data += chunk
-        if len(data) > 1 << 20:
-            raise _BadResponse("the engine's response headers never end")
-    head, _, rest = data.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    parts = status_line.split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise _BadResponse(f"not an HTTP response: {status_line[:80]!r}")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers, rest
-
-
-def _read_body(sock: socket.socket, headers: Mapping[str, str], data: bytes) -> bytes:
-    """The whole body: chunked, by Content-Length, or up to the close."""
-    return b"".join(_body_chunks(sock, headers, data))
-
-
-def _body_chunks(sock: socket.socket, headers: Mapping[str, str], data: bytes) -> Iterator[bytes]:
-    """The body as it comes (chunked, by Content-Length, or up to the close)."""
-
-    def more() -> bytes:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise _BadResponse("the engine closed the connection mid-response")
-        return chunk
-
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        while True:
-            while b"\r\n" not in data:
-                data += more()
-            size_line, _, data = data.partition(b"\r\n")
-            try:
-                size = int(size_line.split(b";", 1)[0].strip() or b"x", 16)
-            except ValueError:
-                raise _BadResponse(f"bad chunk size {size_line[:20]!r}") from None
-            if size == 0:
-                return  # trailers, if any, are not needed: the connection closes
-            while len(data) < size + 2:
-                data += more()
-            yield data[:size]
-            data = data[size + 2 :]
-    if "content-length" in headers:
-        try:
-            length = int(headers["content-length"])
-        except ValueError:
-            raise _BadResponse("bad Content-Length") from None
-        while len(data) < length:
-            data += more()
-        yield data[:length]
-        return
-    if data:
-        yield data
-    while chunk := sock.recv(65536):
-        yield chunk
-
-
-def _exchange(
-    path: str,
-    method: str,
-    url: str,
-    body: bytes | None,
-    headers: Mapping[str, str],
-    timeout: float | None,
-) -> tuple[int, bytes]:
-    """One request on a fresh connection to the socket at `path`: its status and body."""
-    sock = _send(path, method, url, body, headers, timeout)
-    try:
-        status, response_headers, rest = _read_head(sock)
-        if status in (204, 304) or 100 <= status < 200:
-            return status, b""
-        return status, _read_body(sock, response_headers, rest)
-    finally:
-        sock.close()
-
-
-def _send(
-    path: str,
-    method: str,
-    url: str,
-    body: bytes | None,
-    headers: Mapping[str, str],
-    timeout: float | None,
-) -> socket.socket:
-    """A fresh connection to the socket at `path`, with the request sent on it."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        lines = [f"{method} {url} HTTP/1.1", "Host: docker", "Connection: close"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        if body is not None or method in ("POST", "PUT"):
-            lines.append(f"Content-Length: {len(body or b'')}")
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class _ExitWatch:
@@ -152,7 +48,7 @@ class _ExitWatch:
         self._host = engine.host
         url = f"{API}/containers/{container}/wait?condition=next-exit"
         try:
-            self._sock = _send(engine.path, "POST", url, None, {}, None)
+            self._sock = send(engine.path, "POST", url, None, {}, None)
         except OSError as exc:
             raise engine_error(exc, self._host) from None
         self._head: tuple[int, dict[str, str], bytes] | None = None
@@ -161,11 +57,11 @@ class _ExitWatch:
         if self._head is not None:
             return
         try:
-            self._head = _read_head(self._sock)
+            self._head = read_head(self._sock)
             status = self._head[0]
             if status >= 400:
-                data = _read_body(self._sock, self._head[1], self._head[2])
-                raise EngineRefused(status, _message(status, data))
+                data = read_body(self._sock, self._head[1], self._head[2])
+                raise EngineRefused(status, message(status, data))
         except OSError as exc:
             raise engine_error(exc, self._host) from None
 
@@ -173,7 +69,7 @@ class _ExitWatch:
         self.armed()
         assert self._head is not None
         try:
-            data = _read_body(self._sock, self._head[1], self._head[2])
+            data = read_body(self._sock, self._head[1], self._head[2])
         except OSError as exc:
             raise engine_error(exc, self._host) from None
         finally:
@@ -182,14 +78,6 @@ class _ExitWatch:
 
     def close(self) -> None:
         self._sock.close()
-
-
-def _message(status: int, data: bytes) -> str:
-    try:
-        message = json.loads(data).get("message", "")
-    except (ValueError, AttributeError):
-        message = data.decode(errors="replace")
-    return str(message).strip() or f"HTTP {status}"
 
 
 class UnixSocketEngine:
@@ -220,11 +108,11 @@ class UnixSocketEngine:
         prefix: str = API,
     ) -> tuple[int, bytes]:
         """One request on a fresh connection: its status and whole body."""
-        url = prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        url = prefix + path + (f"?{urlencode(query)}" if query else "")
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         headers = {"Content-Type": content_type} if data is not None else {}
         try:
-            return _exchange(self.path, method, url, data, headers, timeout)
+            return exchange(self.path, method, url, data, headers, timeout)
         except OSError as exc:
             raise engine_error(exc, self.host) from None
 
@@ -232,7 +120,7 @@ class UnixSocketEngine:
         """A request whose error status raises EngineRefused; the decoded JSON body."""
         status, data = self.request(method, path, body, **kwargs)
         if status >= 400:
-            raise EngineRefused(status, _message(status, data))
+            raise EngineRefused(status, message(status, data))
         if not data:
             return None
         try:
@@ -304,7 +192,7 @@ class UnixSocketEngine:
             content_type="application/x-tar",
         )
         if status >= 400:
-            raise EngineRefused(status, _message(status, data))
+            raise EngineRefused(status, message(status, data))
 
     def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
         query = {"container": container, "repo": repository, "tag": tag, "pause": "0"}
@@ -318,9 +206,7 @@ class UnixSocketEngine:
 
     def attach(self, container: str, stdin: bool) -> tuple[socket.socket, bytes]:
         """Hijack a connection for the container's streams; returns it and bytes read ahead."""
-        query = urllib.parse.urlencode(
-            {"stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin else 0}
-        )
+        query = urlencode({"stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin else 0})
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(self.path)
@@ -342,7 +228,7 @@ class UnixSocketEngine:
         status = header.split(b"\r\n", 1)[0].split()
         if len(status) < 2 or status[1] not in (b"101", b"200"):
             sock.close()
-            detail = _message(500, rest) if rest.strip() else header.decode(errors="replace")[:200]
+            detail = message(500, rest) if rest.strip() else header.decode(errors="replace")[:200]
             raise EngineRefused(500, f"attach failed: {detail}")
         return sock, rest
 
@@ -350,23 +236,23 @@ class UnixSocketEngine:
         """GET /containers/{id}/logs, streamed (chunked) as it comes."""
         tty = bool((self.inspect(container).get("Config") or {}).get("Tty"))
         query = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
-        url = f"{API}/containers/{container}/logs?{urllib.parse.urlencode(query)}"
+        url = f"{API}/containers/{container}/logs?{urlencode(query)}"
         try:
-            sock = _send(self.path, "GET", url, None, {}, None if follow else 60)
+            sock = send(self.path, "GET", url, None, {}, None if follow else 60)
         except OSError as exc:
             raise engine_error(exc, self.host) from None
         try:
             try:
-                status, headers, rest = _read_head(sock)
+                status, headers, rest = read_head(sock)
                 if status >= 400:
-                    data = _read_body(sock, headers, rest)
-                    raise EngineRefused(status, _message(status, data))
+                    data = read_body(sock, headers, rest)
+                    raise EngineRefused(status, message(status, data))
             except OSError as exc:
                 raise engine_error(exc, self.host) from None
 
             def chunks() -> Iterator[bytes]:
                 with contextlib.suppress(OSError):  # the engine went away: the output ends
-                    yield from _body_chunks(sock, headers, rest)
+                    yield from body_chunks(sock, headers, rest)
 
             yield from frames(chunks(), tty)
         finally:
@@ -376,9 +262,9 @@ class UnixSocketEngine:
         """A GET answered by its status and (lower-cased) headers, the body unread
         (`GET /_ping` says the API versions in its headers)."""
         try:
-            sock = _send(self.path, "GET", prefix + path, None, {}, 30)
+            sock = send(self.path, "GET", prefix + path, None, {}, 30)
             try:
-                status, headers, _ = _read_head(sock)
+                status, headers, _ = read_head(sock)
             finally:
                 sock.close()
         except OSError as exc:
@@ -388,17 +274,17 @@ class UnixSocketEngine:
     # -- images -------------------------------------------------------------------------
 
     def has_image(self, reference: str) -> bool:
-        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        status, data = self.request("GET", f"/images/{quote(reference)}/json")
         if status >= 400 and status != 404:
-            raise EngineRefused(status, _message(status, data))
+            raise EngineRefused(status, message(status, data))
         return status == 200
 
     def image_config(self, reference: str) -> dict[str, Any] | None:
-        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        status, data = self.request("GET", f"/images/{quote(reference)}/json")
         if status == 404:
             return None
         if status >= 400:
-            raise EngineRefused(status, _message(status, data))
+            raise EngineRefused(status, message(status, data))
         return dict(json.loads(data).get("Config") or {})
 
     def _docker(self) -> DockerEngine:
@@ -410,7 +296,7 @@ class UnixSocketEngine:
         return self._images
 
     def repo_digests(self, reference: str) -> list[str]:
-        status, data = self.request("GET", f"/images/{urllib.parse.quote(reference, safe='')}/json")
+        status, data = self.request("GET", f"/images/{quote(reference)}/json")
         if status != 200:
             return []
         return list(json.loads(data).get("RepoDigests") or [])
@@ -441,7 +327,7 @@ class UnixSocketEngine:
 
     def remove_image(self, reference: str) -> None:
         try:
-            self.call("DELETE", f"/images/{urllib.parse.quote(reference, safe='')}")
+            self.call("DELETE", f"/images/{quote(reference)}")
         except EngineRefused as exc:
             raise EngineRefused(
                 exc.status, f"could not remove {reference}: {exc.message}"

@@ -7,18 +7,20 @@ is loaded from the user cache instead of parsed again.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.common.platforms import PLATFORMS
-from gpuenv.common.resources import data_dir
 from gpuenv.errors import MatrixError, Problem
 from gpuenv.resolution import cache, overlay
+from gpuenv.resolution.matrix_files import Source as Source
+from gpuenv.resolution.matrix_files import default_matrix_dir as default_matrix_dir
+from gpuenv.resolution.matrix_files import matrix_key
+from gpuenv.resolution.matrix_files import matrix_sources as matrix_sources
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
@@ -43,11 +45,6 @@ if TYPE_CHECKING:
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "image", "secondary", "unverified")
 GPU_CLASSES = ("datacenter", "workstation", "consumer", "embedded")
-
-
-def default_matrix_dir() -> str:
-    """Where the matrices live: GPUENV_MATRIX_DIR, the installed wheel, or the source tree."""
-    return os.environ.get("GPUENV_MATRIX_DIR") or data_dir("matrices")
 
 
 def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
@@ -234,10 +231,7 @@ def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> M
     stored, so problems are always found and located by a fresh parse.
     """
     directory = directory or default_matrix_dir()
-    sources = matrix_sources(directory)
-    extra = overlay.read_source() if with_overlay else None
-    named = [*((s.name, s.data) for s in sources), *overlay.key_parts(extra)]
-    key = cache.digest([*_code_sources(), *named])
+    key, sources, extra = matrix_key(directory, with_overlay=with_overlay)
     stored = cache.load("matrix", key)
     if stored is not None:
         try:
@@ -247,63 +241,6 @@ def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> M
     matrix = overlay.apply(validate_matrix(directory, sources), extra)
     cache.store("matrix", key, matrix_to_data(matrix))
     return matrix
-
-
-class Source(NamedTuple):
-    """One file the matrix is made from."""
-
-    path: str
-    data: bytes
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
-
-
-def matrix_sources(directory: str) -> list[Source]:
-    """The matrix files of `directory`, read once: their bytes are both the cache key
-    and what is parsed."""
-    names = (
-        sorted(n for n in os.listdir(directory) if n.endswith(".yaml"))
-        if os.path.isdir(directory)
-        else []
-    )
-    files = [os.path.join(directory, name) for name in names]
-    if not files:
-        raise MatrixError(
-            [Problem(directory, None, None, None, "no matrix files (*.yaml) found")],
-            hint="reinstall gpuenv, or point GPUENV_MATRIX_DIR at a folder of matrices",
-        )
-    sources = []
-    for file in files:
-        with open(file, "rb") as handle:
-            sources.append(Source(file, handle.read()))
-    return sources
-
-
-# The code a Matrix is made by, relative to the gpuenv package: part of the cache key,
-# so that after an upgrade or an edit of the validation a matrix validated by the old
-# code is not served. Read, not imported: a cache hit needs no YAML module.
-_CODE = (
-    "resolution/matrix.py",
-    "resolution/matrix_model.py",
-    "resolution/matrix_rows.py",
-    "resolution/cache.py",
-    "resolution/overlay.py",
-    "common/versions.py",
-    "common/yamlfile.py",
-)
-
-
-def _code_sources() -> list[tuple[str, bytes]]:
-    from gpuenv import __version__
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = [("gpuenv", __version__.encode())]
-    for name in _CODE:
-        with contextlib.suppress(OSError), open(os.path.join(package, name), "rb") as handle:
-            out.append((name, handle.read()))
-    return out
 
 
 def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +24,14 @@ from gpuenv.common.versions import (
     driver_tuple,
     is_version,
 )
-from gpuenv.errors import GpuenvWarning, MatrixError, Problem, file_error
+from gpuenv.errors import MatrixError, Problem
+from gpuenv.resolution.matrix_files import DATA_ENV as DATA_ENV
+from gpuenv.resolution.matrix_files import FILENAME as FILENAME
+from gpuenv.resolution.matrix_files import key_parts as key_parts
+from gpuenv.resolution.matrix_files import overlay_path as overlay_path
+from gpuenv.resolution.matrix_files import read_source as read_source
 from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES, ImageRow, Matrix
 
-DATA_ENV = "GPUENV_DATA_DIR"
-FILENAME = "matrix-overlay.yaml"
 SCHEMA = 1
 KIND = "image-overlay"
 # What the image states, in the order of the file; `fields` of a row are these.
@@ -106,76 +108,6 @@ class Disagreement:
             f"{self.image}: {self.field} is {self.shipped} in the matrix ({self.source}), "
             f"{self.from_image} in the image ({self.digest[:19]}…); the matrix value is kept"
         )
-
-
-def overlay_path(env: Mapping[str, str] | None = None) -> str:
-    """GPUENV_DATA_DIR, else the user data folder (``~/.local/share/gpuenv`` on Linux)."""
-    env = os.environ if env is None else env
-    if env.get(DATA_ENV):
-        return os.path.join(env[DATA_ENV], FILENAME)
-    if sys.platform == "linux":
-        # platformdirs' rule on Linux, without its import on every command (as cache_dir).
-        base = env.get("XDG_DATA_HOME", "").strip()
-        if not os.path.isabs(base):
-            base = os.path.expanduser("~/.local/share")
-        return os.path.join(base, "gpuenv", FILENAME)
-    import platformdirs
-
-    return os.path.join(platformdirs.user_data_dir("gpuenv", appauthor=False), FILENAME)
-
-
-def read_source(path: str | None = None) -> tuple[str, bytes] | None:
-    """The overlay's path and bytes, or None when there is none (the usual case)."""
-    path = path or overlay_path()
-    try:
-        with open(path, "rb") as handle:
-            return path, handle.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except PermissionError as exc:
-        owner = _owner(path)
-        if owner is not None and owner != os.getuid():
-            # Another user's data folder (a GPUENV_DATA_DIR inherited through sudo or
-            # setpriv): the overlay is per user, so theirs is not ours to use or repair.
-            import warnings
-
-            warnings.warn(
-                f"the matrix overlay {path} belongs to another user ({_user_name(owner)}) "
-                f"and cannot be read: using the shipped matrix; point {DATA_ENV} at a "
-                "folder of yours (or unset it) to use your own overlay",
-                GpuenvWarning,
-                stacklevel=2,
-            )
-            return None
-        raise file_error(exc, "read", path) from None
-    except OSError as exc:
-        raise file_error(exc, "read", path) from None
-
-
-def _owner(path: str) -> int | None:
-    """The owner of `path`, or of the nearest folder above it that can be looked at."""
-    while True:
-        try:
-            return os.stat(path).st_uid
-        except OSError:
-            parent = os.path.dirname(path)
-            if parent == path:
-                return None
-            path = parent
-
-
-def _user_name(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-def key_parts(source: tuple[str, bytes] | None) -> list[tuple[str, bytes]]:
-    """What the overlay adds to the matrix cache's key: its bytes, when there is one."""
-    return [(f"overlay:{FILENAME}", source[1])] if source else []
 
 
 def _broken(problems: list[Problem], path: str) -> MatrixError:

@@ -95,9 +95,9 @@ def oom_advice(memory: str | None) -> str:
 
 
 class _Preflight:
-    """The preflight (`container.preflight`) in a thread of its own, begun as soon as the
-    grant is known: loading the matrix and judging the locked image take the time the
-    engine spends creating the container. `verdict` waits for it before the start: the
+    """The preflight (`run.preflight.judge`) in a thread of its own, begun as soon as the
+    grant is known: judging the locked image (or reading the verdict back) takes the
+    time the engine spends creating the container. `verdict` waits for it before the start: the
     refusal (the container, created but never started, is then removed) or the warnings,
     said once."""
 
@@ -113,11 +113,10 @@ class _Preflight:
         self._thread.start()
 
     def _judge(self, locked: Locked, host: Host, granted: Grant) -> None:
-        from gpuenv.resolution.matrix import load_matrix
-        from gpuenv.run.container import preflight
+        from gpuenv.run.preflight import judge
 
         try:
-            self._outcome = preflight(locked, host, granted, load_matrix())
+            self._outcome = judge(locked, host, granted)
         except BaseException as exc:
             self._outcome = exc
 

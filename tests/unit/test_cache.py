@@ -330,9 +330,17 @@ def test_the_folder_is_the_one_platformdirs_names(
 
 
 def test_the_key_covers_the_code_that_validates() -> None:
+    from gpuenv.resolution import matrix_files
+    from gpuenv.run import preflight
+
     package = Path(matrix_module.__file__).parents[1]
-    assert all((package / name).is_file() for name in matrix_module._CODE)
-    assert {"resolution/matrix.py", "common/yamlfile.py"} <= set(matrix_module._CODE)
+    assert all((package / name).is_file() for name in matrix_files._CODE)
+    assert {"resolution/matrix.py", "resolution/matrix_files.py", "common/yamlfile.py"} <= set(
+        matrix_files._CODE
+    )
+    # The preflight verdict's key covers the code that judges, file by file.
+    assert all((package / name).is_file() for name in preflight._CODE)
+    assert {"run/container.py", "resolution/resolve.py"} <= set(preflight._CODE)
 
 
 def test_a_hit_imports_no_yaml(cache_dir: Path) -> None:

@@ -201,3 +201,27 @@ def test_a_socket_without_permission_says_how_to_get_it() -> None:
     error = engine_error(PermissionError(13, "Permission denied"), "unix:///var/run/docker.sock")
     assert error.message == "permission denied on the Docker socket /var/run/docker.sock"
     assert "docker group" in (error.hint or "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "gpuenv/proj:0123abcd",
+        "127.0.0.1:5000/nvidia/pytorch@sha256:" + "a" * 64,
+        '{"label":["io.gpuenv.run=1"]}',
+        "a b+c&d=e/f?g#h%i~j_k.l-m",
+        "ünïcödé ✓",
+        "",
+    ],
+)
+def test_the_clients_quoting_is_urllibs(text: str) -> None:
+    """The client's own percent-encoding (no urllib.parse on the run path) gives what
+    urllib.parse gives, and the engine decodes both the same way."""
+    import urllib.parse
+
+    from gpuenv.engine.wire import quote, urlencode
+
+    assert quote(text) == urllib.parse.quote(text, safe="")
+    query = {"filters": text, "all": 1}
+    assert urlencode(query) == urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+    assert urllib.parse.parse_qs(urlencode(query), keep_blank_values=True)["all"] == ["1"]

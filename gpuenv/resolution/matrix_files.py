@@ -1,0 +1,165 @@
+"""The files the matrix is made of, read without loading the matrix: the shipped (or
+GPUENV_MATRIX_DIR) matrices, the user's overlay, and the code that validates them.
+Their bytes are the matrix cache's key (`matrix.load_matrix`) and a part of the key of
+anything judged against the matrix (`run.preflight`), so a cache hit needs neither the
+matrix model nor YAML."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from gpuenv.common.resources import data_dir
+from gpuenv.errors import GpuenvWarning, MatrixError, Problem, file_error
+
+DATA_ENV = "GPUENV_DATA_DIR"
+FILENAME = "matrix-overlay.yaml"
+
+
+def default_matrix_dir() -> str:
+    """Where the matrices live: GPUENV_MATRIX_DIR, the installed wheel, or the source tree."""
+    return os.environ.get("GPUENV_MATRIX_DIR") or data_dir("matrices")
+
+
+class Source(NamedTuple):
+    """One file the matrix is made from."""
+
+    path: str
+    data: bytes
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def matrix_sources(directory: str) -> list[Source]:
+    """The matrix files of `directory`, read once: their bytes are both the cache key
+    and what is parsed."""
+    names = (
+        sorted(n for n in os.listdir(directory) if n.endswith(".yaml"))
+        if os.path.isdir(directory)
+        else []
+    )
+    files = [os.path.join(directory, name) for name in names]
+    if not files:
+        raise MatrixError(
+            [Problem(directory, None, None, None, "no matrix files (*.yaml) found")],
+            hint="reinstall gpuenv, or point GPUENV_MATRIX_DIR at a folder of matrices",
+        )
+    sources = []
+    for file in files:
+        with open(file, "rb") as handle:
+            sources.append(Source(file, handle.read()))
+    return sources
+
+
+# The code a Matrix is made by, relative to the gpuenv package: part of the cache key,
+# so that after an upgrade or an edit of the validation a matrix validated by the old
+# code is not served. Read, not imported: a cache hit needs no YAML module.
+_CODE = (
+    "resolution/matrix.py",
+    "resolution/matrix_files.py",
+    "resolution/matrix_model.py",
+    "resolution/matrix_rows.py",
+    "resolution/cache.py",
+    "resolution/overlay.py",
+    "common/versions.py",
+    "common/yamlfile.py",
+)
+
+
+def code_sources() -> list[tuple[str, bytes]]:
+    from gpuenv import __version__
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = [("gpuenv", __version__.encode())]
+    for name in _CODE:
+        with contextlib.suppress(OSError), open(os.path.join(package, name), "rb") as handle:
+            out.append((name, handle.read()))
+    return out
+
+
+def overlay_path(env: Mapping[str, str] | None = None) -> str:
+    """GPUENV_DATA_DIR, else the user data folder (``~/.local/share/gpuenv`` on Linux)."""
+    env = os.environ if env is None else env
+    if env.get(DATA_ENV):
+        return os.path.join(env[DATA_ENV], FILENAME)
+    if sys.platform == "linux":
+        # platformdirs' rule on Linux, without its import on every command (as cache_dir).
+        base = env.get("XDG_DATA_HOME", "").strip()
+        if not os.path.isabs(base):
+            base = os.path.expanduser("~/.local/share")
+        return os.path.join(base, "gpuenv", FILENAME)
+    import platformdirs
+
+    return os.path.join(platformdirs.user_data_dir("gpuenv", appauthor=False), FILENAME)
+
+
+def read_source(path: str | None = None) -> tuple[str, bytes] | None:
+    """The overlay's path and bytes, or None when there is none (the usual case)."""
+    path = path or overlay_path()
+    try:
+        with open(path, "rb") as handle:
+            return path, handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError as exc:
+        owner = _owner(path)
+        if owner is not None and owner != os.getuid():
+            # Another user's data folder (a GPUENV_DATA_DIR inherited through sudo or
+            # setpriv): the overlay is per user, so theirs is not ours to use or repair.
+            import warnings
+
+            warnings.warn(
+                f"the matrix overlay {path} belongs to another user ({_user_name(owner)}) "
+                f"and cannot be read: using the shipped matrix; point {DATA_ENV} at a "
+                "folder of yours (or unset it) to use your own overlay",
+                GpuenvWarning,
+                stacklevel=2,
+            )
+            return None
+        raise file_error(exc, "read", path) from None
+    except OSError as exc:
+        raise file_error(exc, "read", path) from None
+
+
+def _owner(path: str) -> int | None:
+    """The owner of `path`, or of the nearest folder above it that can be looked at."""
+    while True:
+        try:
+            return os.stat(path).st_uid
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def key_parts(source: tuple[str, bytes] | None) -> list[tuple[str, bytes]]:
+    """What the overlay adds to the matrix cache's key: its bytes, when there is one."""
+    return [(f"overlay:{FILENAME}", source[1])] if source else []
+
+
+def matrix_key(
+    directory: str, *, with_overlay: bool = True
+) -> tuple[str, list[Source], tuple[str, bytes] | None]:
+    """The matrix cache's key for the matrices in `directory` (and the overlay), with the
+    sources and the overlay read for it (parsed only on a miss)."""
+    from gpuenv.resolution import cache
+
+    sources = matrix_sources(directory)
+    extra = read_source() if with_overlay else None
+    named = [*((s.name, s.data) for s in sources), *key_parts(extra)]
+    return cache.digest([*code_sources(), *named]), sources, extra
