@@ -309,9 +309,9 @@ def export_compose(
     project = load_project(obj.directory)
     values = exported_environment(project.spec, env, env_files)
     binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
-    pushed = (project.lock.extra.get("pushed") or {}).get("image")
+    image = (project.lock.extra.get("pushed") or {}).get("image")
     platform = _pushed_platform(project)
-    if not pushed:
+    if not image:
         from gpuenv.images.build import engine_platform
 
         connected = engine()
