@@ -138,7 +138,9 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
     if not shutil.which("docker-compose"):
         pytest.fail("docker-compose is not installed: run `make test`", pytrace=False)
     project = make_project(spec="gpus: [0, 2]\n")
-    text = project.ok("export", "compose", "-e", "MODE=fast", "train.py", "--lr", "3").stdout
+    exported = project.ok("export", "compose", "-e", "TOKEN=s3cret-42", "train.py", "--lr", "3")
+    assert "s3cret-42" not in exported.stdout + exported.stderr
+    text = exported.stdout
     service = yaml.safe_load(text)["services"][project.name]
     assert service["command"] == ["python3", "train.py", "--lr", "3"]
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0", "2"]
@@ -148,3 +150,13 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
         ["docker-compose", "-f", str(compose), "config", "-q"], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stderr
+    # The name without a value: Compose fills it from the environment it runs in.
+    resolved = subprocess.run(
+        ["docker-compose", "-f", str(compose), "config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOKEN": "from-the-shell"},
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    environment = yaml.safe_load(resolved.stdout)["services"][project.name]["environment"]
+    assert environment["TOKEN"] == "from-the-shell"
