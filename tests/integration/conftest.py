@@ -9,6 +9,7 @@ import ctypes
 import http.server
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -18,7 +19,7 @@ import tempfile
 import threading
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,40 @@ class Installed:
         HOME holds its overlay, as for a user who runs gpuenv themselves."""
         own = {key: value for key, value in env.items() if key != "GPUENV_DATA_DIR"}
         return {**own, "PYTHONPATH": self.site}
+
+    @staticmethod
+    def as_user(
+        user: pwd.struct_passwd | int, *argv: str, groups: Sequence[int] | None = None
+    ) -> list[str]:
+        """`argv` run as `user` (an account, or a bare uid that is its own gid too), by
+        setpriv (root only): with the account's groups, or exactly `groups` ([]: none)."""
+        uid, gid = (user, user) if isinstance(user, int) else (user.pw_uid, user.pw_gid)
+        if groups is None:
+            joined = ["--init-groups"]
+        elif groups:
+            joined = [f"--groups={','.join(str(group) for group in groups)}"]
+        else:
+            joined = ["--clear-groups"]
+        return ["setpriv", f"--reuid={uid}", f"--regid={gid}", *joined, *argv]
+
+    def run_as(
+        self,
+        user: pwd.struct_passwd | int,
+        *args: str,
+        env: dict[str, str],
+        groups: Sequence[int] | None = None,
+        timeout: float = 300,
+        cwd: str | Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """gpuenv ARGS as `user`, in the environment self.env(env) makes of `env`."""
+        return subprocess.run(
+            self.as_user(user, *self.argv(*args), groups=groups),
+            capture_output=True,
+            text=True,
+            env=self.env(env),
+            timeout=timeout,
+            cwd=cwd,
+        )
 
 
 @pytest.fixture(scope="session")

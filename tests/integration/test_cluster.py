@@ -35,18 +35,8 @@ class OtherUser:
     installed: Installed
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={self.user.pw_uid}",
-                f"--regid={self.user.pw_gid}",
-                "--init-groups",
-                *self.installed.argv("-C", str(self.project.path), *args),
-            ],
-            capture_output=True,
-            text=True,
-            env=self.installed.env(self.project.env),
-            timeout=300,
+        return self.installed.run_as(
+            self.user, "-C", str(self.project.path), *args, env=self.project.env
         )
 
 

@@ -166,16 +166,9 @@ def multi_cluster(tester: OtherUser) -> list[str]:
 
 
 def run_on(prefix: list[str], tester: OtherUser, *args: str) -> subprocess.CompletedProcess[str]:
-    user = tester.user
+    gpuenv = tester.installed.argv("-C", str(tester.project.path), *args)
     return subprocess.run(
-        [
-            *prefix,
-            "setpriv",
-            f"--reuid={user.pw_uid}",
-            f"--regid={user.pw_gid}",
-            "--init-groups",
-            *tester.installed.argv("-C", str(tester.project.path), *args),
-        ],
+        [*prefix, *tester.installed.as_user(tester.user, *gpuenv)],
         capture_output=True,
         text=True,
         env=tester.installed.env(tester.project.env),

@@ -38,18 +38,8 @@ class UserProject:
     home: Path
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={self.user.pw_uid}",
-                f"--regid={self.user.pw_gid}",
-                "--init-groups",
-                *self.installed.argv("-C", str(self.project.path), *args),
-            ],
-            capture_output=True,
-            text=True,
-            env=self.installed.env(self.project.env),
-            timeout=timeout,
+        return self.installed.run_as(
+            self.user, "-C", str(self.project.path), *args, env=self.project.env, timeout=timeout
         )
 
     def own(self, *paths: Path) -> None:
