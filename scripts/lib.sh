@@ -353,3 +353,17 @@ use_services() {  # start the test services for this script and load their setti
   . .cache/services.env
   set +a
 }
+
+cancel_orphaned_test_jobs() {  # "$@": the prefix that reaches the cluster (none: the first)
+  # Only the test suite's own jobs: gpuenv-tester's, named gpuenv-itest-* (`gpuenv submit`
+  # of a make_project project), whose session is gone: the pid in .session-pid of the
+  # project's base folder (tests/integration/conftest.py writes it) no longer runs.
+  local id name workdir
+  { "$@" squeue --noheader --user=gpuenv-tester --format='%i|%j|%Z' 2>/dev/null || true; } |
+    while IFS='|' read -r id name workdir; do
+      case "$name" in gpuenv-itest-*) ;; *) continue ;; esac
+      alive "$(dirname "$workdir")/.session-pid" && continue
+      log "cancelling Slurm job $id ($name): the test session that submitted it has ended"
+      "$@" scancel "$id" 2>/dev/null || true
+    done
+}

@@ -500,9 +500,10 @@ up() {
     wait_for 30 "the registry, from gpuenv-$node (log: $RUN/registry-$node.log)" \
       registry_answers nsenter --net="/run/netns/gpuenv-$node"
   done
-  # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
-  scancel --user=gpuenv-tester 2>/dev/null || true
-  SLURM_CONF=$MULTI_CONF "${IN_MN1[@]}" scancel --user=gpuenv-tester 2>/dev/null || true
+  # Jobs left by an earlier test run that was interrupted hold GPUs for nothing; those of
+  # test sessions still running (other checkouts share these clusters) are left alone.
+  cancel_orphaned_test_jobs
+  cancel_orphaned_test_jobs env SLURM_CONF="$MULTI_CONF" "${IN_MN1[@]}"
   tester_up
   podman_up
   cat >"$ENV_FILE" <<ENV

@@ -292,6 +292,9 @@ def make_project(
     # sticky, writable by all): gpuenv never makes a folder shared itself.
     (base / ".gpuenv-state").mkdir()
     (base / ".gpuenv-state").chmod(0o1777)
+    # Slurm jobs of these projects belong to this session while it runs: `services.sh up`
+    # cancels those of a session that has ended (interrupted before its own cleanup).
+    (base / ".session-pid").write_text(f"{os.getpid()}\n")
 
     def make(spec: str = "", version: str = "2.4", requirements: str = "") -> Project:
         name = f"itest-{uuid.uuid4().hex[:8]}"

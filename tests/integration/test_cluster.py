@@ -7,14 +7,17 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
 
 from ..jsonschemas import validate_output
-from .conftest import Installed, Project, docker
+from .conftest import REPO, Installed, Project, docker
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +153,75 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
     assert resolved.returncode == 0, resolved.stderr
     environment = yaml.safe_load(resolved.stdout)["services"][project.name]["environment"]
     assert environment["TOKEN"] == "from-the-shell"
+
+
+def job_state(job: str, settled: str, timeout: float = 20) -> str:
+    """The job's state once it is `settled` (or whatever it is when `timeout` is up)."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        out = subprocess.run(
+            ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True
+        ).stdout
+        state = dict(item.split("=", 1) for item in out.split() if "=" in item).get("JobState", "")
+        if state == settled:
+            break
+        time.sleep(0.5)
+    return state
+
+
+def test_services_up_cancels_only_the_jobs_of_ended_test_sessions(
+    installed_for_users: Installed,
+) -> None:
+    """`scripts/services.sh up` cancels the test user's gpuenv-itest-* jobs whose test
+    session has ended, never those of a session still running (other checkouts share the
+    cluster) nor any other job of that user."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as the test user")
+    if not shutil.which("sbatch"):
+        pytest.fail("Slurm is not installed: run `make test`, which sets it up", pytrace=False)
+    user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a session that no longer runs
+    tag = uuid.uuid4().hex[:8]
+    cases = {
+        "ended": (f"gpuenv-itest-{tag}-ended", ended.pid),
+        "running": (f"gpuenv-itest-{tag}-running", os.getpid()),
+        "not a test's": (f"gpuenv-{tag}-theirs", ended.pid),
+    }
+    jobs: dict[str, str] = {}
+    bases: list[Path] = []
+    try:
+        for case, (name, pid) in cases.items():
+            base = Path(tempfile.mkdtemp(prefix="gpuenv-itest-", dir="/tmp"))
+            bases.append(base)
+            base.chmod(0o755)
+            (base / ".session-pid").write_text(f"{pid}\n")
+            (base / "project").mkdir(mode=0o777)
+            (base / "project").chmod(0o777)
+            sbatch = ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={base / 'project'}"]
+            submitted = subprocess.run(
+                installed_for_users.as_user(
+                    user, *sbatch, "--output=/dev/null", "--wrap=sleep 300"
+                ),
+                capture_output=True,
+                text=True,
+            )
+            assert submitted.returncode == 0, submitted.stderr
+            jobs[case] = submitted.stdout.strip().split(";")[0]
+        cancelled = subprocess.run(
+            ["bash", "-c", ". scripts/lib.sh && cancel_orphaned_test_jobs"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert f"cancelling Slurm job {jobs['ended']} " in cancelled.stderr
+        assert job_state(jobs["ended"], "CANCELLED") == "CANCELLED"
+        for case in ("running", "not a test's"):
+            assert job_state(jobs[case], "CANCELLED", timeout=2) in ("PENDING", "RUNNING"), case
+    finally:
+        if jobs:
+            subprocess.run(["scancel", *jobs.values()], check=False)
+        for base in bases:
+            shutil.rmtree(base, ignore_errors=True)
