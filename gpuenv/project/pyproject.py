@@ -95,15 +95,8 @@ def add_requirement(project_dir: str, relative: str, text: str, into: Collected)
 def build_requirements(project_dir: str, relative: str, data: dict[str, Any]) -> list[Dependency]:
     """``[build-system] requires``: not installed (the project is not built), but what it
     needs says which framework the project compiles against."""
-    out = []
     system = data.get("build-system")
-    for text in system.get("requires", []) if isinstance(system, dict) else []:
-        if isinstance(text, str):
-            try:
-                out.append(Dependency(Requirement(text), where_in(project_dir, relative, text)))
-            except InvalidRequirement:
-                continue
-    return out
+    return _valid(project_dir, relative, system.get("requires") if isinstance(system, dict) else [])
 
 
 def declared_requirements(
@@ -111,9 +104,14 @@ def declared_requirements(
 ) -> list[Dependency]:
     """``[project] dependencies`` as written (a uv.lock may pin them differently, or
     override some away): what the project says it needs."""
+    return _valid(project_dir, relative, table(data, "project").get("dependencies"))
+
+
+def _valid(project_dir: str, relative: str, texts: object) -> list[Dependency]:
+    """The valid requirements of a TOML list, each located at its line (anything but a
+    list, such as a lone string, holds none): what detection reads, not what installs."""
     out = []
-    project = table(data, "project")
-    for text in project.get("dependencies") or []:
+    for text in texts if isinstance(texts, list) else []:
         if isinstance(text, str):
             try:
                 out.append(Dependency(Requirement(text), where_in(project_dir, relative, text)))
