@@ -34,13 +34,15 @@ class JobEnvironment:
 
 
 def job_environment(spec: Spec, env: Sequence[str], env_files: Sequence[str]) -> JobEnvironment:
-    """Split the job's variables into what may be written and what may not."""
+    """Split the job's variables into what may be written and what may not. A bare KEY,
+    of -e or a line of an env file, is named: its value comes from the job's environment."""
     from dataclasses import replace
 
-    from gpuenv.run.container import environment
+    from gpuenv.run.container import env_entries, environment
 
-    values = environment(replace(spec, env=()), env, env_files, {})
-    names = list(dict.fromkeys([*values, *(e for e in env if "=" not in e)]))
+    entries = env_entries(env, env_files)
+    values = environment(replace(spec, env=()), env, env_files, {}, entries)
+    names = list(dict.fromkeys([*values, *(key for key, _ in entries)]))
     written = {key: value for key, value in spec.env if key not in names}
     return JobEnvironment(written, names, values)
 

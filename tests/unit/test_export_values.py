@@ -129,3 +129,17 @@ def test_exported_environment(
 ) -> None:
     variables = exported_environment(spec(), options, [], write_values=write_values)
     assert (variables.written, variables.referenced) == (written, referenced)
+
+
+def test_a_bare_key_in_an_env_file_is_named_like_a_bare_e(tmp_path: Path) -> None:
+    """`KEY` alone on a line of --env-file passes the value from the environment, as
+    `-e KEY` does: the job (and an export) names it rather than losing it."""
+    from gpuenv.cluster.submit import job_environment
+
+    env_file = tmp_path / "run.env"
+    env_file.write_text("# comment\nMODE=fast\nWANDB_API_KEY\n")
+    job = job_environment(spec(), ["LOG=1"], [str(env_file)])
+    assert job.names == ["MODE", "LOG", "WANDB_API_KEY"]
+    assert job.values == {"MODE": "fast", "LOG": "1"} and job.written == {}
+    exported = exported_environment(spec(), [], [str(env_file)])
+    assert exported.referenced == ["MODE", "WANDB_API_KEY"]
