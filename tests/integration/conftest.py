@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
@@ -341,3 +342,36 @@ def image_labels(reference: str, host: str) -> dict[str, str]:
 def image_layers(reference: str, host: str) -> list[str]:
     data = json.loads(docker("image", "inspect", reference, host=host).stdout)[0]
     return list(data["RootFS"]["Layers"])
+
+
+SLURM_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+
+def slurm_job(job: str, prefix: Sequence[str] = (), conf: str = "") -> dict[str, str]:
+    """`scontrol show job -o` of `job` as fields ({} when Slurm does not know it);
+    `prefix` (nsenter) and `conf` (SLURM_CONF) reach another cluster."""
+    out = subprocess.run(
+        [*prefix, "scontrol", "show", "job", job, "-o"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": conf} if conf else None,
+    ).stdout
+    return dict(item.split("=", 1) for item in out.split() if "=" in item)
+
+
+def wait_for_job(
+    job: str,
+    timeout: float = 120,
+    *,
+    prefix: Sequence[str] = (),
+    conf: str = "",
+    states: Sequence[str] = SLURM_ENDED,
+) -> dict[str, str]:
+    """The job's fields once its state is one of `states` (by default: it ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fields = slurm_job(job, prefix, conf)
+        if fields.get("JobState") in states:
+            return fields
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} did not reach {'/'.join(states)} within {timeout}s")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from ..jsonschemas import validate_output
-from .conftest import REPO, Installed, Project, docker
+from .conftest import REPO, Installed, Project, docker, slurm_job, wait_for_job
 
 pytestmark = pytest.mark.integration
 
@@ -59,19 +59,6 @@ def tester(make_project, registry: str, installed_for_users: Installed) -> Other
     os.chown(cache, user.pw_uid, user.pw_gid)
     project.env.update(HOME=user.pw_dir, USER=user.pw_name, XDG_CACHE_HOME=str(cache))
     return OtherUser(project, user, installed_for_users)
-
-
-def wait_for_job(job: str, timeout: float = 120) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True
-        ).stdout
-        fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
-        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-            return fields
-        time.sleep(0.5)
-    raise AssertionError(f"job {job} did not finish")
 
 
 def test_push_submit_and_slurm_gpus(tester: OtherUser, registry: str) -> None:
@@ -155,21 +142,6 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
     assert environment["TOKEN"] == "from-the-shell"
 
 
-def job_state(job: str, settled: str, timeout: float = 20) -> str:
-    """The job's state once it is `settled` (or whatever it is when `timeout` is up)."""
-    deadline = time.monotonic() + timeout
-    state = ""
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True
-        ).stdout
-        state = dict(item.split("=", 1) for item in out.split() if "=" in item).get("JobState", "")
-        if state == settled:
-            break
-        time.sleep(0.5)
-    return state
-
-
 def test_services_up_cancels_only_the_jobs_of_ended_test_sessions(
     installed_for_users: Installed,
 ) -> None:
@@ -217,9 +189,10 @@ def test_services_up_cancels_only_the_jobs_of_ended_test_sessions(
         )
         assert cancelled.returncode == 0, cancelled.stderr
         assert f"cancelling Slurm job {jobs['ended']} " in cancelled.stderr
-        assert job_state(jobs["ended"], "CANCELLED") == "CANCELLED"
+        wait_for_job(jobs["ended"], 20, states=["CANCELLED"])
+        time.sleep(2)  # what scancel would have done to the others has happened by now
         for case in ("running", "not a test's"):
-            assert job_state(jobs[case], "CANCELLED", timeout=2) in ("PENDING", "RUNNING"), case
+            assert slurm_job(jobs[case])["JobState"] in ("PENDING", "RUNNING"), case
     finally:
         if jobs:
             subprocess.run(["scancel", *jobs.values()], check=False)
