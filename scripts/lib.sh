@@ -98,6 +98,21 @@ stop() {  # stop PIDFILE NAME
   rm -f "$pidfile"
 }
 
+slurm_conf_shared() {  # the slurm.conf lines both test clusters share
+  cat <<'CONF'
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+CONF
+}
+
 slurm_up() {  # a Slurm controller and node on this machine, four GPUs as GRES
   local host conf=/etc/slurm/slurm.conf
   host=$(hostname -s)
@@ -119,19 +134,10 @@ slurm_up() {  # a Slurm controller and node on this machine, four GPUs as GRES
   for n in 0 1 2 3; do
     [ -e "/dev/fakegpu$n" ] || mknod "/dev/fakegpu$n" c 1 3
   done
-  cat >"$conf.gpuenv" <<CONF
-ClusterName=gpuenv-test
-SlurmctldHost=$host
-SlurmUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-ReturnToService=2
-MpiDefault=none
-SchedulerType=sched/backfill
+  {
+    printf 'ClusterName=gpuenv-test\nSlurmctldHost=%s\n' "$host"
+    slurm_conf_shared
+    cat <<CONF
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=$RUN/slurmctld.pid
@@ -142,6 +148,7 @@ JobAcctGatherType=jobacct_gather/none
 NodeName=$host CPUs=$(nproc) RealMemory=2000 Gres=gpu:4 State=UNKNOWN
 PartitionName=gpu Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
+  } >"$conf.gpuenv"
   printf 'NodeName=%s Name=gpu File=/dev/fakegpu[0-3]\n' "$host" >/etc/slurm/gres.conf
   if ! cmp -s "$conf.gpuenv" "$conf"; then
     cp "$conf.gpuenv" "$conf"
@@ -189,19 +196,9 @@ slurm_multi_up() {
   multi_netns_up
   mkdir -p "$dir" /var/spool/slurmctld-multi
   {
+    printf 'ClusterName=gpuenv-multi\nSlurmctldHost=%s(10.77.0.1)\n' "$(hostname -s)"
+    slurm_conf_shared
     cat <<CONF
-ClusterName=gpuenv-multi
-SlurmctldHost=$(hostname -s)(10.77.0.1)
-SlurmUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-ReturnToService=2
-MpiDefault=none
-SchedulerType=sched/backfill
 StateSaveLocation=/var/spool/slurmctld-multi
 SlurmdSpoolDir=/var/spool/slurmd-%n
 SlurmctldPidFile=$RUN/slurmctld-multi.pid
@@ -352,4 +349,18 @@ use_services() {  # start the test services for this script and load their setti
   # shellcheck disable=SC1091
   . .cache/services.env
   set +a
+}
+
+cancel_orphaned_test_jobs() {  # "$@": the prefix that reaches the cluster (none: the first)
+  # Only the test suite's own jobs: gpuenv-tester's, named gpuenv-itest-* (`gpuenv submit`
+  # of a make_project project), whose session is gone: the pid in .session-pid of the
+  # project's base folder (tests/integration/conftest.py writes it) no longer runs.
+  local id name workdir
+  { "$@" squeue --noheader --user=gpuenv-tester --format='%i|%j|%Z' 2>/dev/null || true; } |
+    while IFS='|' read -r id name workdir; do
+      case "$name" in gpuenv-itest-*) ;; *) continue ;; esac
+      alive "$(dirname "$workdir")/.session-pid" && continue
+      log "cancelling Slurm job $id ($name): the test session that submitted it has ended"
+      "$@" scancel "$id" 2>/dev/null || true
+    done
 }

@@ -144,27 +144,44 @@ standin_images() {
     touch "$wheels/.complete"
   fi
   for tag in "${STANDIN_TAGS[@]}"; do
-    local ref="$REGISTRY/nvidia/pytorch:$tag" version context
-    version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.stand-in-version"}}' \
-      "$ref" 2>/dev/null || true)
-    if [ "$version" != "$STANDIN_VERSION" ]; then
-      log "building the stand-in for nvcr.io/nvidia/pytorch:$tag"
-      context=$(mktemp -d)
-      cp -r "$wheels" "$context/wheelhouse"
-      rm -f "$context/wheelhouse/.complete"
-      # Like NGC images: python on PATH, NVIDIA_VISIBLE_DEVICES=all baked in.
-      cat >"$context/Dockerfile" <<DOCKERFILE
+    standin_image "$REGISTRY/nvidia/pytorch:$tag" io.gpuenv.stand-in-version "$STANDIN_VERSION" \
+      "the stand-in for nvcr.io/nvidia/pytorch:$tag" pytorch_standin_context "$tag"
+  done
+}
+
+standin_image() {  # REF LABEL VERSION WHAT FILL [ARG]...: build REF unless it carries
+  # LABEL=VERSION already (FILL CONTEXT ARG... writes the build context), then push it
+  local ref=$1 label=$2 wanted=$3 what=$4 fill=$5 version context
+  shift 5
+  local docker=(docker -H "unix://$RUN/gpu.sock")
+  version=$("${docker[@]}" image inspect -f "{{index .Config.Labels \"$label\"}}" \
+    "$ref" 2>/dev/null || true)
+  if [ "$version" != "$wanted" ]; then
+    log "building $what"
+    context=$(mktemp -d)
+    "$fill" "$context" "$@"
+    "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
+      die "building the stand-in $ref failed"
+    rm -rf "$context"
+  fi
+  "${docker[@]}" push -q "$ref" >/dev/null
+}
+
+wheelhouse_into() {  # CONTEXT: the stand-ins' wheelhouse, copied into a build context
+  cp -r "$STATE/wheelhouse" "$1/wheelhouse"
+  rm -f "$1/wheelhouse/.complete"
+}
+
+pytorch_standin_context() {  # CONTEXT TAG
+  local context=$1 tag=$2
+  wheelhouse_into "$context"
+  # Like NGC images: python on PATH, NVIDIA_VISIBLE_DEVICES=all baked in.
+  cat >"$context/Dockerfile" <<DOCKERFILE
 FROM gpuenv-test/bookworm-python:1
 COPY wheelhouse /opt/wheelhouse
 ENV NVIDIA_VISIBLE_DEVICES=all
 LABEL io.gpuenv.stand-in="nvcr.io/nvidia/pytorch:$tag" io.gpuenv.stand-in-version="$STANDIN_VERSION"
 DOCKERFILE
-      "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
-        die "building the stand-in $ref failed"
-      rm -rf "$context"
-    fi
-    "${docker[@]}" push -q "$ref" >/dev/null
-  done
 }
 
 # The environment and labels of an NGC image's config, as `docker inspect` shows them.
@@ -200,25 +217,21 @@ ENVS
 }
 
 sync_standin_images() {
-  local docker=(docker -H "unix://$RUN/gpu.sock") tag
+  local tag
   for tag in "${SYNC_STANDIN_TAGS[@]}"; do
-    local ref="$REGISTRY/nvidia/pytorch:$tag" version context
-    version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.sync-stand-in-version"}}' \
-      "$ref" 2>/dev/null || true)
-    if [ "$version" != "$SYNC_STANDIN_VERSION" ]; then
-      log "building the metadata stand-in for nvcr.io/nvidia/pytorch:$tag"
-      context=$(mktemp -d)
-      {
-        echo "FROM gpuenv-test/busybox:1"
-        sync_standin_env "$tag"
-        echo "LABEL io.gpuenv.stand-in=\"nvcr.io/nvidia/pytorch:$tag\" io.gpuenv.sync-stand-in-version=\"$SYNC_STANDIN_VERSION\""
-      } >"$context/Dockerfile"
-      "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
-        die "building the stand-in $ref failed"
-      rm -rf "$context"
-    fi
-    "${docker[@]}" push -q "$ref" >/dev/null
+    standin_image "$REGISTRY/nvidia/pytorch:$tag" io.gpuenv.sync-stand-in-version \
+      "$SYNC_STANDIN_VERSION" "the metadata stand-in for nvcr.io/nvidia/pytorch:$tag" \
+      sync_standin_context "$tag"
   done
+}
+
+sync_standin_context() {  # CONTEXT TAG
+  local tag=$2
+  {
+    echo "FROM gpuenv-test/busybox:1"
+    sync_standin_env "$tag"
+    echo "LABEL io.gpuenv.stand-in=\"nvcr.io/nvidia/pytorch:$tag\" io.gpuenv.sync-stand-in-version=\"$SYNC_STANDIN_VERSION\""
+  } >"$1/Dockerfile"
 }
 
 # A fake distribution as an NVIDIA build installs it: only its metadata (no code).
@@ -232,21 +245,22 @@ fake_dist() {  # fake_dist FOLDER NAME VERSION
 }
 
 deps_standin_images() {
-  local docker=(docker -H "unix://$RUN/gpu.sock") tag wheels="$STATE/wheelhouse"
+  local tag
   for tag in "${DEPS_STANDIN_TAGS[@]}"; do
-    local ref="$REGISTRY/nvidia/pytorch:$tag" version context
-    version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.deps-stand-in-version"}}' \
-      "$ref" 2>/dev/null || true)
-    if [ "$version" != "$DEPS_STANDIN_VERSION" ]; then
-      log "building the dependency stand-in for nvcr.io/nvidia/pytorch:$tag"
-      context=$(mktemp -d)
-      cp -r "$wheels" "$context/wheelhouse"
-      rm -f "$context/wheelhouse/.complete"
-      # torch as the matrix row of 25.03 records it; torchvision of the series released with
-      # torch 2.7 (0.22), marked as a stand-in's build.
-      fake_dist "$context/dists" torch 2.7.0a0+7c8ec84dab
-      fake_dist "$context/dists" torchvision 0.22.0a0+standin
-      cat >"$context/Dockerfile" <<DOCKERFILE
+    standin_image "$REGISTRY/nvidia/pytorch:$tag" io.gpuenv.deps-stand-in-version \
+      "$DEPS_STANDIN_VERSION" "the dependency stand-in for nvcr.io/nvidia/pytorch:$tag" \
+      deps_standin_context "$tag"
+  done
+}
+
+deps_standin_context() {  # CONTEXT TAG
+  local context=$1 tag=$2
+  wheelhouse_into "$context"
+  # torch as the matrix row of 25.03 records it; torchvision of the series released with
+  # torch 2.7 (0.22), marked as a stand-in's build.
+  fake_dist "$context/dists" torch 2.7.0a0+7c8ec84dab
+  fake_dist "$context/dists" torchvision 0.22.0a0+standin
+  cat >"$context/Dockerfile" <<DOCKERFILE
 FROM gpuenv-test/bookworm-python:1
 COPY wheelhouse /opt/wheelhouse
 COPY dists/ /usr/local/lib/python3.11/dist-packages/
@@ -255,45 +269,33 @@ RUN mkdir -p /etc/pip && python3 -m pip list --format=freeze 2>/dev/null | grep 
 ENV NVIDIA_VISIBLE_DEVICES=all PIP_CONSTRAINT=/etc/pip/constraint.txt
 LABEL io.gpuenv.stand-in="nvcr.io/nvidia/pytorch:$tag" io.gpuenv.deps-stand-in-version="$DEPS_STANDIN_VERSION"
 DOCKERFILE
-      "${docker[@]}" build -q -t "$ref" "$context" >/dev/null 2>&1 ||
-        die "building the stand-in $ref failed"
-      rm -rf "$context"
-    fi
-    "${docker[@]}" push -q "$ref" >/dev/null
-  done
 }
 
 torch_standin_image() {  # Debian + Python + torch 2.13.0 (CPU), from wheels pip finds
   # here (the engines' namespace has no network: the wheels are copied in)
-  local docker=(docker -H "unix://$RUN/gpu.sock") version context
-  version=$("${docker[@]}" image inspect -f '{{index .Config.Labels "io.gpuenv.torch-stand-in-version"}}' \
-    "$TORCH_STANDIN" 2>/dev/null || true)
-  if [ "$version" != "$TORCH_STANDIN_VERSION" ]; then
-    local wheels="$STATE/torch-wheels"
-    if [ ! -f "$wheels/.complete" ]; then
-      log "downloading torch 2.13.0 (CPU) and its dependencies for the torch stand-in"
-      mkdir -p "$wheels"
-      python3 -m pip download -q --only-binary=:all: --python-version 3.11 \
-        --platform manylinux_2_28_x86_64 -d "$wheels" torch==2.13.0 >/dev/null 2>&1 ||
-        die "pip download of torch 2.13.0 failed"
-      touch "$wheels/.complete"
-    fi
-    log "building the torch stand-in $TORCH_STANDIN"
-    context=$(mktemp -d)
-    cp -r "$wheels" "$context/wheels"
-    rm -f "$context/wheels/.complete"
-    cat >"$context/Dockerfile" <<DOCKERFILE
+  standin_image "$TORCH_STANDIN" io.gpuenv.torch-stand-in-version "$TORCH_STANDIN_VERSION" \
+    "the torch stand-in $TORCH_STANDIN" torch_standin_context
+}
+
+torch_standin_context() {  # CONTEXT
+  local context=$1 wheels="$STATE/torch-wheels"
+  if [ ! -f "$wheels/.complete" ]; then
+    log "downloading torch 2.13.0 (CPU) and its dependencies for the torch stand-in"
+    mkdir -p "$wheels"
+    python3 -m pip download -q --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 -d "$wheels" torch==2.13.0 >/dev/null 2>&1 ||
+      die "pip download of torch 2.13.0 failed"
+    touch "$wheels/.complete"
+  fi
+  cp -r "$wheels" "$context/wheels"
+  rm -f "$context/wheels/.complete"
+  cat >"$context/Dockerfile" <<DOCKERFILE
 FROM gpuenv-test/bookworm-python:1
 COPY wheels /tmp/wheels
 RUN python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system-packages \
     torch==2.13.0 && rm -rf /tmp/wheels /root/.cache
 LABEL io.gpuenv.torch-stand-in-version="$TORCH_STANDIN_VERSION"
 DOCKERFILE
-    "${docker[@]}" build -q -t "$TORCH_STANDIN" "$context" >/dev/null 2>&1 ||
-      die "building the torch stand-in $TORCH_STANDIN failed"
-    rm -rf "$context"
-  fi
-  "${docker[@]}" push -q "$TORCH_STANDIN" >/dev/null
 }
 
 forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
@@ -500,9 +502,10 @@ up() {
     wait_for 30 "the registry, from gpuenv-$node (log: $RUN/registry-$node.log)" \
       registry_answers nsenter --net="/run/netns/gpuenv-$node"
   done
-  # Jobs left by an earlier run that was interrupted hold GPUs for nothing.
-  scancel --user=gpuenv-tester 2>/dev/null || true
-  SLURM_CONF=$MULTI_CONF "${IN_MN1[@]}" scancel --user=gpuenv-tester 2>/dev/null || true
+  # Jobs left by an earlier test run that was interrupted hold GPUs for nothing; those of
+  # test sessions still running (other checkouts share these clusters) are left alone.
+  cancel_orphaned_test_jobs
+  cancel_orphaned_test_jobs env SLURM_CONF="$MULTI_CONF" "${IN_MN1[@]}"
   tester_up
   podman_up
   cat >"$ENV_FILE" <<ENV

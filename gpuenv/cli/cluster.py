@@ -197,9 +197,29 @@ def jobs(obj: Context, as_json: bool) -> None:
         ui.info(f"jobs that ended are not shown: {finished.reason}")
 
 
+write_values_option = click.option(
+    "--write-values",
+    is_flag=True,
+    help="Write the values of -e KEY=VALUE and --env-file into the file. Without it, "
+    "the file only names those variables: exported files end up in logs and commits.",
+)
+
+
+def _say_where_values_come_from(referenced: list[str], where: str) -> None:
+    """Tell (on stderr, names only) which variables the file names without a value."""
+    from gpuenv.cli import ui
+
+    if referenced:
+        ui.info(f"{', '.join(referenced)}: no value written; {where}")
+
+
 @click.group()
 def export() -> None:
-    """Write the locked environment for another scheduler (to stdout)."""
+    """Write the locked environment for another scheduler (to stdout).
+
+    No value of -e or --env-file is written unless --write-values asks for it: the
+    Kubernetes Job reads those variables from a Secret, the Compose service from the
+    environment `docker compose` runs in. The spec's env is written as it is."""
 
 
 @export.command("kubernetes", context_settings=PASS_THROUGH)
@@ -220,6 +240,13 @@ def export() -> None:
     metavar="NAME",
     help="An imagePullSecret for a private registry (repeatable).",
 )
+@click.option(
+    "--env-secret",
+    metavar="NAME",
+    help="The Secret the Job reads -e and --env-file variables from, a key per variable "
+    "(default: gpuenv-PROJECT-env).",
+)
+@write_values_option
 @rendezvous_option
 @target_argument
 @click.pass_obj
@@ -232,34 +259,47 @@ def export_kubernetes(
     nodes: int,
     mig: str | None,
     pull_secrets: tuple[str, ...],
+    env_secret: str | None,
+    write_values: bool,
     rendezvous_timeout: int,
     arguments: tuple[str, ...],
 ) -> None:
     """A Kubernetes Job running TARGET in the pushed image (by digest), with nvidia.com/gpu
     (or MIG) limits, /dev/shm as a memory-backed emptyDir, a non-root user and no
-    restarts; with --nodes N, an Indexed Job of N pods and its headless Service."""
+    restarts; with --nodes N, an Indexed Job of N pods and its headless Service.
+    Variables of -e and --env-file come from a Secret (--env-secret), not the file."""
+    import shlex
+
     import yaml
 
-    from gpuenv.cluster.manifests import KubernetesOptions, kubernetes_manifests
+    from gpuenv.cluster import manifests as k8s
     from gpuenv.cluster.slurm import pushed_image
     from gpuenv.cluster.submit import exported_environment, job_gpus
     from gpuenv.images.service import load_project
     from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
     project = load_project(obj.directory)
-    values = exported_environment(project.spec, env, env_files)
+    variables = exported_environment(project.spec, env, env_files, write_values=write_values)
+    options = k8s.KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout, env_secret)
     _warn_if_pushed_is_stale(project)
-    manifests = kubernetes_manifests(
+    manifests = k8s.kubernetes_manifests(
         project.spec,
         pushed_image(project.lock.extra),
         command_for(arguments),
-        values,
+        variables.written,
         gpus=job_gpus(project.spec, gpus),
         shm_size=shm_size(project.spec) or DEFAULT_SHM,
         uid=os.getuid(),
         gid=os.getgid(),
         platform=_pushed_platform(project),
-        options=KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout),
+        options=options,
+        referenced=variables.referenced,
+    )
+    secret = shlex.quote(env_secret or k8s.env_secret(project.spec))
+    _say_where_values_come_from(
+        variables.referenced,
+        f"the Job reads them from the Secret {secret}: `kubectl create secret generic "
+        f"{secret} --from-env-file=FILE` (or --from-literal=KEY=VALUE) makes it",
     )
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
@@ -280,6 +320,7 @@ def export_kubernetes(
     metavar="PATH",
     help="Let a mount of exactly PATH through, as for `gpuenv run --allow-mount`.",
 )
+@write_values_option
 @target_argument
 @click.pass_obj
 def export_compose(
@@ -289,12 +330,15 @@ def export_compose(
     env_files: tuple[str, ...],
     mounts: tuple[str, ...],
     allow_mounts: tuple[str, ...],
+    write_values: bool,
     arguments: tuple[str, ...],
 ) -> None:
     """A docker-compose.yaml service running TARGET in the project image: the pushed
     digest, or else the locally built tag; GPUs reserved by count or device ids. The
     spec's mounts go in as `gpuenv run` would bind them (only paths inside the project,
-    unless the user config or --mount allows more; read-only outside the project)."""
+    unless the user config or --mount allows more; read-only outside the project).
+    Variables of -e and --env-file are named without a value: Compose takes them from
+    the environment it runs in."""
     import yaml
 
     from gpuenv.cli import ui
@@ -307,11 +351,11 @@ def export_compose(
     from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
     project = load_project(obj.directory)
-    values = exported_environment(project.spec, env, env_files)
+    variables = exported_environment(project.spec, env, env_files, write_values=write_values)
     binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
-    pushed = (project.lock.extra.get("pushed") or {}).get("image")
+    image = (project.lock.extra.get("pushed") or {}).get("image")
     platform = _pushed_platform(project)
-    if not pushed:
+    if not image:
         from gpuenv.images.build import engine_platform
 
         connected = engine()
@@ -323,7 +367,7 @@ def export_compose(
         project.spec,
         image,
         command_for(arguments),
-        values,
+        variables.written,
         gpus=None if devices else job_gpus(project.spec, gpus),
         device_ids=devices,
         shm_size=shm_size(project.spec) or DEFAULT_SHM,
@@ -331,5 +375,11 @@ def export_compose(
         gid=os.getgid(),
         platform=platform,
         binds=binds,
+        referenced=variables.referenced,
+    )
+    _say_where_values_come_from(
+        variables.referenced,
+        "Compose takes them from the environment `docker compose` runs in (export them "
+        "there; one it lacks is unset in the container)",
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)

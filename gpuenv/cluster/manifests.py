@@ -42,13 +42,18 @@ class KubernetesOptions:
     mig: str | None = None
     pull_secrets: tuple[str, ...] = ()
     rendezvous_timeout: int = DEFAULT_RENDEZVOUS_TIMEOUT
+    env_secret: str | None = None  # the Secret of the -e variables; None: env_secret()
 
     def check(self) -> None:
         if self.mig is not None and not _MIG_PROFILE.match(self.mig):
             raise UsageError(
                 f"--mig {self.mig!r}: not a MIG profile like 1g.10gb, 3g.40gb or 1g.10gb+me"
             )
-        named = [("--queue", self.queue), *(("--pull-secret", s) for s in self.pull_secrets)]
+        named = [
+            ("--queue", self.queue),
+            ("--env-secret", self.env_secret),
+            *(("--pull-secret", s) for s in self.pull_secrets),
+        ]
         for what, name in named:
             if name is not None and not _OBJECT_NAME.match(name):
                 raise UsageError(f"{what} {name!r}: not a Kubernetes object name")
@@ -59,6 +64,17 @@ def _dns_name(text: str, suffix: str, room: int = 0) -> str:
     limit = 63 - room - len(suffix) - 1
     base = _DNS.sub("-", text.lower()).strip("-")[:limit].strip("-") or "job"
     return f"{base}-{suffix}"
+
+
+def env_secret(spec: Spec) -> str:
+    """The Secret an exported Job reads its -e and --env-file variables from, unless
+    --env-secret names another: one per project, so it outlives the Job's hash.
+
+    >>> from gpuenv.project.spec import default_spec
+    >>> env_secret(default_spec("/srv/My_Project"))
+    'gpuenv-my-project-env'
+    """
+    return _dns_name(job_name(spec), "env")
 
 
 def torchrun_command(
@@ -93,11 +109,14 @@ def kubernetes_manifests(
     gid: int,
     platform: str | None = None,
     options: KubernetesOptions = KubernetesOptions(),
+    referenced: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """A batch/v1 Job: the image by digest, GPUs as nvidia.com/gpu (or a MIG profile),
     /dev/shm sized from the spec, a non-root user, Never restarted, no retries; on nodes
     of the image's platform (kubernetes.io/arch) when it is known. On several nodes, an
-    Indexed Job of one pod per node running torchrun, found by the headless Service."""
+    Indexed Job of one pod per node running torchrun, found by the headless Service.
+    `env` is written as values; each of `referenced` is read from the key of its name in
+    the Secret `options.env_secret` (the project's env_secret() by default)."""
     options.check()
     suffix = hashlib.sha256(json.dumps([image, list(command), options.nodes]).encode()).hexdigest()[
         :8
@@ -112,7 +131,8 @@ def kubernetes_manifests(
         )
     else:
         argv = list(command)
-    container = _container(image, argv, env, gpus, options.mig)
+    secret = options.env_secret or env_secret(spec)
+    container = _container(image, argv, _env_list(env, referenced, secret), gpus, options.mig)
     if options.nodes > 1:
         container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
     user = uid if uid != 0 else 1000
@@ -179,17 +199,28 @@ def kubernetes_manifests(
     return manifests
 
 
+def _env_list(
+    env: Mapping[str, str], referenced: Sequence[str], secret: str
+) -> list[dict[str, Any]]:
+    """The container's env: values, then each referenced name from the Secret's key of that
+    name (a variable name is a valid Secret key: [-._a-zA-Z0-9]+)."""
+    values = [{"name": k, "value": v} for k, v in env.items() if k not in referenced]
+    refs = [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
+        for name in referenced
+    ]
+    return [*values, *refs, {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
+
+
 def _container(
-    image: str, argv: list[str], env: Mapping[str, str], gpus: int, mig: str | None
+    image: str, argv: list[str], env: list[dict[str, Any]], gpus: int, mig: str | None
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "main",
         "image": image,
         "command": argv,
         "workingDir": WORKSPACE,
-        "env": [
-            {"name": k, "value": v} for k, v in {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}.items()
-        ],
+        "env": env,
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
@@ -212,17 +243,25 @@ def compose_file(
     gid: int,
     platform: str | None = None,
     binds: Sequence[Bind] = (),
+    referenced: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A Compose service; the GPU reservation names a count or device ids, never neither
     (since Engine 27.3 that means no GPU at all); the image's platform when known.
-    `binds`: the spec's mounts as gpuenv.project.mounts decided them (as for a run)."""
+    `binds`: the spec's mounts as gpuenv.project.mounts decided them (as for a run).
+    `referenced`: variables written as a name without a value, which Compose takes from
+    the environment `docker compose` runs in (unset in the container where that has
+    none: compose-spec/compose-go#654)."""
     service: dict[str, Any] = {
         "image": image,
         "command": list(command),
         "working_dir": WORKSPACE,
         "volumes": [f"{spec.project_dir}:{WORKSPACE}"]
         + [f"{b.source}:{b.target}{':ro' if b.read_only else ''}" for b in binds],
-        "environment": {**env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        "environment": {
+            **{k: v for k, v in env.items() if k not in referenced},
+            **dict.fromkeys(referenced),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        },
         "shm_size": str(shm_size),
         "init": True,
     }

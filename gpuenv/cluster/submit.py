@@ -34,31 +34,51 @@ class JobEnvironment:
 
 
 def job_environment(spec: Spec, env: Sequence[str], env_files: Sequence[str]) -> JobEnvironment:
-    """Split the job's variables into what may be written and what may not."""
+    """Split the job's variables into what may be written and what may not. A bare KEY,
+    of -e or a line of an env file, is named: its value comes from the job's environment."""
     from dataclasses import replace
 
-    from gpuenv.run.container import environment
+    from gpuenv.run.container import env_entries, environment
 
-    values = environment(replace(spec, env=()), env, env_files, {})
-    names = list(dict.fromkeys([*values, *(e for e in env if "=" not in e)]))
+    entries = env_entries(env, env_files)
+    values = environment(replace(spec, env=()), env, env_files, {}, entries)
+    names = list(dict.fromkeys([*values, *(key for key, _ in entries)]))
     written = {key: value for key, value in spec.env if key not in names}
     return JobEnvironment(written, names, values)
 
 
+@dataclass(frozen=True)
+class ExportedEnvironment:
+    """An exported file's variables. `written`: the values it carries (the spec's env,
+    which gpuenv.yaml has already; -e and --env-file values only when the user asked for
+    them with --write-values). `referenced`: the -e and --env-file variables it names
+    without a value, for the scheduler to fill (a Kubernetes Secret, the environment of
+    `docker compose`)."""
+
+    written: dict[str, str]
+    referenced: list[str]
+
+
 def exported_environment(
-    spec: Spec, env: Sequence[str], env_files: Sequence[str]
-) -> dict[str, str]:
-    """The variables of an exported file: values only (a bare -e KEY is refused)."""
+    spec: Spec, env: Sequence[str], env_files: Sequence[str], *, write_values: bool = False
+) -> ExportedEnvironment:
+    """The variables of an exported file. By default no value of -e or --env-file is
+    written (exported files are printed, kept in logs and committed); `write_values`
+    writes them, and then a bare -e KEY, which has no value to write, is refused."""
     from gpuenv.run.container import environment
 
+    if not write_values:
+        job = job_environment(spec, env, env_files)
+        return ExportedEnvironment(job.written, job.names)
     passthrough = [e for e in env if "=" not in e]
     values = environment(spec, [e for e in env if "=" in e], env_files, {})
     if passthrough:
         raise UsageError(
-            f"-e {passthrough[0]} has no value: exported files carry values (-e KEY=VALUE), "
-            "keep secrets in the scheduler's own secret store"
+            f"-e {passthrough[0]} has no value to write with --write-values",
+            hint="give it as -e KEY=VALUE, or drop --write-values: the file then names "
+            "the variable and the scheduler fills it",
         )
-    return values
+    return ExportedEnvironment(values, [])
 
 
 def job_gpus(spec: Spec, gpus: int | None) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from gpuenv.errors import Problem, file_error
+from gpuenv.errors import file_error
 from gpuenv.project.packages import (
     CONDA_PROVIDED_BY_IMAGE,
     CONDA_TO_PIP,
@@ -30,14 +30,14 @@ def read_environment(project_dir: str, relative: str, into: Collected) -> dict[s
             text = handle.read()
         data = yaml.safe_load(text)
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError) as exc:
-        into.problems.append(Problem(relative, None, None, None, f"cannot read: {exc}"))
+        into.problem(relative, None, f"cannot read: {exc}")
         return {}
     except OSError as exc:  # permissions, I/O: the environment's problem, exit 8
         raise file_error(exc, "read", os.path.join(project_dir, relative)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        into.problems.append(Problem(relative, line, None, None, "is not valid YAML"))
+        into.problem(relative, line, "is not valid YAML")
         return {}
     into.files.append(relative)
     conda: dict[str, str] = {}

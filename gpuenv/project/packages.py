@@ -231,6 +231,8 @@ def ngc_satisfies(specifier: str, shipped: str) -> bool:
     (``0.20.0a0+afc54f7`` in the month torchvision 0.20.1 is current), so an exact pin
     (``==0.20.1``) is satisfied by any build of the same major.minor series; any other
     specifier is checked against the release the build precedes (``0.20.0``).
+    images/ngc/files/install.py keeps a standalone copy for the image's own Python;
+    tests/unit/test_ngc_pins.py runs one table through both.
 
     >>> ngc_satisfies("==0.20.1", "0.20.0a0+afc54f7"), ngc_satisfies("==0.21.0", "0.20.0a0")
     (True, False)

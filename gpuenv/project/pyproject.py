@@ -21,7 +21,7 @@ from typing import Any
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
-from gpuenv.errors import Problem, file_error
+from gpuenv.errors import file_error
 from gpuenv.project.packages import (
     framework_index,
     normalize,
@@ -45,13 +45,13 @@ def load_toml(project_dir: str, relative: str, into: Collected) -> dict[str, Any
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         line = _toml_line(str(exc))
-        into.problems.append(Problem(relative, line, None, None, f"is not valid TOML: {exc}"))
+        into.problem(relative, line, f"is not valid TOML: {exc}")
         return None
     except UnicodeDecodeError:
-        into.problems.append(Problem(relative, None, None, None, "is not UTF-8 text"))
+        into.problem(relative, None, "is not UTF-8 text")
         return None
     except (FileNotFoundError, NotADirectoryError) as exc:
-        into.problems.append(Problem(relative, None, None, None, f"cannot read: {exc.strerror}"))
+        into.problem(relative, None, f"cannot read: {exc.strerror}")
         return None
     except OSError as exc:  # permissions, I/O: the environment's problem, exit 8
         raise file_error(exc, "read", os.path.join(project_dir, relative)) from None
@@ -87,9 +87,7 @@ def add_requirement(project_dir: str, relative: str, text: str, into: Collected)
     except InvalidRequirement as exc:
         line = line_of(project_dir, relative, text)
         first = str(exc).splitlines()[0]
-        into.problems.append(
-            Problem(relative, line, None, None, f"'{text}' is not a valid requirement: {first}")
-        )
+        into.problem(relative, line, f"'{text}' is not a valid requirement: {first}")
         return
     into.dependencies.append(Dependency(requirement, where_in(project_dir, relative, text)))
 
@@ -97,15 +95,8 @@ def add_requirement(project_dir: str, relative: str, text: str, into: Collected)
 def build_requirements(project_dir: str, relative: str, data: dict[str, Any]) -> list[Dependency]:
     """``[build-system] requires``: not installed (the project is not built), but what it
     needs says which framework the project compiles against."""
-    out = []
     system = data.get("build-system")
-    for text in system.get("requires", []) if isinstance(system, dict) else []:
-        if isinstance(text, str):
-            try:
-                out.append(Dependency(Requirement(text), where_in(project_dir, relative, text)))
-            except InvalidRequirement:
-                continue
-    return out
+    return _valid(project_dir, relative, system.get("requires") if isinstance(system, dict) else [])
 
 
 def declared_requirements(
@@ -113,9 +104,14 @@ def declared_requirements(
 ) -> list[Dependency]:
     """``[project] dependencies`` as written (a uv.lock may pin them differently, or
     override some away): what the project says it needs."""
+    return _valid(project_dir, relative, table(data, "project").get("dependencies"))
+
+
+def _valid(project_dir: str, relative: str, texts: object) -> list[Dependency]:
+    """The valid requirements of a TOML list, each located at its line (anything but a
+    list, such as a lone string, holds none): what detection reads, not what installs."""
     out = []
-    project = table(data, "project")
-    for text in project.get("dependencies") or []:
+    for text in texts if isinstance(texts, list) else []:
         if isinstance(text, str):
             try:
                 out.append(Dependency(Requirement(text), where_in(project_dir, relative, text)))
@@ -161,14 +157,10 @@ def read_pyproject(
     for extra in extras:
         if extra not in groups:
             known = ", ".join(sorted(groups)) or "none"
-            into.problems.append(
-                Problem(
-                    relative,
-                    None,
-                    None,
-                    None,
-                    f"has no optional dependency group '{extra}' (it has: {known})",
-                )
+            into.problem(
+                relative,
+                None,
+                f"has no optional dependency group '{extra}' (it has: {known})",
             )
             continue
         for text in groups[extra]:
@@ -215,14 +207,10 @@ def _poetry(
     for extra in extras:
         if extra not in extra_names and extra not in groups:
             known = ", ".join(sorted({*extra_names, *groups})) or "none"
-            into.problems.append(
-                Problem(
-                    relative,
-                    None,
-                    None,
-                    None,
-                    f"has no Poetry extra or group '{extra}' (it has: {known})",
-                )
+            into.problem(
+                relative,
+                None,
+                f"has no Poetry extra or group '{extra}' (it has: {known})",
             )
     tables = [main] + [
         group.get("dependencies", {})
@@ -316,9 +304,7 @@ def read_uv_lock(
     if root is None:
         root = next((p for p in packages if _is_project(p)), None)
     if root is None:
-        into.problems.append(
-            Problem(relative, None, None, None, "names no package for the project itself")
-        )
+        into.problem(relative, None, "names no package for the project itself")
         return
     env = environment(python)
     encoded = {

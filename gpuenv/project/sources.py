@@ -104,6 +104,10 @@ class Collected:
     conda: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (version, where)
     cpu_index_files: set[str] = field(default_factory=set)  # files naming a CPU wheel index
 
+    def problem(self, file: str, line: int | None, message: str) -> None:
+        """A problem at a line of a dependency file (or the whole file: `line` None)."""
+        self.problems.append(Problem(file, line, None, None, message))
+
     def flag(self, where: str, message: str) -> None:
         if all(f.where != where or f.message != message for f in self.flags):
             self.flags.append(Flag(where, message))
@@ -171,12 +175,10 @@ def _read(
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except UnicodeDecodeError:
-        into.problems.append(Problem(relative, None, None, None, "is not UTF-8 text"))
+        into.problem(relative, None, "is not UTF-8 text")
         return
     except (FileNotFoundError, NotADirectoryError) as exc:
-        into.problems.append(
-            Problem(relative, None, None, None, f"cannot read: {exc.strerror or exc}")
-        )
+        into.problem(relative, None, f"cannot read: {exc.strerror or exc}")
         return
     except OSError as exc:  # permissions, I/O: the environment's problem, exit 8
         raise file_error(exc, "read", path) from None
@@ -207,11 +209,7 @@ def _read(
             requirement = parse_requirement(line)
         except InvalidRequirement as exc:
             first = str(exc).splitlines()[0]
-            into.problems.append(
-                Problem(
-                    relative, number, None, None, f"'{line}' is not a valid requirement: {first}"
-                )
-            )
+            into.problem(relative, number, f"'{line}' is not a valid requirement: {first}")
             continue
         into.dependencies.append(Dependency(requirement, where, constraint=constraint))
 
@@ -244,17 +242,13 @@ def read_option(
         )
     elif name in _INDEX_OPTIONS and _credentials(value):
         # Written into the image's install.txt, it would ship (and be pushed) with it.
-        into.problems.append(
-            Problem(
-                relative,
-                number,
-                None,
-                None,
-                f"{name} {_masked(value)} carries a user name or token in its URL, which "
-                "would be written into the image (and pushed with it): remove the "
-                "credentials from the URL; gpuenv cannot pass index credentials to a build "
-                "without writing them into the image yet",
-            )
+        into.problem(
+            relative,
+            number,
+            f"{name} {_masked(value)} carries a user name or token in its URL, which "
+            "would be written into the image (and pushed with it): remove the "
+            "credentials from the URL; gpuenv cannot pass index credentials to a build "
+            "without writing them into the image yet",
         )
     elif name in _INDEX_OPTIONS:
         if framework_index(value):
@@ -282,29 +276,21 @@ def read_option(
         try:
             requirement = parse_requirement(_egg_requirement(value))
         except InvalidRequirement:
-            into.problems.append(
-                Problem(
-                    relative,
-                    number,
-                    None,
-                    None,
-                    f"-e {value}: gpuenv cannot tell which package this is "
-                    "(add #egg=NAME or write NAME @ URL)",
-                )
+            into.problem(
+                relative,
+                number,
+                f"-e {value}: gpuenv cannot tell which package this is "
+                "(add #egg=NAME or write NAME @ URL)",
             )
             return
         into.dependencies.append(Dependency(requirement, where, constraint))
     elif name in _KEPT_OPTIONS:
         into.options.append(f"{name}={value}" if value else name)
     else:
-        into.problems.append(
-            Problem(
-                relative,
-                number,
-                None,
-                None,
-                f"pip option {name} is not supported in requirements gpuenv installs",
-            )
+        into.problem(
+            relative,
+            number,
+            f"pip option {name} is not supported in requirements gpuenv installs",
         )
 
 
@@ -328,37 +314,27 @@ def _include(
 ) -> None:
     what = "constraints file" if constraint else "requirements file"
     if not target:
-        into.problems.append(Problem(relative, number, None, None, f"names no {what}"))
+        into.problem(relative, number, f"names no {what}")
         return
     if target.startswith(("http://", "https://")):
-        into.problems.append(
-            Problem(
-                relative,
-                number,
-                None,
-                None,
-                f"includes {target}: gpuenv installs files of the project "
-                "only (download it into the project)",
-            )
+        into.problem(
+            relative,
+            number,
+            f"includes {target}: gpuenv installs files of the project "
+            "only (download it into the project)",
         )
         return
     included = os.path.normpath((PurePosixPath(relative).parent / target).as_posix())
     if os.path.isabs(target) or not inside_project(project_dir, included):
-        into.problems.append(
-            Problem(
-                relative,
-                number,
-                None,
-                None,
-                f"includes '{target}', which is outside the project folder "
-                "(copy it into the project and include that copy)",
-            )
+        into.problem(
+            relative,
+            number,
+            f"includes '{target}', which is outside the project folder "
+            "(copy it into the project and include that copy)",
         )
         return
     if not os.path.isfile(os.path.join(project_dir, included)):
-        into.problems.append(
-            Problem(relative, number, None, None, f"includes '{target}', which does not exist")
-        )
+        into.problem(relative, number, f"includes '{target}', which does not exist")
         return
     if included in chain:
         return

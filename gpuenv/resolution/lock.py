@@ -21,6 +21,9 @@ from gpuenv.errors import LockError, file_error
 from gpuenv.project.spec import Spec
 
 if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
+    from collections.abc import Mapping
+
+    from gpuenv.project.sources import Collected
     from gpuenv.resolution.host import Host
     from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
@@ -76,13 +79,15 @@ class Lock:
         }
 
 
-def requirements_hashes(spec: Spec) -> dict[str, str]:
+def requirements_hashes(spec: Spec, collected: Collected | None = None) -> dict[str, str]:
     """Hashes of every file the spec's dependencies are read from: the requirements files
     and what they include (-r / -c), pyproject.toml and the uv.lock beside it,
-    environment.yml. A file that cannot be followed is a located SpecError (exit 3)."""
+    environment.yml. A file that cannot be followed is a located SpecError (exit 3).
+    `collected`: the dependencies as already read (they are read otherwise)."""
     from gpuenv.project.dependencies import read_dependencies
 
-    collected = read_dependencies(spec)
+    if collected is None:
+        collected = read_dependencies(spec)
     return {
         relative: file_hash(os.path.join(spec.project_dir, relative))
         for relative in collected.files
@@ -234,13 +239,15 @@ def read_lock(path: str) -> Lock:
     )
 
 
-def lock_differences(lock: Lock, spec: Spec) -> list[str]:
-    """What changed between the lock and the spec (empty: the lock is up to date)."""
+def lock_differences(lock: Lock, spec: Spec, current: Mapping[str, str] | None = None) -> list[str]:
+    """What changed between the lock and the spec (empty: the lock is up to date).
+    `current`: the dependency files' requirements_hashes, when already computed."""
     out = []
     spec_name = os.path.basename(spec.path) if spec.path else "gpuenv.yaml"
     if lock.spec_hash != spec.digest():
         out.append(f"{spec_name} changed since the lock was written")
-    current = requirements_hashes(spec)
+    if current is None:
+        current = requirements_hashes(spec)
     for name in sorted(set(current) | set(lock.requirements)):
         if name not in lock.requirements:
             out.append(f"requirements file {name} is new")

@@ -26,6 +26,7 @@ from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.resolution.host import HostPlan
 
 if TYPE_CHECKING:
+    from gpuenv.project.sources import Collected
     from gpuenv.project.spec import Spec
     from gpuenv.resolution.lock import Lock
     from gpuenv.resolution.matrix import Matrix
@@ -276,21 +277,20 @@ class CheckReport:
         return first.exit_code
 
 
-def _dependencies_item(spec: Spec, directory: str) -> CheckItem:
+def _locked_python(lock: Lock | None) -> str | None:
+    """The Python of the locked image, which the dependencies' markers are read for."""
+    python = lock.resolved.get("python") if lock is not None else None
+    return python if isinstance(python, str) else None
+
+
+def _dependencies_item(spec: Spec, lock: Lock | None, collected: Collected) -> CheckItem:
     """What the build will install, what it leaves to the image and what it will not do,
     for the locked image (or the spec alone without a lock)."""
-    from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
-    from gpuenv.resolution.lock import LOCK_FILENAME, read_lock
+    from gpuenv.project.dependencies import needs_python, plan_install
 
+    python = _locked_python(lock)
+    version = lock.resolved.get("framework_version") if lock is not None else None
     try:
-        lock = read_lock(os.path.join(directory, LOCK_FILENAME))
-    except LockError:
-        lock = None
-    resolved = lock.resolved if lock is not None else {}
-    python = resolved.get("python") if isinstance(resolved.get("python"), str) else None
-    version = resolved.get("framework_version")
-    try:
-        collected = read_dependencies(spec, python)
         plan = plan_install(
             collected, spec.framework, version if isinstance(version, str) else None, python
         )
@@ -307,7 +307,9 @@ def _dependencies_item(spec: Spec, directory: str) -> CheckItem:
 
 def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
     """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
-    problem collected."""
+    problem collected. The lock and every dependency file are read once: the files'
+    hashes (is the lock up to date?) and the install plan come from the same reading."""
+    from gpuenv.project.dependencies import read_dependencies
     from gpuenv.project.spec import SPEC_FILENAME
     from gpuenv.project.validate import load_spec
     from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
@@ -333,12 +335,23 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
         )
     except (MatrixError, FileAccessError) as exc:
         items.append(CheckItem("matrix", error=exc))
+    existing: Lock | None = None
+    lock_error: GpuenvError | None = None
+    try:
+        existing = read_lock(os.path.join(directory, LOCK_FILENAME))
+    except (LockError, FileAccessError) as exc:
+        lock_error = exc
+    except OSError as exc:
+        lock_error = file_error(exc, "read")
     spec = None
+    collected = None
+    hashes: dict[str, str] = {}
     try:
         spec = load_spec(directory)
         # "valid" promises the files the spec names can be read too (a requirements
         # file you may not read fails here, not later).
-        requirements_hashes(spec)
+        collected = read_dependencies(spec, _locked_python(existing))
+        hashes = requirements_hashes(spec, collected)
         items.append(
             CheckItem(
                 SPEC_FILENAME, ok=f"{SPEC_FILENAME}: valid ({spec.framework}, project {spec.name})"
@@ -357,34 +370,34 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
             items.append(CheckItem("mounts", ok=check_mounts(spec, env)))
         except GpuenvError as exc:
             items.append(CheckItem("mounts", error=exc))
-    try:
-        existing = read_lock(os.path.join(directory, LOCK_FILENAME))
-        changes = lock_differences(existing, spec) if spec else []
-        if changes:
-            error = LockError(
-                f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
-                hint="run `gpuenv lock`",
-            )
-            items.append(CheckItem(LOCK_FILENAME, error=error))
-        else:
-            if spec is not None and matrix is not None:
-                check_locked_row(existing, spec, matrix)
-            verdict = (
-                "matches"
-                if spec is not None
-                else f"readable, not compared ({SPEC_FILENAME} has problems)"
-            )
-            items.append(
-                CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: {verdict} ({existing.pinned_image})")
-            )
-    except (LockError, FileAccessError) as exc:
-        items.append(CheckItem(LOCK_FILENAME, error=exc))
-    except OSError as exc:
-        items.append(CheckItem(LOCK_FILENAME, error=file_error(exc, "read")))
-    except SpecError:
-        pass  # a dependency source cannot be read: the dependencies item reports it once
-    if spec is not None and (spec.requirements or spec.packages):
-        items.append(_dependencies_item(spec, directory))
+    if lock_error is not None:
+        items.append(CheckItem(LOCK_FILENAME, error=lock_error))
+    elif existing is not None:
+        try:
+            changes = lock_differences(existing, spec, hashes) if spec else []
+            if changes:
+                error = LockError(
+                    f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
+                    hint="run `gpuenv lock`",
+                )
+                items.append(CheckItem(LOCK_FILENAME, error=error))
+            else:
+                if spec is not None and matrix is not None:
+                    check_locked_row(existing, spec, matrix)
+                verdict = (
+                    "matches"
+                    if spec is not None
+                    else f"readable, not compared ({SPEC_FILENAME} has problems)"
+                )
+                items.append(
+                    CheckItem(
+                        LOCK_FILENAME, ok=f"{LOCK_FILENAME}: {verdict} ({existing.pinned_image})"
+                    )
+                )
+        except (LockError, FileAccessError) as exc:
+            items.append(CheckItem(LOCK_FILENAME, error=exc))
+    if spec is not None and collected is not None and (spec.requirements or spec.packages):
+        items.append(_dependencies_item(spec, existing, collected))
     host_file = env.get(HOST_FILE_ENV)
     if host_file:
         try:

@@ -64,14 +64,9 @@ def read_env_file(path: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def environment(
-    spec: Spec,
-    options: Sequence[str],
-    env_files: Sequence[str],
-    host_env: Mapping[str, str],
-) -> dict[str, str]:
-    """The spec's env, then env files, then -e options; a bare KEY passes the host's value."""
-    result = dict(spec.env)
+def env_entries(options: Sequence[str], env_files: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The env files' lines, then the -e options, in order: (KEY, VALUE), or (KEY, None)
+    for a bare KEY, which passes a value from the environment."""
     entries: list[tuple[str, str | None]] = []
     for path in env_files:
         entries += read_env_file(path)
@@ -82,6 +77,21 @@ def environment(
                 f"-e {key!r}: not a variable name (KEY=VALUE, or KEY to pass it through)"
             )
         entries.append((key, value if has_value else None))
+    return entries
+
+
+def environment(
+    spec: Spec,
+    options: Sequence[str],
+    env_files: Sequence[str],
+    host_env: Mapping[str, str],
+    entries: Sequence[tuple[str, str | None]] | None = None,
+) -> dict[str, str]:
+    """The spec's env, then env files, then -e options; a bare KEY passes the host's value.
+    `entries`: env_entries(options, env_files) when already read."""
+    result = dict(spec.env)
+    if entries is None:
+        entries = env_entries(options, env_files)
     for key, given in entries:
         if given is not None:
             result[key] = given

@@ -69,57 +69,51 @@ def holders(claims: Sequence[Claim], runs: Sequence[RunInfo]) -> dict[str, Holde
     return held
 
 
-# name, help, reading (None: not reported, no sample)
-READINGS: tuple[tuple[str, str, Callable[[Gpu], float | None]], ...] = (
-    (
+@dataclass(frozen=True)
+class Reading:
+    """A per-GPU gauge: the Gpu field it reads, in the metric's base unit (the field's
+    value * scale / per); a GPU that does not report the field (None) gives no sample."""
+
+    name: str
+    help: str
+    value_of: Callable[[Gpu], float | None]
+    scale: int = 1
+    per: int = 1
+
+    def read(self, gpu: Gpu) -> float | None:
+        value = self.value_of(gpu)
+        return None if value is None else value * self.scale / self.per
+
+
+READINGS = (
+    Reading(
         "utilization_ratio",
         "Fraction of the last sample period a kernel ran (NVML utilization.gpu / 100).",
-        lambda g: None if g.utilization is None else g.utilization / 100,
+        lambda g: g.utilization,
+        per=100,
     ),
-    (
-        "memory_used_bytes",
-        "GPU memory in use.",
-        lambda g: None if g.memory_used_mib is None else g.memory_used_mib * MIB,
-    ),
-    (
-        "memory_total_bytes",
-        "GPU memory in all.",
-        lambda g: None if g.memory_total_mib is None else g.memory_total_mib * MIB,
-    ),
-    ("temperature_celsius", "GPU core temperature.", lambda g: g.temperature_c),
-    (
+    Reading("memory_used_bytes", "GPU memory in use.", lambda g: g.memory_used_mib, MIB),
+    Reading("memory_total_bytes", "GPU memory in all.", lambda g: g.memory_total_mib, MIB),
+    Reading("temperature_celsius", "GPU core temperature.", lambda g: g.temperature_c),
+    Reading(
         "slowdown_temperature_celsius",
         "The temperature at which this GPU slows itself down (NVML threshold).",
         lambda g: g.slowdown_temperature_c,
     ),
-    ("power_watts", "Power draw.", lambda g: g.power_w),
-    ("power_limit_watts", "Enforced power limit.", lambda g: g.power_limit_w),
-    (
-        "sm_clock_hertz",
-        "Current SM clock.",
-        lambda g: None if g.sm_clock_mhz is None else g.sm_clock_mhz * MHZ,
-    ),
-    (
-        "sm_clock_max_hertz",
-        "Maximum SM clock.",
-        lambda g: None if g.sm_clock_max_mhz is None else g.sm_clock_max_mhz * MHZ,
-    ),
-    (
-        "memory_clock_hertz",
-        "Current memory clock.",
-        lambda g: None if g.memory_clock_mhz is None else g.memory_clock_mhz * MHZ,
-    ),
-    ("pcie_link_generation", "Current PCIe link generation.", lambda g: g.pcie_gen),
-    (
+    Reading("power_watts", "Power draw.", lambda g: g.power_w),
+    Reading("power_limit_watts", "Enforced power limit.", lambda g: g.power_limit_w),
+    Reading("sm_clock_hertz", "Current SM clock.", lambda g: g.sm_clock_mhz, MHZ),
+    Reading("sm_clock_max_hertz", "Maximum SM clock.", lambda g: g.sm_clock_max_mhz, MHZ),
+    Reading("memory_clock_hertz", "Current memory clock.", lambda g: g.memory_clock_mhz, MHZ),
+    Reading("pcie_link_generation", "Current PCIe link generation.", lambda g: g.pcie_gen),
+    Reading(
         "pcie_link_generation_max",
         "Highest PCIe generation card and slot support.",
         lambda g: g.pcie_gen_max,
     ),
-    ("pcie_link_width", "Current PCIe link width (lanes).", lambda g: g.pcie_width),
-    (
-        "pcie_link_width_max",
-        "Widest PCIe link card and slot support.",
-        lambda g: g.pcie_width_max,
+    Reading("pcie_link_width", "Current PCIe link width (lanes).", lambda g: g.pcie_width),
+    Reading(
+        "pcie_link_width_max", "Widest PCIe link card and slot support.", lambda g: g.pcie_width_max
     ),
 )
 
@@ -137,7 +131,7 @@ def families(
     up = Family(
         PREFIX + "up", "1 if NVML can reach the GPU, 0 if it fell off the bus.", "gauge", GPU_LABELS
     )
-    readings = [Family(PREFIX + name, text, "gauge", GPU_LABELS) for name, text, _ in READINGS]
+    readings = [Family(PREFIX + r.name, r.help, "gauge", GPU_LABELS) for r in READINGS]
     reasons = Family(
         PREFIX + "clocks_event_reason",
         "1 while NVML reports this reason for holding the clocks down.",
@@ -167,8 +161,8 @@ def families(
         labels = (str(gpu.index), gpu.uuid or "", holder.project, holder.user, holder.run)
         info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, host.driver or ""), 1))
         up.samples.append((labels, 0 if gpu.lost else 1))
-        for family, (_, _, read) in zip(readings, READINGS, strict=True):
-            value = read(gpu)
+        for family, reading in zip(readings, READINGS, strict=True):
+            value = reading.read(gpu)
             if value is not None:
                 family.samples.append((labels, float(value)))
         if gpu.clocks_event_reasons is not None:

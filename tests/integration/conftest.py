@@ -9,6 +9,7 @@ import ctypes
 import http.server
 import json
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -16,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +100,40 @@ class Installed:
         HOME holds its overlay, as for a user who runs gpuenv themselves."""
         own = {key: value for key, value in env.items() if key != "GPUENV_DATA_DIR"}
         return {**own, "PYTHONPATH": self.site}
+
+    @staticmethod
+    def as_user(
+        user: pwd.struct_passwd | int, *argv: str, groups: Sequence[int] | None = None
+    ) -> list[str]:
+        """`argv` run as `user` (an account, or a bare uid that is its own gid too), by
+        setpriv (root only): with the account's groups, or exactly `groups` ([]: none)."""
+        uid, gid = (user, user) if isinstance(user, int) else (user.pw_uid, user.pw_gid)
+        if groups is None:
+            joined = ["--init-groups"]
+        elif groups:
+            joined = [f"--groups={','.join(str(group) for group in groups)}"]
+        else:
+            joined = ["--clear-groups"]
+        return ["setpriv", f"--reuid={uid}", f"--regid={gid}", *joined, *argv]
+
+    def run_as(
+        self,
+        user: pwd.struct_passwd | int,
+        *args: str,
+        env: dict[str, str],
+        groups: Sequence[int] | None = None,
+        timeout: float = 300,
+        cwd: str | Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """gpuenv ARGS as `user`, in the environment self.env(env) makes of `env`."""
+        return subprocess.run(
+            self.as_user(user, *self.argv(*args), groups=groups),
+            capture_output=True,
+            text=True,
+            env=self.env(env),
+            timeout=timeout,
+            cwd=cwd,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -257,6 +293,9 @@ def make_project(
     # sticky, writable by all): gpuenv never makes a folder shared itself.
     (base / ".gpuenv-state").mkdir()
     (base / ".gpuenv-state").chmod(0o1777)
+    # Slurm jobs of these projects belong to this session while it runs: `services.sh up`
+    # cancels those of a session that has ended (interrupted before its own cleanup).
+    (base / ".session-pid").write_text(f"{os.getpid()}\n")
 
     def make(spec: str = "", version: str = "2.4", requirements: str = "") -> Project:
         name = f"itest-{uuid.uuid4().hex[:8]}"
@@ -303,3 +342,36 @@ def image_labels(reference: str, host: str) -> dict[str, str]:
 def image_layers(reference: str, host: str) -> list[str]:
     data = json.loads(docker("image", "inspect", reference, host=host).stdout)[0]
     return list(data["RootFS"]["Layers"])
+
+
+SLURM_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
+
+
+def slurm_job(job: str, prefix: Sequence[str] = (), conf: str = "") -> dict[str, str]:
+    """`scontrol show job -o` of `job` as fields ({} when Slurm does not know it);
+    `prefix` (nsenter) and `conf` (SLURM_CONF) reach another cluster."""
+    out = subprocess.run(
+        [*prefix, "scontrol", "show", "job", job, "-o"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": conf} if conf else None,
+    ).stdout
+    return dict(item.split("=", 1) for item in out.split() if "=" in item)
+
+
+def wait_for_job(
+    job: str,
+    timeout: float = 120,
+    *,
+    prefix: Sequence[str] = (),
+    conf: str = "",
+    states: Sequence[str] = SLURM_ENDED,
+) -> dict[str, str]:
+    """The job's fields once its state is one of `states` (by default: it ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fields = slurm_job(job, prefix, conf)
+        if fields.get("JobState") in states:
+            return fields
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} did not reach {'/'.join(states)} within {timeout}s")

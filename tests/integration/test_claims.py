@@ -42,8 +42,7 @@ class User:
         return self.account.pw_name
 
     def argv(self, *args: str) -> list[str]:
-        ids = [f"--reuid={self.account.pw_uid}", f"--regid={self.account.pw_gid}"]
-        return ["setpriv", *ids, "--init-groups", *args]
+        return self.installed.as_user(self.account, *args)
 
     def environment(self, **extra: str) -> dict[str, str]:
         return self.installed.env({**self.env, **extra})

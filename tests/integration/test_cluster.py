@@ -7,14 +7,17 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
 
 from ..jsonschemas import validate_output
-from .conftest import Installed, Project, docker
+from .conftest import REPO, Installed, Project, docker, slurm_job, wait_for_job
 
 pytestmark = pytest.mark.integration
 
@@ -35,18 +38,8 @@ class OtherUser:
     installed: Installed
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={self.user.pw_uid}",
-                f"--regid={self.user.pw_gid}",
-                "--init-groups",
-                *self.installed.argv("-C", str(self.project.path), *args),
-            ],
-            capture_output=True,
-            text=True,
-            env=self.installed.env(self.project.env),
-            timeout=300,
+        return self.installed.run_as(
+            self.user, "-C", str(self.project.path), *args, env=self.project.env
         )
 
 
@@ -66,19 +59,6 @@ def tester(make_project, registry: str, installed_for_users: Installed) -> Other
     os.chown(cache, user.pw_uid, user.pw_gid)
     project.env.update(HOME=user.pw_dir, USER=user.pw_name, XDG_CACHE_HOME=str(cache))
     return OtherUser(project, user, installed_for_users)
-
-
-def wait_for_job(job: str, timeout: float = 120) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True
-        ).stdout
-        fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
-        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-            return fields
-        time.sleep(0.5)
-    raise AssertionError(f"job {job} did not finish")
 
 
 def test_push_submit_and_slurm_gpus(tester: OtherUser, registry: str) -> None:
@@ -138,7 +118,9 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
     if not shutil.which("docker-compose"):
         pytest.fail("docker-compose is not installed: run `make test`", pytrace=False)
     project = make_project(spec="gpus: [0, 2]\n")
-    text = project.ok("export", "compose", "-e", "MODE=fast", "train.py", "--lr", "3").stdout
+    exported = project.ok("export", "compose", "-e", "TOKEN=s3cret-42", "train.py", "--lr", "3")
+    assert "s3cret-42" not in exported.stdout + exported.stderr
+    text = exported.stdout
     service = yaml.safe_load(text)["services"][project.name]
     assert service["command"] == ["python3", "train.py", "--lr", "3"]
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == ["0", "2"]
@@ -148,3 +130,71 @@ def test_export_compose_is_valid(make_project, registry: str, tmp_path) -> None:
         ["docker-compose", "-f", str(compose), "config", "-q"], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stderr
+    # The name without a value: Compose fills it from the environment it runs in.
+    resolved = subprocess.run(
+        ["docker-compose", "-f", str(compose), "config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOKEN": "from-the-shell"},
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    environment = yaml.safe_load(resolved.stdout)["services"][project.name]["environment"]
+    assert environment["TOKEN"] == "from-the-shell"
+
+
+def test_services_up_cancels_only_the_jobs_of_ended_test_sessions(
+    installed_for_users: Installed,
+) -> None:
+    """`scripts/services.sh up` cancels the test user's gpuenv-itest-* jobs whose test
+    session has ended, never those of a session still running (other checkouts share the
+    cluster) nor any other job of that user."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to act as the test user")
+    if not shutil.which("sbatch"):
+        pytest.fail("Slurm is not installed: run `make test`, which sets it up", pytrace=False)
+    user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # a session that no longer runs
+    tag = uuid.uuid4().hex[:8]
+    cases = {
+        "ended": (f"gpuenv-itest-{tag}-ended", ended.pid),
+        "running": (f"gpuenv-itest-{tag}-running", os.getpid()),
+        "not a test's": (f"gpuenv-{tag}-theirs", ended.pid),
+    }
+    jobs: dict[str, str] = {}
+    bases: list[Path] = []
+    try:
+        for case, (name, pid) in cases.items():
+            base = Path(tempfile.mkdtemp(prefix="gpuenv-itest-", dir="/tmp"))
+            bases.append(base)
+            base.chmod(0o755)
+            (base / ".session-pid").write_text(f"{pid}\n")
+            (base / "project").mkdir(mode=0o777)
+            (base / "project").chmod(0o777)
+            sbatch = ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={base / 'project'}"]
+            submitted = subprocess.run(
+                installed_for_users.as_user(
+                    user, *sbatch, "--output=/dev/null", "--wrap=sleep 300"
+                ),
+                capture_output=True,
+                text=True,
+            )
+            assert submitted.returncode == 0, submitted.stderr
+            jobs[case] = submitted.stdout.strip().split(";")[0]
+        cancelled = subprocess.run(
+            ["bash", "-c", ". scripts/lib.sh && cancel_orphaned_test_jobs"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert f"cancelling Slurm job {jobs['ended']} " in cancelled.stderr
+        wait_for_job(jobs["ended"], 20, states=["CANCELLED"])
+        time.sleep(2)  # what scancel would have done to the others has happened by now
+        for case in ("running", "not a test's"):
+            assert slurm_job(jobs[case])["JobState"] in ("PENDING", "RUNNING"), case
+    finally:
+        if jobs:
+            subprocess.run(["scancel", *jobs.values()], check=False)
+        for base in bases:
+            shutil.rmtree(base, ignore_errors=True)

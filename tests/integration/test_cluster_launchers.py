@@ -21,8 +21,8 @@ import pytest
 from gpuenv.images.service import load_project
 from gpuenv.resolution.lock import write_lock
 
-from .conftest import _missing, registry_digest
-from .test_cluster import OtherUser, tester, wait_for_job
+from .conftest import _missing, registry_digest, wait_for_job
+from .test_cluster import OtherUser, tester
 
 __all__ = ["tester"]  # the fixture, shared with test_cluster.py
 
@@ -166,16 +166,9 @@ def multi_cluster(tester: OtherUser) -> list[str]:
 
 
 def run_on(prefix: list[str], tester: OtherUser, *args: str) -> subprocess.CompletedProcess[str]:
-    user = tester.user
+    gpuenv = tester.installed.argv("-C", str(tester.project.path), *args)
     return subprocess.run(
-        [
-            *prefix,
-            "setpriv",
-            f"--reuid={user.pw_uid}",
-            f"--regid={user.pw_gid}",
-            "--init-groups",
-            *tester.installed.argv("-C", str(tester.project.path), *args),
-        ],
+        [*prefix, *tester.installed.as_user(tester.user, *gpuenv)],
         capture_output=True,
         text=True,
         env=tester.installed.env(tester.project.env),
@@ -184,19 +177,9 @@ def run_on(prefix: list[str], tester: OtherUser, *args: str) -> subprocess.Compl
 
 
 def wait_on(prefix: list[str], job: str, timeout: float) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            [*prefix, "scontrol", "show", "job", job, "-o"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "SLURM_CONF": os.environ["GPUENV_TEST_MULTI_SLURM_CONF"]},
-        ).stdout
-        fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
-        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-            return fields
-        time.sleep(1)
-    raise AssertionError(f"job {job} did not finish within {timeout}s")
+    """wait_for_job on the gpuenv-multi cluster."""
+    conf = os.environ["GPUENV_TEST_MULTI_SLURM_CONF"]
+    return wait_for_job(job, timeout, prefix=prefix, conf=conf)
 
 
 @pytest.fixture

@@ -268,7 +268,7 @@ def test_socket_without_permission(
             (readable / name).chmod(0o644)
         argv = installed_for_users.argv("-C", str(readable), "pull")
         result = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv],
+            installed_for_users.as_user(65534, *argv, groups=[]),
             capture_output=True,
             text=True,
             env=installed_for_users.env({**project.env, "HOME": "/tmp", "XDG_CACHE_HOME": "/tmp"}),

@@ -197,14 +197,8 @@ def test_rootless_as_the_user(make_project, cdi_dir: Path, installed_for_users: 
     env.pop("DOCKER_HOST")
 
     def as_user(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = installed_for_users.argv("-C", str(project.path), *args)
-        return subprocess.run(
-            ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *argv],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=project.path,
+        return installed_for_users.run_as(
+            user, "-C", str(project.path), *args, env=env, cwd=project.path
         )
 
     engine = PodmanEngine(address)

@@ -171,7 +171,7 @@ def test_runs_as_the_invoking_user(project: Project, installed_for_users: Instal
         "touch written.txt && mkdir -p out && id -un && echo $HOME && touch $HOME/ok && pwd",
     )
     result = subprocess.run(
-        ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={docker_gid}", *argv],
+        installed_for_users.as_user(uid, *argv, groups=[docker_gid]),
         capture_output=True,
         text=True,
         timeout=120,

@@ -164,13 +164,7 @@ def test_ps_top_and_stop_show_the_right_run(
 
         other = pwd.getpwnam(tester)
         refused = subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={other.pw_uid}",
-                f"--regid={other.pw_gid}",
-                "--init-groups",
-                *installed_for_users.argv("stop", run["name"]),
-            ],
+            installed_for_users.as_user(other, *installed_for_users.argv("stop", run["name"])),
             capture_output=True,
             text=True,
             env=installed_for_users.env({**shared.env, "HOME": other.pw_dir}),

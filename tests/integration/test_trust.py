@@ -10,13 +10,12 @@ import pwd
 import shutil
 import stat
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from .conftest import RTX4090, Installed, Project, docker
+from .conftest import RTX4090, Installed, Project, docker, wait_for_job
 
 pytestmark = pytest.mark.integration
 
@@ -38,18 +37,8 @@ class UserProject:
     home: Path
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                "setpriv",
-                f"--reuid={self.user.pw_uid}",
-                f"--regid={self.user.pw_gid}",
-                "--init-groups",
-                *self.installed.argv("-C", str(self.project.path), *args),
-            ],
-            capture_output=True,
-            text=True,
-            env=self.installed.env(self.project.env),
-            timeout=timeout,
+        return self.installed.run_as(
+            self.user, "-C", str(self.project.path), *args, env=self.project.env, timeout=timeout
         )
 
     def own(self, *paths: Path) -> None:
@@ -219,19 +208,6 @@ print("token:", os.environ.get("JOB_TOKEN"), "file:", os.environ.get("FROM_FILE"
 """
 
 
-def _wait_for_job(job: str, timeout: float = 120) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["scontrol", "show", "job", job, "-o"], capture_output=True, text=True
-        ).stdout
-        fields = dict(item.split("=", 1) for item in out.split() if "=" in item)
-        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-            return fields
-        time.sleep(0.5)
-    raise AssertionError(f"job {job} did not finish")
-
-
 def test_the_sbatch_script_is_private_and_holds_no_values(
     tester: UserProject, registry: str
 ) -> None:
@@ -254,7 +230,7 @@ def test_the_sbatch_script_is_private_and_holds_no_values(
         submitted = tester.run("submit", *args)
         assert submitted.returncode == 0, submitted.stderr
         job = submitted.stdout.strip()
-        fields = _wait_for_job(job)
+        fields = wait_for_job(job)
         assert fields["JobState"] == "COMPLETED", fields
         folder = project.path / ".gpuenv" / "slurm"
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700

@@ -125,13 +125,8 @@ def test_usage_adds_up_the_runs_of_this_test(
     docker_gid = grp.getgrnam("docker").gr_gid
 
     def as_user(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = installed_for_users.argv("-C", str(project.path), *args)
-        return subprocess.run(
-            ["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={docker_gid}", *argv],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=user_env,
+        return installed_for_users.run_as(
+            uid, "-C", str(project.path), *args, env=user_env, groups=[docker_gid]
         )
 
     theirs = as_user("run", "--gpus", "1", "--", "true")

@@ -234,6 +234,33 @@ def test_check(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert result.exit_code == 6 and "schema 2 is not supported" in result.stderr
 
 
+def test_check_reads_the_dependency_files_once(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lock's up-to-date test (file hashes) and the install plan come from one reading."""
+    import gpuenv.project.dependencies as dependencies
+
+    assert run(project, "init", *RTX4090_OK).exit_code == 0
+    (project / "requirements.txt").write_text("torch==2.4.0\nnumpy\n-r more.txt\n")
+    (project / "more.txt").write_text("rich\n")
+    assert run(project, "lock", *RTX4090_OK).exit_code == 0
+    readings: list[tuple[str, ...]] = []
+    read_sources = dependencies.read_sources
+
+    def counted(project_dir: str, sources: tuple[str, ...], **kwargs: object) -> object:
+        readings.append(tuple(sources))
+        return read_sources(project_dir, sources, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dependencies, "read_sources", counted)
+    result = run(project, "check")
+    assert result.exit_code == 0, result.output
+    assert "gpuenv.lock: matches" in result.stderr and "2 file(s) read" in result.stderr
+    assert readings == [("requirements.txt",)]
+    (project / "more.txt").write_text("rich\nhttpx\n")
+    result = run(project, "check")
+    assert result.exit_code == 5 and "requirements file more.txt changed" in result.stderr
+
+
 def test_bad_host_file_exit_7(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     host_file = tmp_path_factory.mktemp("h") / "host.json"
     host_file.write_text('{"driver": 535}')

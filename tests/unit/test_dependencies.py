@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from gpuenv.cli import main
 from gpuenv.errors import SpecError
 from gpuenv.project.dependencies import plan_install, read_dependencies
-from gpuenv.project.packages import ngc_satisfies
 from gpuenv.project.validate import load_spec
 from gpuenv.resolution.lock import requirements_hashes
 
@@ -228,22 +227,6 @@ def test_why_framework_none_with_requirements_needs_python(tmp_path: Path) -> No
     result = runner.invoke(main, ["-C", str(tmp_path), "check"])
     assert result.exit_code == 3
     assert "has no Python" in result.stderr and "choose a framework image" in result.stderr
-
-
-@pytest.mark.parametrize(
-    ("specifier", "shipped", "ok"),
-    [
-        ("==0.20.1", "0.20.0a0+afc54f7", True),
-        ("==0.21.0", "0.20.0a0+afc54f7", False),
-        (">=2.5.1", "2.5.0a0+e000cf0ad9", False),
-        (">=2.5.1", "2.6.0a0+df5bbc09d1", True),
-        ("~=2.5", "2.5.0a0", True),
-        ("==2.5.0a0+e000cf0ad9", "2.5.0a0+e000cf0ad9", True),
-        ("==2.5.0a0+other", "2.5.0a0+e000cf0ad9", False),
-    ],
-)
-def test_ngc_sense(specifier: str, shipped: str, ok: bool) -> None:
-    assert ngc_satisfies(specifier, shipped) is ok
 
 
 def fake_image(root: Path, dists: dict[str, str], constraint: str) -> dict[str, str]:

@@ -330,6 +330,23 @@ def test_an_os_error_anywhere_is_a_file_error_not_a_bug(
     assert "cannot access /srv/shared/gpuenv.yaml: permission denied" in result.stderr
 
 
+def _with_stdout_closed(args: list[str], cwd: Path) -> tuple[int, str]:
+    """gpuenv ARGS in a process whose stdout reader is gone before it writes: its exit
+    code and stderr."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuenv.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    return process.wait(timeout=60), stderr
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -343,18 +360,8 @@ def test_an_os_error_anywhere_is_a_file_error_not_a_bug(
 def test_a_closed_pipe_is_exit_141_without_a_traceback(args: list[str], tmp_path: Path) -> None:
     """`gpuenv check | head -1` exited 1 on the broken pipe: now as any Unix tool that
     SIGPIPE stops (141), silently. The reader is gone before gpuenv writes."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gpuenv.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    process.stdout.close()
-    stderr = process.stderr.read().decode()
-    assert process.wait(timeout=60) == EXIT_BROKEN_PIPE, stderr
+    code, stderr = _with_stdout_closed(args, tmp_path)
+    assert code == EXIT_BROKEN_PIPE, stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
 
 
@@ -418,17 +425,7 @@ def test_check_into_a_closed_pipe_keeps_its_own_exit_code(tmp_path: Path) -> Non
     """`gpuenv check | head -1` (issue 12): check reports on stderr, so a closed stdout
     changes nothing and it exits with its own code (3: no gpuenv.yaml here), never 1;
     `check --json` writes to stdout and stops as SIGPIPE would (141)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     for args, code in ((["check"], 3), (["check", "--json"], EXIT_BROKEN_PIPE)):
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gpuenv.cli", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=tmp_path,
-            env=env,
-        )
-        assert process.stdout is not None and process.stderr is not None
-        process.stdout.close()
-        stderr = process.stderr.read().decode()
-        assert process.wait(timeout=60) == code, stderr
+        exited, stderr = _with_stdout_closed(args, tmp_path)
+        assert exited == code, stderr
         assert "Traceback" not in stderr and "internal error" not in stderr

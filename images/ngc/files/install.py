@@ -16,7 +16,8 @@ PyTorch's /etc/pip/constraint.txt). A conflict is printed as one line, starting 
 "gpuenv: conflict:", naming the package, the project's pin and the image's version, and
 the build stops. NVIDIA's builds match a pin "in the NGC sense": an exact pin ==X.Y.Z is
 satisfied by any build of the X.Y series (0.20.0a0+afc54f7 for ==0.20.1), any other
-specifier by the release the build precedes. This mirrors gpuenv.project.packages.
+specifier by the release the build precedes. This mirrors gpuenv.project.packages
+(ngc_satisfies); tests/unit/test_ngc_pins.py holds the two to the same table.
 """
 
 import os
@@ -26,12 +27,12 @@ from importlib import metadata
 
 try:
     from packaging.requirements import Requirement
-    from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 except ImportError:  # every pip vendors it
     from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.specifiers import SpecifierSet
+    from pip._vendor.packaging.specifiers import InvalidSpecifier, SpecifierSet
     from pip._vendor.packaging.utils import canonicalize_name
     from pip._vendor.packaging.version import InvalidVersion, Version
 
@@ -39,12 +40,15 @@ KEPT = ("torch", "torchvision", "torchaudio", "torchtext", "triton", "tensorflow
 
 
 def satisfies(specifier, shipped):
+    """gpuenv.project.packages.ngc_satisfies, standalone (tests/unit/test_ngc_pins.py
+    runs one table through both)."""
     try:
         build = Version(shipped)
-    except InvalidVersion:
+        wanted = SpecifierSet(specifier)
+    except (InvalidVersion, InvalidSpecifier):
         return False
     base = Version(build.base_version)
-    for item in SpecifierSet(specifier):
+    for item in wanted:
         if item.operator in ("==", "===") and not item.version.endswith(".*"):
             try:
                 pinned = Version(item.version)
