@@ -17,12 +17,22 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class MigDevice:
-    """A MIG instance of a GPU, as NVML lists it."""
+    """A MIG instance of a GPU, as NVML (or the host file) lists it.
+
+    `profile` is NVIDIA's name for its size, such as ``1g.10gb`` (``1c.2g.20gb`` where the
+    compute instance is smaller than its GPU instance); `profile_source` says how gpuenv
+    knows it: ``nvml`` (the GPU-instance profile's own name), ``derived`` (from slice
+    counts and memory, the way NVIDIA's go-nvlib names profiles) or ``host file``.
+    """
 
     uuid: str
     gpu_instance: int | None = None
     compute_instance: int | None = None
     memory_total_mib: int | None = None
+    index: int | None = None  # NVML's MIG device index on its GPU (nvidia-ctk's "<gpu>:<index>")
+    profile: str | None = None
+    profile_source: str | None = None
+    utilization: int | None = None  # percent; NVML usually cannot read it per instance
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,10 @@ class Gpu:
         """How claims and device requests name it: the UUID where known."""
         return self.uuid or str(self.index)
 
+    def mig(self, key: str) -> MigDevice | None:
+        """This GPU's MIG instance with UUID `key`, if it has one."""
+        return next((m for m in self.mig_devices if m.uuid == key), None)
+
 
 @dataclass(frozen=True)
 class Host:
@@ -95,6 +109,9 @@ class Host:
         for gpu in self.gpus:
             names[gpu.name] = names.get(gpu.name, 0) + 1
         gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
+        migs = sum(len(gpu.mig_devices) for gpu in self.gpus)
+        if migs:
+            gpus += f" ({migs} MIG instance{'s' if migs > 1 else ''})"
         how = {
             "nvml": "detected through NVML",
             "nvidia-smi": "detected through nvidia-smi",

@@ -109,6 +109,7 @@ def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
 def _gpus_used(granted: Grant, host: Host) -> list[tuple[str, str]]:
     """The granted GPUs with their models, for the usage record."""
     models = {gpu.key: gpu.name for gpu in host.gpus} | {str(g.index): g.name for g in host.gpus}
+    models |= {m.uuid: f"{g.name} MIG {m.profile or '?'}" for g in host.gpus for m in g.mig_devices}
     if granted.mode == "all":
         return [(gpu.key, gpu.name) for gpu in host.gpus]
     if granted.mode == "none":
