@@ -150,7 +150,29 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             health_cell(row.health),
             "\n".join(users) or _unused(row.health),
         )
+        for mig in row.mig:
+            holder = mig["claimed_by"]
+            table.add_row(
+                f"  {row.index}:{'?' if mig['index'] is None else mig['index']}",
+                f"MIG {escape(mig['profile'] or 'profile unknown')} {mig['uuid'][:12]}",
+                "n/a" if mig["utilization"] is None else f"{mig['utilization']}%",
+                number(mig["memory_total_mib"], " MiB"),
+                "",
+                "",
+                "",
+                f"claimed: {holder['user']} ({holder['project']})" if holder else "[green]free[/]",
+            )
     return table
+
+
+def mig_note(rows: list[Any]) -> list[str]:
+    """Why a MIG instance's utilization reads n/a (said once, below the table)."""
+    if any(m["utilization"] is None for row in rows for m in row.mig):
+        return [
+            "MIG instances: utilization n/a: NVML does not report it per instance on this "
+            "host (the GPU's own reading covers all its instances)"
+        ]
+    return []
 
 
 def _unused(findings: list[dict[str, Any]]) -> str:
@@ -180,4 +202,4 @@ def health_lines(findings: list[dict[str, Any]]) -> list[str]:
 def top_view(host: Any, rows: list[Any]) -> Group:
     """The GPU table, then each health finding with its remedy."""
     lines = health_lines([finding for row in rows for finding in row.health])
-    return Group(top_table(host, rows), *lines)
+    return Group(top_table(host, rows), *mig_note(rows), *lines)

@@ -1,0 +1,156 @@
+"""MIG instances on their way out: the device requests (legacy and CDI), `gpuenv top`
+and `doctor` (the scripted NVML), and the Kubernetes and Compose exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpuenv.cli import main
+from gpuenv.cluster.manifests import KubernetesOptions, compose_file, kubernetes_manifests
+from gpuenv.cluster.submit import job_gpus
+from gpuenv.errors import UsageError
+from gpuenv.run.devices import CdiSpec, EngineFacts, choose_path, device_requests
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.gpus import Grant
+from tests.jsonschemas import validate_output
+from tests.scripted_nvml import ScriptedNvml, gpu, mig, mig_gpu, mig_uuid, scenario
+from tests.unit.test_cluster import IMAGE, spec
+from tests.unit.test_mig import M00, M01, M02, mig_host
+
+PODMAN = EngineFacts("podman", "4.3.1", "1.41")
+NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/gpuenv-test.sock"}
+
+
+def cdi(*names: str) -> CdiSpec:
+    return CdiSpec("/etc/cdi/nvidia.yaml", "0.5.0", "nvidia.com/gpu", names, ("/dev/nvidia0",))
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        # nvidia-ctk --device-name-strategy=uuid: MIG devices by their UUID
+        ((M00, M01, M02, "GPU-1", "all"), {M01: f"nvidia.com/gpu={M01}"}),
+        # --device-name-strategy=index: "<gpu index>:<MIG index>"
+        (("0:0", "0:1", "0:2", "1", "all"), {M01: "nvidia.com/gpu=0:1"}),
+    ],
+)
+def test_cdi_names_for_instances(names: tuple[str, ...], expected: dict[str, str]) -> None:
+    path = choose_path(PODMAN, [cdi(*names)], mig_host(), exists=lambda _: True)
+    assert path.method == "cdi" and path.problems == ()
+    assert {k: v for k, v in path.names.items() if k == M01} == expected
+    requests = device_requests(path, Grant("devices", (M01,)))
+    assert requests == [{"Driver": "cdi", "DeviceIDs": list(expected.values())}]
+
+
+def test_the_legacy_request_names_the_instance() -> None:
+    path = choose_path(EngineFacts("docker", "20.10.24", "1.41"), [], mig_host())
+    grant = Grant("devices", (M00, M02))
+    assert device_requests(path, grant) == [{"DeviceIDs": [M00, M02], "Capabilities": [["gpu"]]}]
+    assert grant.visible_devices == f"{M00},{M02}"
+
+
+def test_a_spec_naming_this_hosts_instances_is_not_stale() -> None:
+    path = choose_path(PODMAN, [cdi(M00, "GPU-1")], mig_host(), exists=lambda _: True)
+    assert path.problems == ()
+
+
+# -- top and doctor --------------------------------------------------------------------
+
+
+@pytest.fixture
+def mig_machine(nvml: ScriptedNvml, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """GPU 0 in MIG mode (1g.10gb, 1g.10gb, 2g.20gb; utilization unknown), GPU 1 whole;
+    one instance claimed by this process. Returns the state folder."""
+    nvml.write(scenario(mig_gpu(0, "1g.10gb", "1g.10gb", "2g.20gb", utilization=37), gpu(1)))
+    state = str(tmp_path / "state")
+    monkeypatch.setenv("GPUENV_STATE_DIR", state)
+    for key, value in NO_ENGINE.items():
+        monkeypatch.setenv(key, value)
+    return state
+
+
+def test_top_lists_instances_under_their_gpu(mig_machine: str) -> None:
+    store = ClaimStore(mig_machine)
+    with store.locked():
+        store.add([mig_uuid(0, 1)], "trainer")
+    result = CliRunner().invoke(main, ["top", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = validate_output("top", result.stdout)
+    first, second = report["gpus"]
+    assert first["utilization"] == 37  # the GPU's own reading, for all its instances
+    assert [(m["index"], m["profile"], m["profile_source"]) for m in first["mig"]] == [
+        (0, "1g.10gb", "nvml"),
+        (1, "1g.10gb", "nvml"),
+        (2, "2g.20gb", "nvml"),
+    ]
+    assert [m["utilization"] for m in first["mig"]] == [None, None, None]  # never 0
+    holders = [m["claimed_by"] and m["claimed_by"]["project"] for m in first["mig"]]
+    assert holders == [None, "trainer", None]
+    assert second["mig"] == []
+
+    table = CliRunner().invoke(main, ["top", "--once"], env={"COLUMNS": "250"})
+    assert table.exit_code == 0, table.output
+    rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.strip()}
+    assert "MIG 1g.10gb" in rows["0:1"] and "n/a" in rows["0:1"] and "trainer" in rows["0:1"]
+    assert "free" in rows["0:0"] and "0%" not in rows["0:0"]
+    assert "utilization n/a: NVML does not report it per instance" in table.stderr
+    store.close()
+
+
+def test_doctor_lists_the_instances(mig_machine: str, nvml: ScriptedNvml) -> None:
+    nvml.write(
+        scenario(
+            gpu(0, mig_mode=1, max_mig_devices=7, mig=[mig(0, 0, "3g.40gb", named=False)]),
+            gpu(1, mig_mode=1, max_mig_devices=7, mig=[]),
+        )
+    )
+    result = CliRunner().invoke(main, ["doctor", "--json"], catch_exceptions=False)
+    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    assert checks["GPU 0 MIG"]["status"] == "ok"
+    assert checks["GPU 0 MIG"]["detail"] == (
+        f"1 instance: 0:0 3g.40gb (derived from slices and memory), 40192 MiB {mig_uuid(0, 0)}"
+    )
+    assert checks["GPU 1 MIG"]["status"] == "warn"
+    assert "in MIG mode without instances" in checks["GPU 1 MIG"]["detail"]
+
+
+# -- exports -----------------------------------------------------------------------------
+
+MIG_SPEC = {"mig": "1g.10gb", "count": 2}
+
+
+def test_kubernetes_asks_for_the_specs_profile() -> None:
+    project = spec(MIG_SPEC)
+    assert job_gpus(project, None) == 2
+    (job,) = kubernetes_manifests(
+        project, IMAGE, ["python3", "x.py"], {}, gpus=2, shm_size=2**30, uid=1, gid=1
+    )
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": 2}}
+    # --mig still wins over the spec
+    (job,) = kubernetes_manifests(
+        project,
+        IMAGE,
+        ["x"],
+        {},
+        gpus=1,
+        shm_size=2**30,
+        uid=1,
+        gid=1,
+        options=KubernetesOptions(mig="3g.40gb"),
+    )
+    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-3g.40gb": 1}
+
+
+def test_compose_cannot_reserve_a_profile() -> None:
+    kwargs = {"shm_size": 2**30, "uid": 1, "gid": 1}
+    with pytest.raises(UsageError, match="Compose cannot reserve MIG instances by profile"):
+        compose_file(spec(MIG_SPEC), IMAGE, ["x"], {}, gpus=2, device_ids=[], **kwargs)
+    named = compose_file(spec(MIG_SPEC), IMAGE, ["x"], {}, gpus=None, device_ids=[M00], **kwargs)
+    (service,) = named["services"].values()
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [M00]
