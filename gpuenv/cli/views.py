@@ -134,6 +134,9 @@ def top_table(host: Any, rows: list[Any]) -> Any:
                 users.append(
                     f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
                 )
+        held = sum(1 for mig in row.mig if mig["claimed_by"])
+        if held:
+            users.append(f"MIG: {held} of {len(row.mig)} instances claimed (below)")
         memory = (
             f"{number(row.memory_used_mib, '')}/{number(row.memory_total_mib, ' MiB')}"
             if row.memory_total_mib
