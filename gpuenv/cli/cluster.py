@@ -134,6 +134,12 @@ def submit(
             hint="drop the --export option, or pass the values another way",
         )
     _warn_if_pushed_is_stale(project)
+    if spec.gpus.mode == "mig" and gpus is None:
+        ui.warn(
+            f"gpuenv.yaml asks for {spec.gpus}: the job asks Slurm for "
+            f"--gres=gpu:{job_gpus(spec, gpus)}, whole GPUs (gpuenv does not know this "
+            "cluster's MIG GRES types)"
+        )
     output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
     script = sbatch_script(
         spec,
@@ -311,6 +317,7 @@ def export_compose(
     binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
     pushed = (project.lock.extra.get("pushed") or {}).get("image")
     platform = _pushed_platform(project)
+    image = str(pushed or "")
     if not pushed:
         from gpuenv.images.build import engine_platform
 

@@ -97,6 +97,7 @@ def test_top_lists_instances_under_their_gpu(mig_machine: str) -> None:
     rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.strip()}
     assert "MIG 1g.10gb" in rows["0:1"] and "n/a" in rows["0:1"] and "trainer" in rows["0:1"]
     assert "free" in rows["0:0"] and "0%" not in rows["0:0"]
+    assert "MIG: 1 of 3 instances claimed" in rows["0"]
     assert "utilization n/a: NVML does not report it per instance" in table.stderr
     store.close()
 
@@ -154,3 +155,56 @@ def test_compose_cannot_reserve_a_profile() -> None:
     named = compose_file(spec(MIG_SPEC), IMAGE, ["x"], {}, gpus=None, device_ids=[M00], **kwargs)
     (service,) = named["services"].values()
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] == [M00]
+
+
+def pushed_project(folder: Path, gpus: str) -> None:
+    """An initialised, locked project with `gpus` whose image `gpuenv push` recorded."""
+    from tests.conftest import reseal
+
+    (folder / "requirements.txt").write_text("numpy\n")
+    assert cli(folder, "init", "--driver", "550.54.15", "--gpu", "A100").exit_code == 0
+    spec_file = folder / "gpuenv.yaml"
+    spec_file.write_text(spec_file.read_text().replace('\ngpus: "all"', f"\ngpus: {gpus}"))
+    assert f"gpus: {gpus}" in spec_file.read_text()
+    assert cli(folder, "lock", "--driver", "550.54.15", "--gpu", "A100").exit_code == 0
+    lock = folder / "gpuenv.lock"
+    lock.write_text(
+        lock.read_text() + f"pushed:\n  reference: r/x:1\n  digest: {DIGEST}\n"
+        f"  image: r/x@{DIGEST}\n"
+    )
+    reseal(lock)
+
+
+DIGEST = "sha256:" + "c" * 64
+
+
+def cli(folder: Path, *args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, ["-C", str(folder), *args], catch_exceptions=False)
+
+
+def test_the_cli_exports_of_a_mig_spec(tmp_path: Path) -> None:
+    """Through the commands: Kubernetes asks for the profile, Compose refuses it, and a
+    Slurm job says it asks for whole GPUs."""
+    pushed_project(tmp_path, "{mig: 1g.10gb, count: 2}")
+    kubernetes = cli(tmp_path, "export", "kubernetes", "job.py")
+    assert kubernetes.exit_code == 0, kubernetes.output
+    assert "nvidia.com/mig-1g.10gb: 2" in kubernetes.stdout
+    compose = cli(tmp_path, "export", "compose", "job.py")
+    assert compose.exit_code == 2, compose.output
+    assert "Compose cannot reserve MIG instances by profile" in compose.stderr
+    slurm = cli(tmp_path, "submit", "--dry-run", "job.py")
+    assert slurm.exit_code == 0, slurm.output
+    assert "#SBATCH --gres=gpu:2" in slurm.stdout
+    assert "asks Slurm for --gres=gpu:2, whole GPUs" in " ".join(slurm.stderr.split())
+
+
+def test_compose_names_instances_in_the_pushed_image(tmp_path: Path) -> None:
+    pushed_project(tmp_path, f"[{M00}, {M01}]")
+    compose = cli(tmp_path, "export", "compose", "job.py")
+    assert compose.exit_code == 0, compose.output
+    import yaml
+
+    (service,) = yaml.safe_load(compose.stdout)["services"].values()
+    assert service["image"] == f"r/x@{DIGEST}"
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert device["device_ids"] == [M00, M01]
