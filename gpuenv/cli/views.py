@@ -126,14 +126,7 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             if row.idle_seconds is not None:
                 idle = f", [yellow]idle {duration(row.idle_seconds)}[/]"
             users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']}){idle}")
-        for user in row.users:
-            if user["gpuenv"]:
-                users.append(f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}")
-            else:
-                where = f"container {user['container']}" if user["container"] else "no container"
-                users.append(
-                    f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
-                )
+        users += [_user_line(user) for user in row.users]
         held = sum(1 for mig in row.mig if mig["claimed_by"])
         if held:
             users.append(f"MIG: {held} of {len(row.mig)} instances claimed (below)")
@@ -163,17 +156,28 @@ def top_table(host: Any, rows: list[Any]) -> Any:
                 "",
                 "",
                 "",
-                f"claimed: {holder['user']} ({holder['project']})" if holder else "[green]free[/]",
+                "\n".join(
+                    ([f"claimed: {holder['user']} ({holder['project']})"] if holder else [])
+                    + [_user_line(user) for user in mig["users"]]
+                )
+                or "[green]free[/]",
             )
     return table
+
+
+def _user_line(user: dict[str, Any]) -> str:
+    if user["gpuenv"]:
+        return f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}"
+    where = f"container {user['container']}" if user["container"] else "no container"
+    return f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
 
 
 def mig_note(rows: list[Any]) -> list[str]:
     """Why a MIG instance's utilization reads n/a (said once, below the table)."""
     if any(m["utilization"] is None for row in rows for m in row.mig):
         return [
-            "MIG instances: utilization n/a: NVML does not report it per instance on this "
-            "host (the GPU's own reading covers all its instances)"
+            "MIG instances: utilization n/a: NVML does not report utilization on GPUs in "
+            "MIG mode, per instance or whole, on this host"
         ]
     return []
 

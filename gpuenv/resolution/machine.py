@@ -33,6 +33,7 @@ class MigDevice:
     profile: str | None = None
     profile_source: str | None = None
     utilization: int | None = None  # percent; NVML usually cannot read it per instance
+    processes: tuple[GpuProcess, ...] = ()  # NVML's, through the MIG device's own handle
 
 
 @dataclass(frozen=True)

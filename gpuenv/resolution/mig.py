@@ -44,9 +44,12 @@ def migs_from_data(raw: Any, where: str) -> tuple[MigDevice, ...]:
         out.append(
             MigDevice(
                 uuid,
+                gpu_instance=numbers["gpu_instance"],
+                compute_instance=numbers["compute_instance"],
+                memory_total_mib=numbers["memory_total_mib"],
+                index=numbers["index"],
                 profile=profile,
                 profile_source="host file" if profile else None,
-                **numbers,
             )
         )
     return tuple(out)

@@ -190,6 +190,7 @@ def _mig_device(pynvml: Any, parent: Any, mig: Any, index: int, total_mib: int |
     for key, read in readers.items():
         with contextlib.suppress(pynvml.NVMLError):
             values[key] = read()
+    values["processes"] = _processes(pynvml, mig)
     profile = _profile(pynvml, parent, mig, values.get("gpu_instance"), total_mib)
     if profile is not None:
         values["profile"], values["profile_source"] = profile

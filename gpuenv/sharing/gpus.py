@@ -227,9 +227,17 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
     if request.mode == "mig":
         candidates = _mig_candidates(request, host)
         assert request.count is not None
-        open_migs = [m for m in candidates if mig_holder(m.uuid) is None]
+
+        def not_free(mig: MigDevice) -> str | None:
+            """Held, its GPU held, or used by processes (NVML lists them per instance)."""
+            if not mig.processes:
+                return mig_holder(mig.uuid)
+            pids = ", ".join(str(p.pid) for p in mig.processes)
+            return mig_holder(mig.uuid) or f"MIG {mig.uuid}: busy with processes (pid {pids})"
+
+        open_migs = [m for m in candidates if not_free(m) is None]
         if len(open_migs) < request.count:
-            taken = "; ".join(h for m in candidates if (h := mig_holder(m.uuid)))
+            taken = "; ".join(h for m in candidates if (h := not_free(m)))
             raise GpusBusy(
                 f"{request} requested, {len(open_migs)} free on this host ({taken})",
                 hint="wait for them with --wait, or ask for fewer",

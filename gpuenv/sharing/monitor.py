@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import EngineRefused, GpuenvError, UsageError
-from gpuenv.resolution.host import Host, MigDevice
+from gpuenv.resolution.host import GpuProcess, Host, MigDevice
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
 from gpuenv.sharing.procfs import container_of, process_owner
@@ -173,38 +173,39 @@ def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> li
                 {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
             ),
             health=[finding.to_data() for finding in assess(gpu)],
-            mig=[_mig_row(mig, held.get(mig.uuid)) for mig in gpu.mig_devices],
+            mig=[_mig_row(mig, held.get(mig.uuid), by_container) for mig in gpu.mig_devices],
         )
-        for process in gpu.processes:
-            container = container_of(process.pid)
-            run = by_container.get(container or "")
-            if run is not None:
-                row.users.append(
-                    {
-                        "pid": process.pid,
-                        "memory_mib": process.used_memory_mib,
-                        "gpuenv": True,
-                        "run": run.name,
-                        "project": run.project,
-                        "user": run.user,
-                        "container": run.id[:12],
-                    }
-                )
-            else:
-                row.users.append(
-                    {
-                        "pid": process.pid,
-                        "memory_mib": process.used_memory_mib,
-                        "gpuenv": False,
-                        "container": (container or "")[:12] or None,
-                        "user": process_owner(process.pid),
-                    }
-                )
+        row.users = [_user(process, by_container) for process in gpu.processes]
         rows.append(row)
     return rows
 
 
-def _mig_row(mig: MigDevice, claim: Claim | None) -> dict[str, Any]:
+def _user(process: GpuProcess, by_container: Mapping[str, RunInfo]) -> dict[str, Any]:
+    """Who a GPU process is: a gpuenv run (by its container's cgroup), or outside gpuenv."""
+    container = container_of(process.pid)
+    run = by_container.get(container or "")
+    if run is not None:
+        return {
+            "pid": process.pid,
+            "memory_mib": process.used_memory_mib,
+            "gpuenv": True,
+            "run": run.name,
+            "project": run.project,
+            "user": run.user,
+            "container": run.id[:12],
+        }
+    return {
+        "pid": process.pid,
+        "memory_mib": process.used_memory_mib,
+        "gpuenv": False,
+        "container": (container or "")[:12] or None,
+        "user": process_owner(process.pid),
+    }
+
+
+def _mig_row(
+    mig: MigDevice, claim: Claim | None, by_container: Mapping[str, RunInfo]
+) -> dict[str, Any]:
     return {
         "uuid": mig.uuid,
         "index": mig.index,
@@ -215,6 +216,7 @@ def _mig_row(mig: MigDevice, claim: Claim | None) -> dict[str, Any]:
         "claimed_by": (
             {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
         ),
+        "users": [_user(process, by_container) for process in mig.processes],
     }
 
 

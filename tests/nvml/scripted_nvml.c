@@ -427,8 +427,13 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     unsigned long long gpu, memory = 0;
     nvmlReturn_t found;
+    const char *mode;
     ENTER(device);
-    /* A MIG device has its own reading or none (NVML: NOT_SUPPORTED), never its GPU's. */
+    /* nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
+     * supported": a GPU in MIG mode answers NOT_SUPPORTED; a MIG device has its own
+     * reading (a script may give one) or none. */
+    if (device->mig < 0 && (mode = get("gpus.%d.mig_mode", device->gpu)) && strcmp(mode, "1") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
     if (device->mig >= 0 && !get("gpus.%d.mig.%d.utilization", device->gpu, device->mig))
         return NVML_ERROR_NOT_SUPPORTED;
     if ((found = number(device, "utilization", &gpu))) return found;
@@ -521,23 +526,36 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
 }
 
 /* processes: "processes": [{"pid": 4242, "used_memory_mib": 1024}, ...] */
+/* A device's processes: a MIG device lists only its own ("mig": [{"processes": [...]}]),
+ * with its GPU and compute instance ids, as NVML does for a MIG device handle. */
 static nvmlReturn_t processes(nvmlDevice_t device, const char *list, unsigned int *count,
                               nvmlProcessInfo_t *infos) {
-    const char *length = reading(device, list);
-    unsigned int n = length ? (unsigned int)atoi(length) : 0;
+    char base[64];
+    const char *length;
+    unsigned long long gi = 0xFFFFFFFF, ci = 0xFFFFFFFF;
+    unsigned int n;
+    int name = (int)strlen(list) - 2;
+    if (device->mig >= 0) {
+        snprintf(base, sizeof base, "gpus.%d.mig.%d", device->gpu, device->mig);
+        number(device, "gpu_instance", &gi);
+        number(device, "compute_instance", &ci);
+    } else {
+        snprintf(base, sizeof base, "gpus.%d", device->gpu);
+    }
+    length = get("%s.%s", base, list);
+    n = length ? (unsigned int)atoi(length) : 0;
     if (!length) return NVML_ERROR_NOT_SUPPORTED;
     if (*count < n || !infos) {
         *count = n;
         return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     }
     for (unsigned int i = 0; i < n; i++) {
-        const char *pid = get("gpus.%d.%.*s.%u.pid", device->gpu, (int)strlen(list) - 2, list, i);
-        const char *used =
-            get("gpus.%d.%.*s.%u.used_memory_mib", device->gpu, (int)strlen(list) - 2, list, i);
+        const char *pid = get("%s.%.*s.%u.pid", base, name, list, i);
+        const char *used = get("%s.%.*s.%u.used_memory_mib", base, name, list, i);
         infos[i].pid = pid ? (unsigned int)atoi(pid) : 0;
         infos[i].usedGpuMemory = used ? strtoull(used, NULL, 10) << 20 : 0;
-        infos[i].gpuInstanceId = 0xFFFFFFFF;
-        infos[i].computeInstanceId = 0xFFFFFFFF;
+        infos[i].gpuInstanceId = (unsigned int)gi;
+        infos[i].computeInstanceId = (unsigned int)ci;
     }
     *count = n;
     return NVML_SUCCESS;

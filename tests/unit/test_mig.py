@@ -62,6 +62,20 @@ def test_a_compute_instance_smaller_than_its_gpu_instance(nvml: ScriptedNvml) ->
     assert host.gpus[0].mig_devices[0].profile == "1c.2g.20gb"
 
 
+def test_processes_are_read_per_instance(nvml: ScriptedNvml) -> None:
+    instance = mig(0, 1, processes=[{"pid": 4242, "used_memory_mib": 700}])
+    machine = gpu(0, mig_mode=1, max_mig_devices=7, mig=[mig(0, 0), instance])
+    machine["processes"] = [{"pid": 4242, "used_memory_mib": 700}]  # NVML's aggregate
+    nvml.write(scenario(machine))
+    host = detect_nvml()
+    assert not isinstance(host, str)
+    first, second = host.gpus[0].mig_devices
+    assert first.processes == () and [(p.pid, p.used_memory_mib) for p in second.processes] == [
+        (4242, 700)
+    ]
+    assert host.gpus[0].utilization is None  # not supported on a GPU in MIG mode
+
+
 def test_an_instance_utilization_nvml_gives_is_shown(nvml: ScriptedNvml) -> None:
     nvml.write(scenario(gpu(0, mig_mode=1, max_mig_devices=7, mig=[mig(0, 0, utilization=42)])))
     host = detect_nvml()
@@ -262,6 +276,23 @@ def test_a_gpu_and_its_instances_exclude_each_other(
 def test_instances_the_host_lacks(option: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         choose(parse_gpus_option(option), mig_host(), [])
+
+
+def test_a_profile_request_avoids_instances_in_use() -> None:
+    """A process NVML lists on an instance makes it not free for a profile request; an
+    instance named by UUID is taken anyway, as a named GPU is."""
+    from dataclasses import replace
+
+    from gpuenv.resolution.host import GpuProcess
+
+    host = mig_host()
+    first = replace(host.gpus[0].mig_devices[0], processes=(GpuProcess(4242),))
+    busy_gpu = replace(host.gpus[0], mig_devices=(first, *host.gpus[0].mig_devices[1:]))
+    host = replace(host, gpus=(busy_gpu, host.gpus[1]))
+    assert choose(parse_gpus_option("mig=1g.10gb"), host, [])[1] == [M01]
+    with pytest.raises(GpusBusy, match=f"MIG {M00}: busy with processes \\(pid 4242\\)"):
+        choose(parse_gpus_option("mig=1g.10gb,count=2"), host, [])
+    assert choose(parse_gpus_option(M00), host, [])[1] == [M00]
 
 
 def test_instances_need_a_known_host() -> None:

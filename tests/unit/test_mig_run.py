@@ -65,7 +65,9 @@ def test_a_spec_naming_this_hosts_instances_is_not_stale() -> None:
 def mig_machine(nvml: ScriptedNvml, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """GPU 0 in MIG mode (1g.10gb, 1g.10gb, 2g.20gb; utilization unknown), GPU 1 whole;
     one instance claimed by this process. Returns the state folder."""
-    nvml.write(scenario(mig_gpu(0, "1g.10gb", "1g.10gb", "2g.20gb", utilization=37), gpu(1)))
+    machine = mig_gpu(0, "1g.10gb", "1g.10gb", "2g.20gb", utilization=37)
+    machine["mig"][2]["processes"] = [{"pid": 999999, "used_memory_mib": 300}]
+    nvml.write(scenario(machine, gpu(1)))
     state = str(tmp_path / "state")
     monkeypatch.setenv("GPUENV_STATE_DIR", state)
     for key, value in NO_ENGINE.items():
@@ -81,7 +83,8 @@ def test_top_lists_instances_under_their_gpu(mig_machine: str) -> None:
     assert result.exit_code == 0, result.output
     report = validate_output("top", result.stdout)
     first, second = report["gpus"]
-    assert first["utilization"] == 37  # the GPU's own reading, for all its instances
+    # nvml.h: utilization is not supported on a GPU in MIG mode: unknown, never 0
+    assert first["utilization"] is None and second["utilization"] == 0
     assert [(m["index"], m["profile"], m["profile_source"]) for m in first["mig"]] == [
         (0, "1g.10gb", "nvml"),
         (1, "1g.10gb", "nvml"),
@@ -91,6 +94,9 @@ def test_top_lists_instances_under_their_gpu(mig_machine: str) -> None:
     holders = [m["claimed_by"] and m["claimed_by"]["project"] for m in first["mig"]]
     assert holders == [None, "trainer", None]
     assert second["mig"] == []
+    (user,) = first["mig"][2]["users"]  # a process NVML lists on that instance
+    assert (user["pid"], user["memory_mib"], user["gpuenv"]) == (999999, 300, False)
+    assert first["users"] == [] and first["mig"][0]["users"] == []
 
     table = CliRunner().invoke(main, ["top", "--once"], env={"COLUMNS": "250"})
     assert table.exit_code == 0, table.output
@@ -98,7 +104,11 @@ def test_top_lists_instances_under_their_gpu(mig_machine: str) -> None:
     assert "MIG 1g.10gb" in rows["0:1"] and "n/a" in rows["0:1"] and "trainer" in rows["0:1"]
     assert "free" in rows["0:0"] and "0%" not in rows["0:0"]
     assert "MIG: 1 of 3 instances claimed" in rows["0"]
-    assert "utilization n/a: NVML does not report it per instance" in table.stderr
+    assert rows["0"].split("\t")[2] == "-"  # the GPU's utilization: unknown in MIG mode
+    assert "outside gpuenv: pid 999999" in rows["0:2"]
+    assert "utilization n/a: NVML does not report utilization on GPUs in MIG mode" in " ".join(
+        table.stderr.split()
+    )
     store.close()
 
 
