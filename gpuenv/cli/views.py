@@ -99,7 +99,9 @@ def runs_table(runs: Any) -> Table:
         table.add_column(column, overflow="fold")
     for run in runs:
         # UUIDs are long: their first block is enough to tell GPUs apart on a table.
-        gpus = ",".join(g[:12] if g.startswith("GPU-") else g for g in run.gpus.split(","))
+        gpus = ",".join(
+            g[:12] if g.startswith(("GPU-", "MIG-")) else g for g in run.gpus.split(",")
+        )
         state = f"{run.state}, detached" if run.detached else run.state
         if run.idle_seconds is not None:
             state += f", idle {duration(run.idle_seconds)}"

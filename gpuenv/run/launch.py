@@ -153,7 +153,8 @@ def gpu_requests(
     try:
         requests = device_requests(path, granted)
     except MissingCdiDevice as exc:
-        which = "any GPU" if str(exc) == "all" else f"GPU {exc}"
+        kind = "MIG instance" if str(exc).startswith("MIG-") else "GPU"
+        which = "any GPU" if str(exc) == "all" else f"{kind} {exc}"
         details = "; ".join(path.problems) or "its CDI specs name no such device"
         raise GpuPathBroken(
             f"this engine takes GPUs through CDI, but no CDI device gives {which}: {details}",

@@ -150,5 +150,15 @@ def test_podman_gets_exactly_the_instances_by_cdi(podman_mig: Project) -> None:
     # The 2g.20gb, named "0:2" (nvidia-ctk's index strategy) in the CDI spec.
     index = podman_mig.ok("run", "--gpus", "mig=2g.20gb", "--", "sh", "-c", SHOW)
     assert _seen(index) == (["nvidia-mig2"], [M02])
+    # An instance no CDI device names: refused before anything starts, its claim released.
+    spec = Path(os.environ["GPUENV_TEST_CDI_DIR"]) / SPEC_NAME
+    data = json.loads(spec.read_text())
+    data["devices"] = [d for d in data["devices"] if d["name"] != M01]
+    spec.write_text(json.dumps(data))
+    missing = podman_mig.gpuenv("run", "--gpus", M01, "--", "true")
+    assert missing.returncode == 22, missing.stderr
+    assert f"no CDI device gives MIG instance {M01}" in missing.stderr
+    snapshot = validate_output("top", podman_mig.ok("top", "--json").stdout)
+    assert [m["claimed_by"] for m in snapshot["gpus"][0]["mig"]] == [None, None, None]
     doctor = podman_mig.ok("doctor")
     assert "GPU 0 MIG" in doctor.stdout and f"0:2 2g.20gb, 19968 MiB {M02}" in doctor.stdout
