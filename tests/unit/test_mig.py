@@ -333,3 +333,54 @@ def test_racing_reservations_of_instances_and_gpus_never_overlap(tmp_path: Path)
             if clash(keys_a, keys_b):
                 assert end_a <= start_b or end_b <= start_a, (keys_a, keys_b)
     assert sorted(k for keys, _, _ in held for k in keys).count("GPU-0") == 2
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        GpuRequest("mig", count=1, profile="1g.10gb"),
+        GpuRequest("devices", devices=(M01,)),
+    ],
+)
+def test_resolution_and_preflight_judge_the_instances_gpu(matrix, request_: GpuRequest) -> None:  # type: ignore[no-untyped-def]
+    """An old V100 beside an A100 in MIG mode: asking for the A100's instances resolves
+    as for the A100 alone (the V100 would hold the image back), as naming GPU 1 does."""
+    from dataclasses import replace
+
+    from gpuenv.resolution.resolve import resolve
+    from tests.conftest import make_host
+    from tests.unit.test_resolve import spec
+
+    described = make_host("580.95.05", "Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB")
+    a100 = replace(
+        described.gpus[1], uuid="GPU-1", mig_mode=True, mig_devices=mig_host().gpus[0].mig_devices
+    )
+    host = replace(described, gpus=(described.gpus[0], a100))
+    assert resolve(spec(), matrix, host).row.tag == "24.12-py3"  # both GPUs
+    assert resolve(spec().with_overrides(gpus=request_), matrix, host).row.tag == "26.10-py3"
+
+
+def test_preflight_judges_the_granted_instances_gpu(matrix) -> None:  # type: ignore[no-untyped-def]
+    """A granted instance is judged by its GPU: here (for the test's sake) slices of a
+    GPU too old for the locked image, beside one that can run it."""
+    from dataclasses import replace
+
+    from gpuenv.errors import ResolutionError
+    from gpuenv.resolution.locked import Locked
+    from gpuenv.run.container import preflight
+    from tests.conftest import make_host
+
+    described = make_host("580.95.05", "Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB")
+    old = replace(
+        described.gpus[0], uuid="GPU-0", mig_mode=True, mig_devices=mig_host().gpus[0].mig_devices
+    )
+    host = replace(described, gpus=(old, replace(described.gpus[1], uuid="GPU-1")))
+    locked = Locked(
+        "nvcr.io/nvidia/pytorch:26.10-py3",
+        "hash",
+        {"framework": "pytorch", "cuda": "13.0"},
+        {"min_driver": "580.65.06", "min_compute_capability": "7.5"},
+    )
+    assert preflight(locked, host, Grant("devices", ("GPU-1",)), matrix) == []
+    with pytest.raises(ResolutionError, match="this host cannot run the locked image"):
+        preflight(locked, host, Grant("devices", (M01,)), matrix)
