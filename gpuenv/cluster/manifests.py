@@ -111,6 +111,13 @@ def kubernetes_manifests(
         argv = list(command)
     # The spec's `gpus: {mig: PROFILE, count: N}` asks for MIG slices without --mig.
     mig = options.mig or (spec.gpus.profile if spec.gpus.mode == "mig" else None)
+    named = [d for d in spec.gpus.devices if d.startswith("MIG-")]
+    if named and mig is None:
+        raise UsageError(
+            f"gpus: [{named[0]}, ...] in the spec names MIG instances of one host: a Kubernetes "
+            "Job cannot ask for devices by UUID, and nvidia.com/gpu would be whole GPUs",
+            hint="ask for slices by profile: --mig 1g.10gb, or gpus: {mig: 1g.10gb, count: N}",
+        )
     container = _container(image, argv, env, gpus, mig)
     if options.nodes > 1:
         container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]

@@ -218,3 +218,22 @@ def test_compose_names_instances_in_the_pushed_image(tmp_path: Path) -> None:
     assert service["image"] == f"r/x@{DIGEST}"
     (device,) = service["deploy"]["resources"]["reservations"]["devices"]
     assert device["device_ids"] == [M00, M01]
+
+
+def test_kubernetes_refuses_instances_by_uuid() -> None:
+    project = spec([M00, M01])
+    with pytest.raises(UsageError, match="a Kubernetes Job cannot ask for devices by UUID"):
+        kubernetes_manifests(project, IMAGE, ["x"], {}, gpus=2, shm_size=2**30, uid=1, gid=1)
+    (job,) = kubernetes_manifests(
+        project,
+        IMAGE,
+        ["x"],
+        {},
+        gpus=2,
+        shm_size=2**30,
+        uid=1,
+        gid=1,
+        options=KubernetesOptions(mig="1g.10gb"),
+    )
+    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/mig-1g.10gb": 2}
