@@ -53,6 +53,18 @@ def test_the_profile_of_an_instance(
     assert found.utilization is None  # NVML does not read it per instance: unknown, not 0
 
 
+def test_an_unprivileged_user_gets_the_derived_name(nvml: ScriptedNvml) -> None:
+    """nvml.h: nvmlDeviceGetGpuInstanceById "Requires privileged user"; as anyone else
+    the profile comes from the instance's attributes, which any user reads."""
+    machine = mig_gpu(0, "3g.40gb")
+    machine["fail"] = {"nvmlDeviceGetGpuInstanceById": "NO_PERMISSION"}
+    nvml.write(scenario(machine))
+    host = detect_nvml()
+    assert not isinstance(host, str)
+    (found,) = host.gpus[0].mig_devices
+    assert (found.profile, found.profile_source) == ("3g.40gb", "derived")
+
+
 def test_a_compute_instance_smaller_than_its_gpu_instance(nvml: ScriptedNvml) -> None:
     instance = mig(0, 0, "2g.20gb")
     instance["attributes"]["ci_slices"] = 1
