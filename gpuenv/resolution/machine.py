@@ -91,6 +91,13 @@ class Host:
     note: str | None = None  # why detection found nothing, for `--explain` and doctor
     platform: str | None = None  # linux/amd64 | linux/arm64; None when not known
 
+    @property
+    def uuids(self) -> set[str]:
+        """The UUIDs of its GPUs and of their MIG instances."""
+        return {g.uuid for g in self.gpus if g.uuid} | {
+            m.uuid for g in self.gpus for m in g.mig_devices
+        }
+
     def to_data(self) -> dict[str, Any]:
         return {
             "source": self.source,

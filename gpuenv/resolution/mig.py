@@ -1,13 +1,20 @@
-"""MIG instances in the host file: each GPU's `mig` list (docs/reference/host.md)."""
+"""MIG instances: the host file's `mig` lists (docs/reference/host.md), and their CDI
+device names.
+
+nvidia-ctk names a MIG device ``MIG-<uuid>`` (``--device-name-strategy=uuid``) or
+``<gpu index>:<MIG index>`` (``index``): nvidia-container-toolkit pkg/nvcdi/namer.go,
+``GetMigDeviceName``. The legacy request takes the MIG UUID as a device id, as
+NVIDIA_VISIBLE_DEVICES does.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gpuenv.errors import HostError
-from gpuenv.project.spec import is_mig_profile
-from gpuenv.resolution.machine import MigDevice
+from gpuenv.resolution.machine import Gpu, MigDevice
 
 MIG_UUID = re.compile(r"^MIG-[A-Za-z0-9-]+$")
 _KEYS = {"uuid", "profile", "memory_total_mib", "index", "gpu_instance", "compute_instance"}
@@ -16,6 +23,8 @@ _KEYS = {"uuid", "profile", "memory_total_mib", "index", "gpu_instance", "comput
 def migs_from_data(raw: Any, where: str) -> tuple[MigDevice, ...]:
     """A host file GPU's `mig`: a list of {uuid, profile, memory_total_mib, index,
     gpu_instance, compute_instance}; only `uuid` is required, the rest stays unknown."""
+    from gpuenv.project.spec import is_mig_profile
+
     if not isinstance(raw, list):
         raise HostError(f'{where}: \'mig\' must be a list of MIG instances ({{"uuid": "MIG-…"}})')
     out: list[MigDevice] = []
@@ -53,3 +62,21 @@ def migs_from_data(raw: Any, where: str) -> tuple[MigDevice, ...]:
             )
         )
     return tuple(out)
+
+
+def cdi_mig_names(gpu: Gpu, devices: Mapping[str, str]) -> dict[str, str]:
+    """The CDI device of each of the GPU's instances that `devices` (spec name -> qualified
+    name) names, by MIG UUID or by ``<gpu index>:<MIG index>``.
+
+    >>> gpu = Gpu(1, "A100", mig_devices=(MigDevice("MIG-a", index=0), MigDevice("MIG-b", index=1)))
+    >>> cdi_mig_names(gpu, {"MIG-a": "nvidia.com/gpu=MIG-a", "1:1": "nvidia.com/gpu=1:1"})
+    {'MIG-a': 'nvidia.com/gpu=MIG-a', 'MIG-b': 'nvidia.com/gpu=1:1'}
+    """
+    names = {}
+    for mig in gpu.mig_devices:
+        by_index = f"{gpu.index}:{mig.index}"
+        if mig.uuid in devices:
+            names[mig.uuid] = devices[mig.uuid]
+        elif mig.index is not None and by_index in devices:
+            names[mig.uuid] = devices[by_index]
+    return names

@@ -18,9 +18,6 @@ Facts encoded here, with their sources:
   later v1.0.0 (moby vendor.mod at those tags); Podman 4.3 reads up to 0.5.0 (Debian 12's
   podman 4.3.1 refuses a 0.6.0 spec), newer spec versions break older runtimes
   (NVIDIA/nvidia-container-toolkit#1860).
-- nvidia-ctk names a MIG device ``MIG-<uuid>`` (``--device-name-strategy=uuid``) or
-  ``<gpu index>:<MIG index>`` (``index``), nvidia-container-toolkit pkg/nvcdi/namer.go; the
-  legacy request takes the MIG UUID as a device id, as NVIDIA_VISIBLE_DEVICES does.
 - Podman's Docker-compatible API ignores ``DeviceRequests`` before 5.4 (containers/podman
   #22645, fixed by #25171): the Podman adapter sends CDI devices through its libpod API.
 """
@@ -33,6 +30,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from gpuenv.resolution.mig import cdi_mig_names
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import ContainerEngine
@@ -303,9 +302,7 @@ def spec_problems(
                 f"{unbound[0][0]} (hostPath {unbound[0][1]}) does not exist on the host: "
                 "give the node's host path as its path"
             )
-    uuids = {g.uuid for g in host.gpus if g.uuid} | {
-        m.uuid for g in host.gpus for m in g.mig_devices
-    }
+    uuids = host.uuids
     gone = [d for d in spec.devices if d.startswith(("GPU-", "MIG-")) and uuids and d not in uuids]
     warnings = [
         f"{spec.path}: names {d}, which this host does not have; {GENERATE_HINT}" for d in gone
@@ -329,12 +326,7 @@ def _names(specs: Sequence[CdiSpec], host: Host) -> tuple[dict[str, str], str | 
                 f"the CDI spec names GPU {gpu.index} by index: gpuenv maps it to NVML's index "
                 "(CUDA's and nvidia-ctk's can differ; `--device-name-strategy=uuid` avoids it)"
             )
-        for mig in gpu.mig_devices:
-            by_index = f"{gpu.index}:{mig.index}"
-            if mig.uuid in devices:
-                names[mig.uuid] = devices[mig.uuid]
-            elif mig.index is not None and by_index in devices:
-                names[mig.uuid] = devices[by_index]
+        names.update(cdi_mig_names(gpu, devices))
     if not host.gpus:  # GPUs not known here: the spec's own names, by index or UUID
         names.update({n: q for n, q in devices.items() if n != "all"})
     return names, devices.get("all"), notes[:1]
