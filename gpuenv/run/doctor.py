@@ -87,6 +87,7 @@ def _gpu_path(facts: EngineFacts, host: object, checks: list[Check]) -> GpuPath 
     detail = path.describe()
     if path.method == "cdi":
         missing = [g.key for g in known.gpus if g.key not in path.names]
+        missing += [m.uuid for g in known.gpus for m in g.mig_devices if m.uuid not in path.names]
         if not path.names and not path.all_device:
             checks.append(
                 Check("GPU path", "fail", detail, "; ".join(path.problems) or GENERATE_REMEDY)

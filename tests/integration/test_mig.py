@@ -160,5 +160,7 @@ def test_podman_gets_exactly_the_instances_by_cdi(podman_mig: Project) -> None:
     assert f"no CDI device gives MIG instance {M01}" in missing.stderr
     snapshot = validate_output("top", podman_mig.ok("top", "--json").stdout)
     assert [m["claimed_by"] for m in snapshot["gpus"][0]["mig"]] == [None, None, None]
-    doctor = podman_mig.ok("doctor")
+    doctor = podman_mig.gpuenv("doctor")
     assert "GPU 0 MIG" in doctor.stdout and f"0:2 2g.20gb, 19968 MiB {M02}" in doctor.stdout
+    (path,) = [line for line in doctor.stdout.splitlines() if "GPU path" in line]
+    assert path.startswith("warn") and "no CDI device for" in path and M01 in path
