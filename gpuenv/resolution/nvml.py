@@ -224,8 +224,11 @@ def _profile(
 
 def mig_profile(gpu_slices: int, compute_slices: int, memory_mb: int, total_mib: int) -> str:
     """A MIG profile's name from its slices and memory, as NVIDIA's go-nvlib names it
-    (pkg/nvlib/device/mig_profile.go, `getMigMemorySizeGB`: the instance's share of the
-    GPU's memory rounded up to eighths, times the GPU's memory in whole GiB).
+    (pkg/nvlib/device/mig_device.go `GetProfile` passes the MIG device's attributes'
+    memorySizeMB and the parent's total memory to mig_profile.go, whose
+    `getMigMemorySizeGB` takes the instance's share of the GPU's memory rounded up to
+    eighths, times the GPU's memory in whole GiB). go-nvlib adds engine suffixes (+me)
+    from the compute-instance engine profile, which this cannot see.
 
     >>> mig_profile(1, 1, 9728, 81920), mig_profile(3, 3, 40192, 81559)
     ('1g.10gb', '3g.40gb')
