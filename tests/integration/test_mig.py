@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pwd
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from gpuenv.engine.podman import PodmanEngine
 from tests.scripted_nvml import ScriptedNvml, gpu, mig_gpu, mig_uuid, scenario
 
 from ..jsonschemas import validate_output
-from .conftest import Project, docker
+from .conftest import Installed, Project, docker
 from .test_podman import _service, _service_limits
 from .test_shared import _container, _popen
 
@@ -164,3 +166,88 @@ def test_podman_gets_exactly_the_instances_by_cdi(podman_mig: Project) -> None:
     assert "GPU 0 MIG" in doctor.stdout and f"0:2 2g.20gb, 19968 MiB {M02}" in doctor.stdout
     (path,) = [line for line in doctor.stdout.splitlines() if "GPU path" in line]
     assert path.startswith("warn") and "no CDI device for" in path and M01 in path
+
+
+def test_rootless_podman_as_the_user_with_a_described_host(
+    make_project, installed_for_users: Installed
+) -> None:
+    """Rootless Podman, as the unprivileged test user, with the MIG instances described in
+    a host file and CDI nodes at their own paths (rootless Podman binds them from there):
+    the spec's instance, then one named by UUID whose CDI device is named "<gpu>:<mig>"."""
+    address = _service("GPUENV_TEST_PODMAN_ROOTLESS")
+    folder = Path(os.environ.get("GPUENV_TEST_CDI_DIR", ""))
+    user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
+    project = make_project(spec="gpus: {mig: 1g.10gb, count: 1}\n")
+    for root, names, files in os.walk(project.path):
+        for name in [".", *names, *files]:
+            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
+    mine = project.path.parent / f"{project.name}-user"
+    mine.mkdir()
+    os.chown(mine, user.pw_uid, user.pw_gid)
+    instances = [
+        {"uuid": M00, "profile": "1g.10gb", "index": 0},
+        {"uuid": M01, "profile": "1g.10gb", "index": 1},
+    ]
+    host = mine / "host.json"
+    host.write_text(
+        json.dumps(
+            {
+                "driver": "550.54.15",
+                "gpus": [
+                    {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "uuid": GPU0, "mig": instances}
+                ],
+            }
+        )
+    )
+    stand_ins = folder.parent / "dev"  # nvidia0 and nvidia1, made by scripts/services.sh
+    devices = [
+        {"name": name, "containerEdits": {"deviceNodes": [{"path": str(stand_ins / node)}]}}
+        for name, node in ((M00, "nvidia0"), ("0:1", "nvidia1"))
+    ]
+    spec = folder / SPEC_NAME
+    spec.write_text(
+        json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices})
+    )
+    spec.chmod(0o644)
+    env = installed_for_users.env(
+        {
+            **project.env,
+            "CONTAINER_HOST": address,
+            "GPUENV_CDI_SPEC_DIRS": str(folder),
+            "GPUENV_HOST_FILE": str(host),
+            "HOME": user.pw_dir,
+            "USER": user.pw_name,
+            "XDG_CACHE_HOME": str(mine / "cache"),
+            "GPUENV_STATE_DIR": str(mine / "state"),
+            "GPUENV_DATA_DIR": str(mine / "data"),
+        }
+    )
+    env.pop("DOCKER_HOST", None)
+
+    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = installed_for_users.argv("-C", str(project.path), *args)
+        return subprocess.run(
+            ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=project.path,
+        )
+
+    engine = PodmanEngine(address)
+    show = f"touch mig.txt; ls {stand_ins} | tr '\\n' ' '; echo; echo $NVIDIA_VISIBLE_DEVICES"
+    try:
+        built = as_user("build", "-q")
+        assert built.returncode == 0, built.stdout + built.stderr
+        first = as_user("run", "--", "sh", "-c", show)
+        assert _seen(first) == (["nvidia0"], [M00])
+        second = as_user("run", "--gpus", M01, "--", "sh", "-c", show)
+        assert _seen(second) == (["nvidia1"], [M01])
+        info = (project.path / "mig.txt").stat()
+        assert (info.st_uid, info.st_gid) == (user.pw_uid, user.pw_gid)
+        assert engine.containers(f"io.gpuenv.project={project.name}") == []
+    finally:
+        spec.unlink(missing_ok=True)
+        for image in engine.images(f"io.gpuenv.project={project.name}"):
+            engine.remove_image(image.id)
