@@ -63,6 +63,57 @@ def gpu(index: int, **readings: Any) -> dict[str, Any]:
     return base
 
 
+# A100 80GB GPU-instance profiles as `nvidia-smi mig -lgip` lists them (NVIDIA MIG user
+# guide, "A100 MIG Profiles"): name -> (profile id, GPU slices, memory in MB).
+A100_PROFILES = {
+    "1g.10gb": (19, 1, 9984),
+    "2g.20gb": (14, 2, 19968),
+    "3g.40gb": (9, 3, 40192),
+    "7g.80gb": (0, 7, 81408),
+}
+
+
+def mig_uuid(gpu_index: int, mig_index: int) -> str:
+    return f"MIG-{gpu_index:04x}{mig_index:04x}-aaaa-bbbb-cccc-dddddddddddd"
+
+
+def mig(
+    gpu_index: int,
+    mig_index: int,
+    profile: str = "1g.10gb",
+    *,
+    named: bool = True,
+    attributes: bool = True,
+    **readings: Any,
+) -> dict[str, Any]:
+    """A MIG device as NVML reports one: its GPU-instance profile (with its name unless
+    not `named`: a driver that does not give it) and its attributes (slices, memory)."""
+    profile_id, slices, memory_mb = A100_PROFILES[profile]
+    data: dict[str, Any] = {
+        "uuid": mig_uuid(gpu_index, mig_index),
+        "gpu_instance": mig_index + 1,
+        "compute_instance": 0,
+        "memory_total_mib": memory_mb,
+    }
+    if named:
+        data["profile"] = {
+            "id": profile_id,
+            "name": f"MIG {profile}",
+            "slices": slices,
+            "memory_mb": memory_mb,
+        }
+    if attributes:
+        data["attributes"] = {"gi_slices": slices, "ci_slices": slices, "memory_mb": memory_mb}
+    data.update(readings)
+    return data
+
+
+def mig_gpu(index: int, *profiles: str, **readings: Any) -> dict[str, Any]:
+    """An A100 in MIG mode with instances of these profiles."""
+    instances = [mig(index, n, p) for n, p in enumerate(profiles)]
+    return gpu(index, mig_mode=1, max_mig_devices=7, mig=instances, **readings)
+
+
 def scenario(*gpus: dict[str, Any], driver: str = "550.54.15", cuda: int = 12040) -> dict[str, Any]:
     return {"driver": driver, "cuda_driver": cuda, "gpus": list(gpus)}
 

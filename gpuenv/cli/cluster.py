@@ -134,6 +134,12 @@ def submit(
             hint="drop the --export option, or pass the values another way",
         )
     _warn_if_pushed_is_stale(project)
+    if spec.gpus.mode == "mig" and gpus is None:
+        ui.warn(
+            f"gpuenv.yaml asks for {spec.gpus}: the job asks Slurm for "
+            f"--gres=gpu:{job_gpus(spec, gpus)}, whole GPUs (gpuenv does not know this "
+            "cluster's MIG GRES types)"
+        )
     output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
     script = sbatch_script(
         spec,

@@ -22,8 +22,8 @@ run_options = apply(
         click.option(
             "--gpus",
             metavar="GPUS",
-            help="all | none | optional | N | 0,2 | device=0 | GPU-<uuid>,... "
-            "(default: the spec's gpus).",
+            help="all | none | optional | N | 0,2 | device=0 | GPU-<uuid>,... | MIG-<uuid>,... | "
+            "mig=PROFILE[,count=N] (default: the spec's gpus).",
         ),
         click.option(
             "-e",
@@ -119,7 +119,8 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
     writable, and never the deny list (engine sockets, /etc, ~/.ssh, ...) unless
     --allow-mount names the path. The command runs as you, with
     a HOME and a passwd entry, so the files it writes are yours. GPUs come from the spec
-    or --gpus, by UUID where known; NVIDIA_VISIBLE_DEVICES is exactly the grant. They are
+    or --gpus, by UUID where known (MIG instances by their MIG UUID, or by profile with
+    --gpus mig=1g.10gb,count=2); NVIDIA_VISIBLE_DEVICES is exactly the grant. They are
     asked for the way the engine takes them: CDI devices (nvidia.com/gpu=GPU-<uuid>) on
     Podman and on Docker 25+ with CDI on and a CDI spec, the NVIDIA device request
     otherwise (GPUENV_GPU_PATH=legacy|cdi overrides; GPUENV_ENGINE=podman or a podman.sock

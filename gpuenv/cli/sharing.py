@@ -56,11 +56,14 @@ def top(once: bool, as_json: bool, interval: float) -> None:
 
     Health: thermal, power-cap and hardware slowdowns, a temperature near the GPU's own
     slowdown threshold, a PCIe link below the card's width or generation, uncorrected
-    ECC errors and a GPU that fell off the bus, each with what to do."""
+    ECC errors and a GPU that fell off the bus, each with what to do.
+
+    A GPU in MIG mode lists its instances below it (GPU:MIG index, profile, memory, who
+    holds each). NVML rarely reads utilization per instance: it shows n/a, never 0 %."""
     import time
 
     from gpuenv.cli import ui
-    from gpuenv.cli.views import health_lines, top_table, top_view
+    from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
 
     host, rows = _top_data()
     if not host.gpus:
@@ -77,7 +80,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
     if once:
         ui.table(top_table(host, rows))
         # Findings are messages, not rows: on stderr, so a piped table stays plain rows.
-        for line in health_lines([finding for row in rows for finding in row.health]):
+        for line in mig_note(rows) + health_lines([f for row in rows for f in row.health]):
             ui.err.print(line)
         return
     from rich.live import Live

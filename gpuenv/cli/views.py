@@ -99,7 +99,9 @@ def runs_table(runs: Any) -> Table:
         table.add_column(column, overflow="fold")
     for run in runs:
         # UUIDs are long: their first block is enough to tell GPUs apart on a table.
-        gpus = ",".join(g[:12] if g.startswith("GPU-") else g for g in run.gpus.split(","))
+        gpus = ",".join(
+            g[:12] if g.startswith(("GPU-", "MIG-")) else g for g in run.gpus.split(",")
+        )
         state = f"{run.state}, detached" if run.detached else run.state
         if run.idle_seconds is not None:
             state += f", idle {duration(run.idle_seconds)}"
@@ -126,14 +128,10 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             if row.idle_seconds is not None:
                 idle = f", [yellow]idle {duration(row.idle_seconds)}[/]"
             users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']}){idle}")
-        for user in row.users:
-            if user["gpuenv"]:
-                users.append(f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}")
-            else:
-                where = f"container {user['container']}" if user["container"] else "no container"
-                users.append(
-                    f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
-                )
+        users += [_user_line(user) for user in row.users]
+        held = sum(1 for mig in row.mig if mig["claimed_by"])
+        if held:
+            users.append(f"MIG: {held} of {len(row.mig)} instances claimed (below)")
         memory = (
             f"{number(row.memory_used_mib, '')}/{number(row.memory_total_mib, ' MiB')}"
             if row.memory_total_mib
@@ -150,7 +148,40 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             health_cell(row.health),
             "\n".join(users) or _unused(row.health),
         )
+        for mig in row.mig:
+            holder = mig["claimed_by"]
+            table.add_row(
+                f"  {row.index}:{'?' if mig['index'] is None else mig['index']}",
+                f"MIG {escape(mig['profile'] or 'profile unknown')} {mig['uuid'][:12]}",
+                "n/a" if mig["utilization"] is None else f"{mig['utilization']}%",
+                number(mig["memory_total_mib"], " MiB"),
+                "",
+                "",
+                "",
+                "\n".join(
+                    ([f"claimed: {holder['user']} ({holder['project']})"] if holder else [])
+                    + [_user_line(user) for user in mig["users"]]
+                )
+                or "[green]free[/]",
+            )
     return table
+
+
+def _user_line(user: dict[str, Any]) -> str:
+    if user["gpuenv"]:
+        return f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}"
+    where = f"container {user['container']}" if user["container"] else "no container"
+    return f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
+
+
+def mig_note(rows: list[Any]) -> list[str]:
+    """Why a MIG instance's utilization reads n/a (said once, below the table)."""
+    if any(m["utilization"] is None for row in rows for m in row.mig):
+        return [
+            "MIG instances: utilization n/a: NVML does not report utilization on GPUs in "
+            "MIG mode, per instance or whole, on this host"
+        ]
+    return []
 
 
 def _unused(findings: list[dict[str, Any]]) -> str:
@@ -180,4 +211,4 @@ def health_lines(findings: list[dict[str, Any]]) -> list[str]:
 def top_view(host: Any, rows: list[Any]) -> Group:
     """The GPU table, then each health finding with its remedy."""
     lines = health_lines([finding for row in rows for finding in row.health])
-    return Group(top_table(host, rows), *lines)
+    return Group(top_table(host, rows), *mig_note(rows), *lines)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpuenv.cluster.slurm import DEFAULT_RENDEZVOUS_TIMEOUT, job_name
 from gpuenv.common.platforms import arch_of
 from gpuenv.errors import UsageError
-from gpuenv.project.spec import WORKSPACE, Spec
+from gpuenv.project.spec import WORKSPACE, Spec, is_mig_profile
 
 if TYPE_CHECKING:
     from gpuenv.project.mounts import Bind
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 KUBERNETES_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 # Kueue picks up a Job by this label (kueue.sigs.k8s.io/docs/tasks/run/jobs/).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-# MIG profiles as NVIDIA's device plugin names them under the "mixed" strategy:
-# nvidia.com/mig-1g.10gb, nvidia.com/mig-3g.40gb, nvidia.com/mig-1g.10gb+me, ...
-_MIG_PROFILE = re.compile(r"^[1-9]\d*g\.[1-9]\d*gb(\+me)?$")
 _DNS = re.compile(r"[^a-z0-9-]+")
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS subdomain
 RENDEZVOUS_PORT = 29500
@@ -45,7 +42,7 @@ class KubernetesOptions:
     env_secret: str | None = None  # the Secret of the -e variables; None: env_secret()
 
     def check(self) -> None:
-        if self.mig is not None and not _MIG_PROFILE.match(self.mig):
+        if self.mig is not None and not is_mig_profile(self.mig):
             raise UsageError(
                 f"--mig {self.mig!r}: not a MIG profile like 1g.10gb, 3g.40gb or 1g.10gb+me"
             )
@@ -132,7 +129,16 @@ def kubernetes_manifests(
     else:
         argv = list(command)
     secret = options.env_secret or env_secret(spec)
-    container = _container(image, argv, _env_list(env, referenced, secret), gpus, options.mig)
+    # The spec's `gpus: {mig: PROFILE, count: N}` asks for MIG slices without --mig.
+    mig = options.mig or (spec.gpus.profile if spec.gpus.mode == "mig" else None)
+    named = [d for d in spec.gpus.devices if d.startswith("MIG-")]
+    if named and mig is None:
+        raise UsageError(
+            f"gpus: [{named[0]}, ...] in the spec names MIG instances of one host: a Kubernetes "
+            "Job cannot ask for devices by UUID, and nvidia.com/gpu would be whole GPUs",
+            hint="ask for slices by profile: --mig 1g.10gb, or gpus: {mig: 1g.10gb, count: N}",
+        )
+    container = _container(image, argv, _env_list(env, referenced, secret), gpus, mig)
     if options.nodes > 1:
         container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
     user = uid if uid != 0 else 1000
@@ -251,6 +257,13 @@ def compose_file(
     `referenced`: variables written as a name without a value, which Compose takes from
     the environment `docker compose` runs in (unset in the container where that has
     none: compose-spec/compose-go#654)."""
+    if spec.gpus.mode == "mig" and not device_ids:
+        raise UsageError(
+            f"gpus: {spec.gpus} in the spec: Compose cannot reserve MIG instances by profile "
+            "(its device reservations take a count of whole GPUs or device ids)",
+            hint="name the instances in the spec (gpus: [MIG-<uuid>, ...]; `gpuenv doctor` "
+            "lists them) or export for Kubernetes, which schedules nvidia.com/mig-<profile>",
+        )
     service: dict[str, Any] = {
         "image": image,
         "command": list(command),

@@ -82,11 +82,12 @@ def exported_environment(
 
 
 def job_gpus(spec: Spec, gpus: int | None) -> int:
-    """GPUs per job: --gpus, else the spec's count (devices counted; `all` is one)."""
+    """GPUs per job: --gpus, else the spec's count (devices counted, MIG instances too;
+    `all` is one)."""
     if gpus is not None:
         return gpus
     request = spec.gpus
-    if request.mode == "count":
+    if request.mode in ("count", "mig"):
         return request.count or 0
     if request.mode == "devices":
         return len(request.devices)

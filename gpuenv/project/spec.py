@@ -33,6 +33,22 @@ FRAMEWORKS = ("pytorch", "tensorflow", "jax", "none")
 FAMILIES = ("ngc",)
 IPC_MODES = ("host", "private", "shareable")
 GPU_KEYWORDS = ("all", "none", "optional")
+# A MIG profile is NVIDIA's name for an instance's size: 1g.10gb (one GPU slice, 10 GB),
+# 1c.2g.20gb where the compute instance takes fewer slices than its GPU instance, and a
+# +me-style suffix for extra engines (NVIDIA/go-nvlib pkg/nvlib/device/mig_profile.go).
+# NVIDIA's Kubernetes device plugin names the resource nvidia.com/mig-<profile>.
+MIG_PROFILE = re.compile(r"^(?:[1-9]\d?c\.)?[1-9]\d?g\.[1-9]\d*gb(?:\+[a-z]+(?:\.[a-z]+)*)?$")
+
+
+def is_mig_profile(text: str) -> bool:
+    """Whether `text` is a MIG profile name.
+
+    >>> [is_mig_profile(t) for t in ("1g.10gb", "1c.2g.20gb", "1g.10gb+me", "2g", "10gb")]
+    [True, True, True, False, False]
+    """
+    return bool(MIG_PROFILE.match(text))
+
+
 WORKSPACE = "/workspace"
 
 FIELDS = (
@@ -77,25 +93,31 @@ _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 @dataclass(frozen=True)
 class GpuRequest:
-    """What the spec asks for: every GPU, none, optional, a count, or named devices."""
+    """What the spec asks for: every GPU, none, optional, a count, named devices (GPUs or
+    MIG instances by UUID), or `count` MIG instances of one `profile` (mode "mig")."""
 
-    mode: str  # "all" | "none" | "optional" | "count" | "devices"
+    mode: str  # "all" | "none" | "optional" | "count" | "devices" | "mig"
     count: int | None = None
     devices: tuple[str, ...] = ()
+    profile: str | None = None  # mode "mig": the MIG profile, e.g. 1g.10gb
 
     def __str__(self) -> str:
         if self.mode == "count":
             return str(self.count)
         if self.mode == "devices":
             return ",".join(self.devices)
+        if self.mode == "mig":
+            return f"{self.count}× MIG {self.profile}"
         return self.mode
 
-    def to_data(self) -> str | int | list[str]:
+    def to_data(self) -> str | int | list[str] | dict[str, Any]:
         if self.mode == "count":
             assert self.count is not None
             return self.count
         if self.mode == "devices":
             return list(self.devices)
+        if self.mode == "mig":
+            return {"mig": self.profile, "count": self.count}
         return self.mode
 
 
@@ -185,6 +207,8 @@ def spec_from_data(data: Mapping[str, Any], project_dir: str, path: str | None) 
         request = GpuRequest("count", count=gpus)
     elif isinstance(gpus, list):
         request = GpuRequest("devices", devices=tuple(str(d) for d in gpus))
+    elif isinstance(gpus, Mapping):
+        request = GpuRequest("mig", count=int(gpus["count"]), profile=str(gpus["mig"]))
     else:
         request = GpuRequest(str(gpus))
     return Spec(

@@ -28,6 +28,7 @@ from gpuenv.project.spec import (
     default_name,
     display_path,
     inside_project,
+    is_mig_profile,
     parse_size,
 )
 
@@ -240,9 +241,38 @@ def _env(check: Checker, value: Any) -> tuple[tuple[str, str], ...] | None:
     return tuple(sorted(out))
 
 
-def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
-    """The spec's `gpus`: all | none | optional | a count | indices or GPU UUIDs."""
+def _mig_request(check: Checker, value: dict[Any, Any]) -> GpuRequest | None:
+    """`gpus: {mig: 1g.10gb, count: 2}`: MIG instances of one profile (count 1 if left out)."""
     path: YamlPath = ("gpus",)
+    unknown = sorted(str(k) for k in value if k not in ("mig", "count"))
+    for key in unknown:
+        check.add((*path, key), f"unknown key {key!r} (known: mig, count)")
+    profile, count = value.get("mig"), value.get("count", 1)
+    ok = not unknown
+    if not isinstance(profile, str) or not is_mig_profile(profile):
+        what = (
+            "the MIG profile is missing"
+            if "mig" not in value
+            else (f"{describe(profile)} is not a MIG profile")
+        )
+        check.add(
+            (*path, "mig") if "mig" in value else path,
+            f"{what}: write e.g. 1g.10gb, 3g.40gb or 1c.2g.20gb "
+            "(`gpuenv doctor` lists this host's)",
+        )
+        ok = False
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        check.add((*path, "count"), f"{describe(count)} is not a count of at least 1")
+        ok = False
+    return GpuRequest("mig", count=count, profile=profile) if ok else None
+
+
+def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
+    """The spec's `gpus`: all | none | optional | a count | indices or GPU/MIG UUIDs |
+    {mig: PROFILE, count: N}."""
+    path: YamlPath = ("gpus",)
+    if isinstance(value, dict):
+        return _mig_request(check, value)
     if isinstance(value, bool):
         check.add(
             path, f"expected all, none, optional, a count or a list of GPUs, got {describe(value)}"
@@ -281,8 +311,8 @@ def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
         else:
             check.add(
                 item_path,
-                f"{describe(item)} is not a GPU index (0, 1, ...) or UUID (GPU-...); "
-                "use all, none, optional or a count for the whole field",
+                f"{describe(item)} is not a GPU index (0, 1, ...) or UUID (GPU-... or MIG-...); "
+                "use all, none, optional, a count or {mig: PROFILE, count: N} for the whole field",
             )
             continue
         if device in devices:

@@ -195,6 +195,7 @@ _GPU_KEYS = {
     "pci_bus_id",
     "lost",
     "xids",
+    "mig",
 }
 
 
@@ -249,6 +250,11 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         if not isinstance(process, dict) or not isinstance(process.get("pid"), int):
             raise HostError(f"{where}: each process needs a numeric 'pid'")
         processes.append(GpuProcess(process["pid"], process.get("used_memory_mib")))
+    migs: tuple[MigDevice, ...] = ()
+    if "mig" in item:
+        from gpuenv.resolution.mig import migs_from_data
+
+        migs = migs_from_data(item["mig"], where)
     return Gpu(
         index=index,
         name=item["name"],
@@ -260,6 +266,8 @@ def _gpu_from_data(item: Any, position: int, where: str) -> Gpu:
         pci_bus_id=item.get("pci_bus_id"),
         lost=lost,
         xids=tuple(xids),
+        mig_mode=True if migs else None,
+        mig_devices=migs,
         **numbers,
     )
 

@@ -17,12 +17,23 @@ class GpuProcess:
 
 @dataclass(frozen=True)
 class MigDevice:
-    """A MIG instance of a GPU, as NVML lists it."""
+    """A MIG instance of a GPU, as NVML (or the host file) lists it.
+
+    `profile` is NVIDIA's name for its size, such as ``1g.10gb`` (``1c.2g.20gb`` where the
+    compute instance is smaller than its GPU instance); `profile_source` says how gpuenv
+    knows it: ``nvml`` (the GPU-instance profile's own name), ``derived`` (from slice
+    counts and memory, the way NVIDIA's go-nvlib names profiles) or ``host file``.
+    """
 
     uuid: str
     gpu_instance: int | None = None
     compute_instance: int | None = None
     memory_total_mib: int | None = None
+    index: int | None = None  # NVML's MIG device index on its GPU (nvidia-ctk's "<gpu>:<index>")
+    profile: str | None = None
+    profile_source: str | None = None
+    utilization: int | None = None  # percent; NVML usually cannot read it per instance
+    processes: tuple[GpuProcess, ...] = ()  # NVML's, through the MIG device's own handle
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,10 @@ class Gpu:
         """How claims and device requests name it: the UUID where known."""
         return self.uuid or str(self.index)
 
+    def mig(self, key: str) -> MigDevice | None:
+        """This GPU's MIG instance with UUID `key`, if it has one."""
+        return next((m for m in self.mig_devices if m.uuid == key), None)
+
 
 @dataclass(frozen=True)
 class Host:
@@ -75,6 +90,13 @@ class Host:
     cuda_driver: str | None = None  # the newest CUDA the driver supports (NVML)
     note: str | None = None  # why detection found nothing, for `--explain` and doctor
     platform: str | None = None  # linux/amd64 | linux/arm64; None when not known
+
+    @property
+    def uuids(self) -> set[str]:
+        """The UUIDs of its GPUs and of their MIG instances."""
+        return {g.uuid for g in self.gpus if g.uuid} | {
+            m.uuid for g in self.gpus for m in g.mig_devices
+        }
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -95,6 +117,9 @@ class Host:
         for gpu in self.gpus:
             names[gpu.name] = names.get(gpu.name, 0) + 1
         gpus = ", ".join(f"{n}× {name}" if n > 1 else name for name, n in names.items())
+        migs = sum(len(gpu.mig_devices) for gpu in self.gpus)
+        if migs:
+            gpus += f" ({migs} MIG instance{'s' if migs > 1 else ''})"
         how = {
             "nvml": "detected through NVML",
             "nvidia-smi": "detected through nvidia-smi",

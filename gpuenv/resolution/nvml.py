@@ -9,6 +9,7 @@ hides the others. The tests run all of this against a scripted libnvidia-ml.so.1
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -164,27 +165,80 @@ def _mig_devices(pynvml: Any, handle: Any, enabled: bool | None) -> tuple[MigDev
     if not enabled:
         return ()
     devices = []
+    total_mib: int | None = None
+    with contextlib.suppress(pynvml.NVMLError):
+        total_mib = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) >> 20
     with contextlib.suppress(pynvml.NVMLError):
         for index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
                 mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
             except pynvml.NVMLError_NotFound:
                 continue
-            devices.append(_mig_device(pynvml, mig))
+            devices.append(_mig_device(pynvml, handle, mig, index, total_mib))
     return tuple(devices)
 
 
-def _mig_device(pynvml: Any, mig: Any) -> MigDevice:
-    values: dict[str, Any] = {}
+def _mig_device(pynvml: Any, parent: Any, mig: Any, index: int, total_mib: int | None) -> MigDevice:
+    values: dict[str, Any] = {"index": index}
     readers: dict[str, Callable[[], Any]] = {
         "gpu_instance": lambda: int(pynvml.nvmlDeviceGetGpuInstanceId(mig)),
         "compute_instance": lambda: int(pynvml.nvmlDeviceGetComputeInstanceId(mig)),
         "memory_total_mib": lambda: int(pynvml.nvmlDeviceGetMemoryInfo(mig).total) >> 20,
+        # Usually NOT_SUPPORTED on a MIG device: then unknown, never 0 %.
+        "utilization": lambda: int(pynvml.nvmlDeviceGetUtilizationRates(mig).gpu),
     }
     for key, read in readers.items():
         with contextlib.suppress(pynvml.NVMLError):
             values[key] = read()
+    values["processes"] = _processes(pynvml, mig)
+    profile = _profile(pynvml, parent, mig, values.get("gpu_instance"), total_mib)
+    if profile is not None:
+        values["profile"], values["profile_source"] = profile
     return MigDevice(_text(pynvml.nvmlDeviceGetUUID(mig)), **values)
+
+
+def _profile(
+    pynvml: Any, parent: Any, mig: Any, gpu_instance: int | None, total_mib: int | None
+) -> tuple[str, str] | None:
+    """The instance's profile name and how it is known (see `mig_profile`)."""
+    compute_slices = gpu_slices = memory_mb = None
+    with contextlib.suppress(pynvml.NVMLError, AttributeError):
+        attributes = pynvml.nvmlDeviceGetAttributes(mig)
+        gpu_slices = int(attributes.gpuInstanceSliceCount)
+        compute_slices = int(attributes.computeInstanceSliceCount)
+        memory_mb = int(attributes.memorySizeMB)
+    if gpu_instance is not None:
+        with contextlib.suppress(pynvml.NVMLError, AttributeError):
+            instance = pynvml.nvmlDeviceGetGpuInstanceById(parent, gpu_instance)
+            profile_id = pynvml.nvmlGpuInstanceGetInfo(instance).profileId
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfoById(parent, profile_id)
+            name = _text(info.name).strip().removeprefix("MIG ").strip()
+            if name:
+                ci = compute_slices if compute_slices and compute_slices != info.sliceCount else 0
+                return (f"{ci}c.{name}" if ci else name), "nvml"
+    if gpu_slices and memory_mb and total_mib:
+        name = mig_profile(gpu_slices, compute_slices or gpu_slices, memory_mb, total_mib)
+        return name, "derived"
+    return None
+
+
+def mig_profile(gpu_slices: int, compute_slices: int, memory_mb: int, total_mib: int) -> str:
+    """A MIG profile's name from its slices and memory, as NVIDIA's go-nvlib names it
+    (pkg/nvlib/device/mig_device.go `GetProfile` passes the MIG device's attributes'
+    memorySizeMB and the parent's total memory to mig_profile.go, whose
+    `getMigMemorySizeGB` takes the instance's share of the GPU's memory rounded up to
+    eighths, times the GPU's memory in whole GiB). go-nvlib adds engine suffixes (+me)
+    from the compute-instance engine profile, which this cannot see.
+
+    >>> mig_profile(1, 1, 9728, 81920), mig_profile(3, 3, 40192, 81559)
+    ('1g.10gb', '3g.40gb')
+    >>> mig_profile(2, 1, 19968, 81920)
+    '1c.2g.20gb'
+    """
+    eighths = math.ceil(memory_mb / total_mib * 8) / 8
+    memory_gb = round(eighths * math.ceil(total_mib / 1024))
+    name = f"{gpu_slices}g.{memory_gb}gb"
+    return f"{compute_slices}c.{name}" if compute_slices != gpu_slices else name
 
 
 class NvmlListener:

@@ -188,13 +188,19 @@ def _class_from_brand(brand: str | None) -> str | None:
 
 
 def selected_gpus(spec: Spec, gpus: Sequence[HostGpu]) -> tuple[HostGpu, ...]:
-    """The GPUs the spec will use: named ones, none, or all (a count may land on any)."""
+    """The GPUs the spec will use: named ones (a named MIG instance's GPU), those with
+    instances of the spec's MIG profile, none, or all (a count may land on any)."""
     request = spec.gpus
     if request.mode == "none":
         return ()
-    if request.mode == "devices":
+    if request.mode in ("devices", "mig"):
         chosen = [
-            g for g in gpus if str(g.gpu.index) in request.devices or g.gpu.uuid in request.devices
+            g
+            for g in gpus
+            if str(g.gpu.index) in request.devices
+            or g.gpu.uuid in request.devices
+            or any(m.uuid in request.devices for m in g.gpu.mig_devices)
+            or any(m.profile == request.profile for m in g.gpu.mig_devices if request.profile)
         ]
         return tuple(chosen) if chosen else tuple(gpus)
     return tuple(gpus)

@@ -132,7 +132,11 @@ def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
     gpus = classify_gpus(host, matrix)
     if grant.mode == "devices":
         gpus = tuple(
-            g for g in gpus if str(g.gpu.index) in grant.devices or g.gpu.uuid in grant.devices
+            g
+            for g in gpus
+            if str(g.gpu.index) in grant.devices
+            or g.gpu.uuid in grant.devices
+            or any(m.uuid in grant.devices for m in g.gpu.mig_devices)  # an instance's GPU
         )
     (candidate,) = evaluate(default_spec(".", row.framework), matrix, host, gpus, [row])
     if candidate.rejections:

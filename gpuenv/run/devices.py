@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.resolution.mig import cdi_mig_names
+
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import ContainerEngine
     from gpuenv.resolution.host import Host
@@ -300,7 +302,7 @@ def spec_problems(
                 f"{unbound[0][0]} (hostPath {unbound[0][1]}) does not exist on the host: "
                 "give the node's host path as its path"
             )
-    uuids = {g.uuid for g in host.gpus if g.uuid}
+    uuids = host.uuids
     gone = [d for d in spec.devices if d.startswith(("GPU-", "MIG-")) and uuids and d not in uuids]
     warnings = [
         f"{spec.path}: names {d}, which this host does not have; {GENERATE_HINT}" for d in gone
@@ -324,6 +326,7 @@ def _names(specs: Sequence[CdiSpec], host: Host) -> tuple[dict[str, str], str | 
                 f"the CDI spec names GPU {gpu.index} by index: gpuenv maps it to NVML's index "
                 "(CUDA's and nvidia-ctk's can differ; `--device-name-strategy=uuid` avoids it)"
             )
+        names.update(cdi_mig_names(gpu, devices))
     if not host.gpus:  # GPUs not known here: the spec's own names, by index or UUID
         names.update({n: q for n, q in devices.items() if n != "all"})
     return names, devices.get("all"), notes[:1]

@@ -87,6 +87,7 @@ def _gpu_path(facts: EngineFacts, host: object, checks: list[Check]) -> GpuPath 
     detail = path.describe()
     if path.method == "cdi":
         missing = [g.key for g in known.gpus if g.key not in path.names]
+        missing += [m.uuid for g in known.gpus for m in g.mig_devices if m.uuid not in path.names]
         if not path.names and not path.all_device:
             checks.append(
                 Check("GPU path", "fail", detail, "; ".join(path.problems) or GENERATE_REMEDY)
@@ -265,7 +266,39 @@ def _driver(checks: list[Check]) -> object:
     else:
         checks.append(Check("NVIDIA driver", "ok", host.describe()))
         _health(host.gpus, checks)
+        _mig(host.gpus, checks)
     return host
+
+
+def _mig(gpus: Any, checks: list[Check]) -> None:
+    """One check per GPU in MIG mode: its instances (profile, memory, UUID), as runs
+    ask for them (`--gpus MIG-<uuid>`, `gpus: {mig: PROFILE}`)."""
+    for gpu in gpus:
+        if not gpu.mig_mode:
+            continue
+        if not gpu.mig_devices:
+            checks.append(
+                Check(
+                    f"GPU {gpu.index} MIG",
+                    "warn",
+                    "in MIG mode without instances: no run can use it",
+                    "create instances (`sudo nvidia-smi mig -i "
+                    f"{gpu.index} -cgi 1g.10gb -C`), or turn MIG mode off",
+                )
+            )
+            continue
+        listed = []
+        for mig in gpu.mig_devices:
+            profile = mig.profile or "profile unknown"
+            if mig.profile_source == "derived":
+                profile += " (derived from slices and memory)"
+            memory = f", {mig.memory_total_mib} MiB" if mig.memory_total_mib is not None else ""
+            where = f"{gpu.index}:{'?' if mig.index is None else mig.index}"
+            listed.append(f"{where} {profile}{memory} {mig.uuid}")
+        noun = "instance" if len(listed) == 1 else "instances"
+        checks.append(
+            Check(f"GPU {gpu.index} MIG", "ok", f"{len(listed)} {noun}: " + "; ".join(listed))
+        )
 
 
 def _health(gpus: Any, checks: list[Check]) -> None:

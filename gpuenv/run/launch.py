@@ -174,6 +174,7 @@ def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
 def _gpus_used(granted: Grant, host: Host) -> list[tuple[str, str]]:
     """The granted GPUs with their models, for the usage record."""
     models = {gpu.key: gpu.name for gpu in host.gpus} | {str(g.index): g.name for g in host.gpus}
+    models |= {m.uuid: f"{g.name} MIG {m.profile or '?'}" for g in host.gpus for m in g.mig_devices}
     if granted.mode == "all":
         return [(gpu.key, gpu.name) for gpu in host.gpus]
     if granted.mode == "none":
@@ -219,7 +220,8 @@ def gpu_requests(
     try:
         requests = device_requests(path, granted)
     except MissingCdiDevice as exc:
-        which = "any GPU" if str(exc) == "all" else f"GPU {exc}"
+        kind = "MIG instance" if str(exc).startswith("MIG-") else "GPU"
+        which = "any GPU" if str(exc) == "all" else f"{kind} {exc}"
         details = "; ".join(path.problems) or "its CDI specs name no such device"
         raise GpuPathBroken(
             f"this engine takes GPUs through CDI, but no CDI device gives {which}: {details}",

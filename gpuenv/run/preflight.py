@@ -90,10 +90,17 @@ def _verdict(stored: Any) -> list[str] | None:
 
 
 def _granted(host: Host, grant: Grant) -> list[Gpu]:
-    """The GPUs the preflight judges: the granted ones (all, for a count or all)."""
+    """The GPUs the preflight judges: the granted ones (all, for a count or all), and
+    the GPU of each granted MIG instance (as `container.preflight` chooses them)."""
     if grant.mode != "devices":
         return list(host.gpus)
-    return [g for g in host.gpus if str(g.index) in grant.devices or g.uuid in grant.devices]
+    return [
+        g
+        for g in host.gpus
+        if str(g.index) in grant.devices
+        or g.uuid in grant.devices
+        or any(m.uuid in grant.devices for m in g.mig_devices)
+    ]
 
 
 def verdict_key(locked: Locked, host: Host, grant: Grant) -> str | None:

@@ -16,7 +16,7 @@ from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_gpus_value
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Gpu, Host
+    from gpuenv.resolution.host import Gpu, Host, MigDevice
     from gpuenv.sharing.claims import Claim
 
 
@@ -44,11 +44,14 @@ class Grant:
 
 
 def parse_gpus_option(text: str) -> GpuRequest:
-    """`--gpus all|none|optional|N|0,2|device=0|GPU-<uuid>,...`, with the spec's rules.
+    """`--gpus all|none|optional|N|0,2|device=0|GPU-<uuid>,MIG-<uuid>,...|mig=PROFILE[,count=N]`,
+    with the spec's rules.
 
     A single number is a count, as in `docker run --gpus 2`; `device=0` names GPU 0.
     """
     stripped = text.strip()
+    if stripped.startswith("mig="):
+        return _mig_option(text)
     if stripped == "0":
         raise UsageError(
             "--gpus 0: a GPU count must be at least 1",
@@ -69,6 +72,62 @@ def parse_gpus_option(text: str) -> GpuRequest:
     return request
 
 
+def _mig_option(text: str) -> GpuRequest:
+    """`mig=1g.10gb` or `mig=1g.10gb,count=2`: the spec's {mig, count} on the command line."""
+    from gpuenv.common.yamlfile import YamlDocument
+
+    fields: dict[str, object] = {}
+    for part in text.strip().split(","):
+        key, _, value = part.strip().partition("=")
+        if key in fields or key not in ("mig", "count") or not value:
+            raise UsageError(
+                f"--gpus {text!r}: expected mig=PROFILE or mig=PROFILE,count=N",
+                hint="e.g. --gpus mig=1g.10gb,count=2 (`gpuenv doctor` lists this host's profiles)",
+            )
+        fields[key] = int(value) if key == "count" and value.isdigit() else value
+    check = Checker(YamlDocument("--gpus", None), ".")
+    request = parse_gpus_value(check, fields)
+    if check.problems or request is None:
+        message = check.problems[0].message if check.problems else "invalid value"
+        raise UsageError(f"--gpus {text!r}: {message}")
+    return request
+
+
+def mig_parents(host: Host) -> dict[str, Gpu]:
+    """Each MIG instance's UUID -> the GPU it is a slice of."""
+    return {mig.uuid: gpu for gpu in host.gpus for mig in gpu.mig_devices}
+
+
+def _mig_grant(request: GpuRequest, host: Host) -> Grant:
+    """`count` instances of the profile, the first ones by GPU and MIG index (no claims)."""
+    return Grant("devices", tuple(m.uuid for m in _mig_candidates(request, host)[: request.count]))
+
+
+def _mig_candidates(request: GpuRequest, host: Host) -> list[MigDevice]:
+    """Every instance of the requested profile; a usage error when the host has too few."""
+    if not host.gpus:
+        raise UsageError(
+            f"MIG instances requested ({request}), but this host's GPUs are not known",
+            hint="MIG instances are found through NVML or described in the host file "
+            "(docs/reference/host.md)",
+        )
+    instances = [m for gpu in host.gpus for m in gpu.mig_devices]
+    matching = [m for m in instances if m.profile == request.profile]
+    assert request.count is not None
+    if len(matching) < request.count:
+        profiles: dict[str, int] = {}
+        for mig in instances:
+            name = mig.profile or "unknown profile"
+            profiles[name] = profiles.get(name, 0) + 1
+        has = ", ".join(f"{n}× {p}" for p, n in profiles.items()) or "no MIG instance"
+        raise UsageError(
+            f"{request} requested, but this host has {len(matching)} "
+            f"{request.profile} instance(s) ({has})",
+            hint="ask for a profile it has, or fewer; `gpuenv doctor` lists the instances",
+        )
+    return matching
+
+
 def grant(request: GpuRequest, host: Host) -> Grant:
     """Turn a request into a grant for this host; errors name what the host has."""
     known = bool(host.gpus)
@@ -76,6 +135,8 @@ def grant(request: GpuRequest, host: Host) -> Grant:
         return Grant("all", optional=request.mode == "optional")
     if request.mode == "none":
         return Grant("none")
+    if request.mode == "mig":
+        return _mig_grant(request, host)
     if request.mode == "count":
         assert request.count is not None
         if known and request.count > len(host.gpus):
@@ -88,6 +149,7 @@ def grant(request: GpuRequest, host: Host) -> Grant:
             return Grant("devices", tuple(g.uuid or str(g.index) for g in chosen))
         return Grant("devices", tuple(str(i) for i in range(request.count)))
     devices = []
+    migs = mig_parents(host)
     for device in request.devices:
         if device.isdigit() and known:
             match = next((g for g in host.gpus if g.index == int(device)), None)
@@ -95,10 +157,26 @@ def grant(request: GpuRequest, host: Host) -> Grant:
                 indices = ", ".join(str(g.index) for g in host.gpus)
                 raise UsageError(f"GPU {device} does not exist on this host (it has {indices})")
             devices.append(match.uuid or device)
-        elif not device.isdigit() and known and not any(g.uuid == device for g in host.gpus):
+        elif device.startswith("MIG-") and known and device not in migs:
+            raise UsageError(
+                f"no MIG instance with UUID {device} on this host",
+                hint="`gpuenv doctor` lists this host's MIG instances",
+            )
+        elif (
+            not device.isdigit()
+            and not device.startswith("MIG-")
+            and known
+            and not any(g.uuid == device for g in host.gpus)
+        ):
             raise UsageError(f"no GPU with UUID {device} on this host")
         else:
             devices.append(device)
+    both = [d for d in devices if d in migs and migs[d].key in devices]
+    if both:
+        raise UsageError(
+            f"{both[0]} is a MIG instance of GPU {migs[both[0]].index}, also requested whole",
+            hint="ask for the GPU or for its instances, not both",
+        )
     return Grant("devices", tuple(devices))
 
 
@@ -107,25 +185,68 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
 
     Free means: not claimed by a live gpuenv run, and without processes from outside
     gpuenv; among free GPUs the least loaded are taken. Named GPUs are taken if nobody
-    holds them. Raises GpusBusy saying who holds what.
+    holds them. A GPU in MIG mode and its instances exclude each other: the GPU is not
+    free while any instance is claimed, an instance not while its GPU is. Raises
+    GpusBusy saying who holds what.
     """
     granted = grant(request, host)
     if not host.gpus or granted.mode == "none":
         return granted, []
     held = {claim.gpu: claim for claim in claims}
     by_key = {gpu.key: gpu for gpu in host.gpus}
+    parents = mig_parents(host)
+
+    def instance_holders(gpu: Gpu) -> list[str]:
+        return [
+            f"MIG {m.uuid[:12]}: held by {held[m.uuid].describe()}"
+            for m in gpu.mig_devices
+            if m.uuid in held
+        ]
+
+    def gpu_taken(gpu: Gpu) -> bool:
+        return gpu.key in held or bool(gpu.lost) or bool(instance_holders(gpu))
 
     def holder(gpu: Gpu) -> str:
         if gpu.lost:
             return f"GPU {gpu.index}: fell off the bus ({gpu.lost})"
         if gpu.key in held:
             return f"GPU {gpu.index}: held by {held[gpu.key].describe()}"
+        if instance_holders(gpu):
+            return f"GPU {gpu.index} (MIG): " + ", ".join(instance_holders(gpu))
         pids = ", ".join(str(p.pid) for p in gpu.processes)
         return f"GPU {gpu.index}: busy with processes outside gpuenv (pid {pids})"
 
+    def mig_holder(uuid: str) -> str | None:
+        parent = parents[uuid]
+        if uuid in held:
+            return f"MIG {uuid}: held by {held[uuid].describe()}"
+        if parent.key in held or parent.lost:
+            return f"MIG {uuid} of {holder(parent)}"
+        return None
+
+    if request.mode == "mig":
+        candidates = _mig_candidates(request, host)
+        assert request.count is not None
+
+        def not_free(mig: MigDevice) -> str | None:
+            """Held, its GPU held, or used by processes (NVML lists them per instance)."""
+            if not mig.processes:
+                return mig_holder(mig.uuid)
+            pids = ", ".join(str(p.pid) for p in mig.processes)
+            return mig_holder(mig.uuid) or f"MIG {mig.uuid}: busy with processes (pid {pids})"
+
+        open_migs = [m for m in candidates if not_free(m) is None]
+        if len(open_migs) < request.count:
+            taken = "; ".join(h for m in candidates if (h := not_free(m)))
+            raise GpusBusy(
+                f"{request} requested, {len(open_migs)} free on this host ({taken})",
+                hint="wait for them with --wait, or ask for fewer",
+            )
+        keys = [m.uuid for m in open_migs[: request.count]]
+        return Grant("devices", tuple(keys)), keys
     if request.mode == "count":
         assert request.count is not None
-        free = [g for g in host.gpus if g.key not in held and not g.processes and not g.lost]
+        free = [g for g in host.gpus if not gpu_taken(g) and not g.processes]
         if len(free) < request.count:
             taken = "; ".join(holder(g) for g in host.gpus if g not in free)
             raise GpusBusy(
@@ -133,15 +254,19 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
                 f"{len(free)} free on this host ({taken})",
                 hint="wait for them with --wait, or ask for fewer",
             )
-        free.sort(key=lambda g: (g.utilization or 0, g.memory_used_mib or 0, g.index))
+        # Whole GPUs out of MIG mode first: a MIG GPU given whole is its slices' loss.
+        free.sort(
+            key=lambda g: (bool(g.mig_mode), g.utilization or 0, g.memory_used_mib or 0, g.index)
+        )
         chosen = sorted(free[: request.count], key=lambda g: g.index)
         keys = [g.key for g in chosen]
         return Grant("devices", tuple(keys)), keys
     keys = list(granted.devices) if granted.mode == "devices" else list(by_key)
-    busy = [by_key[k] for k in keys if k in by_key and (k in held or by_key[k].lost)]
+    busy = [holder(by_key[k]) for k in keys if k in by_key and gpu_taken(by_key[k])]
+    busy += [h for k in keys if k in parents and (h := mig_holder(k))]
     if busy:
         raise GpusBusy(
-            "; ".join(holder(g) for g in busy),
+            "; ".join(busy),
             hint="wait with --wait, pick other GPUs (`gpuenv top` shows who uses what), "
             "or ask for a count (--gpus N) and gpuenv picks free ones",
         )

@@ -2,8 +2,9 @@
 Host, its health findings and who holds each GPU. Pure (no prometheus_client here:
 gpuenv.cli.exporter turns these into its metric families).
 
-Label cardinality stays bounded: a GPU's index and UUID, and where a gpuenv run holds
-it, the run's project, user and name; never a command line or a process ID.
+Label cardinality stays bounded: a GPU's index and UUID (and its MIG instances', at most
+seven a GPU, with their profiles), and where a gpuenv run holds it, the run's project,
+user and name; never a command line or a process ID.
 """
 
 from __future__ import annotations
@@ -156,7 +157,17 @@ def families(
         "counter",
         (*GPU_LABELS, "xid"),
     )
+    mig = Family(
+        PREFIX + "mig_instance",
+        "1 per MIG instance of a GPU: its UUID, profile (empty: unknown) and who holds it.",
+        "gauge",
+        ("gpu", "mig_uuid", "profile", "project", "user", "run"),
+    )
     for gpu in host.gpus:
+        for instance in gpu.mig_devices:
+            by = held.get(instance.uuid, Holder("", ""))
+            where = (str(gpu.index), instance.uuid, instance.profile or "")
+            mig.samples.append(((*where, by.project, by.user, by.run), 1))
         holder = held.get(gpu.key, Holder("", ""))
         labels = (str(gpu.index), gpu.uuid or "", holder.project, holder.user, holder.run)
         info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, host.driver or ""), 1))
@@ -178,4 +189,4 @@ def families(
         for (index, xid), count in sorted(xid_counts.items()):
             if index == gpu.index:
                 xids.samples.append(((*labels, str(xid)), count))
-    return [info, up, *readings, reasons, ecc, health, xids]
+    return [info, up, *readings, reasons, ecc, health, xids, mig]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import EngineRefused, GpuenvError, UsageError
-from gpuenv.resolution.host import Host
+from gpuenv.resolution.host import GpuProcess, Host, MigDevice
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
 from gpuenv.sharing.procfs import container_of, process_owner
@@ -144,6 +144,9 @@ class GpuRow:
     users: list[dict[str, Any]] = field(default_factory=list)
     health: list[dict[str, Any]] = field(default_factory=list)  # gpuenv.sharing.health
     idle_seconds: float | None = None  # below the idle threshold this long (gpuenv idle)
+    # The GPU's MIG instances, each with who holds it; utilization None where NVML cannot
+    # read it per instance (the usual case): unknown, never 0 %.
+    mig: list[dict[str, Any]] = field(default_factory=list)
 
     def to_data(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,42 +173,64 @@ def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> li
                 {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
             ),
             health=[finding.to_data() for finding in assess(gpu)],
+            mig=[_mig_row(mig, held.get(mig.uuid), by_container) for mig in gpu.mig_devices],
         )
-        for process in gpu.processes:
-            container = container_of(process.pid)
-            run = by_container.get(container or "")
-            if run is not None:
-                row.users.append(
-                    {
-                        "pid": process.pid,
-                        "memory_mib": process.used_memory_mib,
-                        "gpuenv": True,
-                        "run": run.name,
-                        "project": run.project,
-                        "user": run.user,
-                        "container": run.id[:12],
-                    }
-                )
-            else:
-                row.users.append(
-                    {
-                        "pid": process.pid,
-                        "memory_mib": process.used_memory_mib,
-                        "gpuenv": False,
-                        "container": (container or "")[:12] or None,
-                        "user": process_owner(process.pid),
-                    }
-                )
+        row.users = [_user(process, by_container) for process in gpu.processes]
         rows.append(row)
     return rows
 
 
+def _user(process: GpuProcess, by_container: Mapping[str, RunInfo]) -> dict[str, Any]:
+    """Who a GPU process is: a gpuenv run (by its container's cgroup), or outside gpuenv."""
+    container = container_of(process.pid)
+    run = by_container.get(container or "")
+    if run is not None:
+        return {
+            "pid": process.pid,
+            "memory_mib": process.used_memory_mib,
+            "gpuenv": True,
+            "run": run.name,
+            "project": run.project,
+            "user": run.user,
+            "container": run.id[:12],
+        }
+    return {
+        "pid": process.pid,
+        "memory_mib": process.used_memory_mib,
+        "gpuenv": False,
+        "container": (container or "")[:12] or None,
+        "user": process_owner(process.pid),
+    }
+
+
+def _mig_row(
+    mig: MigDevice, claim: Claim | None, by_container: Mapping[str, RunInfo]
+) -> dict[str, Any]:
+    return {
+        "uuid": mig.uuid,
+        "index": mig.index,
+        "profile": mig.profile,
+        "profile_source": mig.profile_source,
+        "memory_total_mib": mig.memory_total_mib,
+        "utilization": mig.utilization,
+        "claimed_by": (
+            {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
+        ),
+        "users": [_user(process, by_container) for process in mig.processes],
+    }
+
+
 def run_health(run: RunInfo, host: Host) -> list[Finding]:
-    """The health findings on the GPUs a run holds (by UUID or index; "all": every GPU)."""
+    """The health findings on the GPUs a run holds (by UUID or index, a MIG instance's
+    GPU for the instance; "all": every GPU)."""
     held = {key.strip() for key in run.gpus.split(",")}
     gpus = [
         gpu
         for gpu in host.gpus
-        if "all" in held or gpu.key in held or str(gpu.index) in held or gpu.uuid in held
+        if "all" in held
+        or gpu.key in held
+        or str(gpu.index) in held
+        or gpu.uuid in held
+        or any(m.uuid in held for m in gpu.mig_devices)
     ]
     return [finding for gpu in gpus for finding in assess(gpu)]

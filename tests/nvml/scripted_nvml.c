@@ -427,7 +427,15 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     unsigned long long gpu, memory = 0;
     nvmlReturn_t found;
+    const char *mode;
     ENTER(device);
+    /* nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
+     * supported": a GPU in MIG mode answers NOT_SUPPORTED; a MIG device has its own
+     * reading (a script may give one) or none. */
+    if (device->mig < 0 && (mode = get("gpus.%d.mig_mode", device->gpu)) && strcmp(mode, "1") == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (device->mig >= 0 && !get("gpus.%d.mig.%d.utilization", device->gpu, device->mig))
+        return NVML_ERROR_NOT_SUPPORTED;
     if ((found = number(device, "utilization", &gpu))) return found;
     number(device, "memory_utilization", &memory);
     utilization->gpu = (unsigned int)gpu;
@@ -518,23 +526,36 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
 }
 
 /* processes: "processes": [{"pid": 4242, "used_memory_mib": 1024}, ...] */
+/* A device's processes: a MIG device lists only its own ("mig": [{"processes": [...]}]),
+ * with its GPU and compute instance ids, as NVML does for a MIG device handle. */
 static nvmlReturn_t processes(nvmlDevice_t device, const char *list, unsigned int *count,
                               nvmlProcessInfo_t *infos) {
-    const char *length = reading(device, list);
-    unsigned int n = length ? (unsigned int)atoi(length) : 0;
+    char base[64];
+    const char *length;
+    unsigned long long gi = 0xFFFFFFFF, ci = 0xFFFFFFFF;
+    unsigned int n;
+    int name = (int)strlen(list) - 2;
+    if (device->mig >= 0) {
+        snprintf(base, sizeof base, "gpus.%d.mig.%d", device->gpu, device->mig);
+        number(device, "gpu_instance", &gi);
+        number(device, "compute_instance", &ci);
+    } else {
+        snprintf(base, sizeof base, "gpus.%d", device->gpu);
+    }
+    length = get("%s.%s", base, list);
+    n = length ? (unsigned int)atoi(length) : 0;
     if (!length) return NVML_ERROR_NOT_SUPPORTED;
     if (*count < n || !infos) {
         *count = n;
         return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     }
     for (unsigned int i = 0; i < n; i++) {
-        const char *pid = get("gpus.%d.%.*s.%u.pid", device->gpu, (int)strlen(list) - 2, list, i);
-        const char *used =
-            get("gpus.%d.%.*s.%u.used_memory_mib", device->gpu, (int)strlen(list) - 2, list, i);
+        const char *pid = get("%s.%.*s.%u.pid", base, name, list, i);
+        const char *used = get("%s.%.*s.%u.used_memory_mib", base, name, list, i);
         infos[i].pid = pid ? (unsigned int)atoi(pid) : 0;
         infos[i].usedGpuMemory = used ? strtoull(used, NULL, 10) << 20 : 0;
-        infos[i].gpuInstanceId = 0xFFFFFFFF;
-        infos[i].computeInstanceId = 0xFFFFFFFF;
+        infos[i].gpuInstanceId = (unsigned int)gi;
+        infos[i].computeInstanceId = (unsigned int)ci;
     }
     *count = n;
     return NVML_SUCCESS;
@@ -609,6 +630,97 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
     if (device && device->mig < 0) return NVML_ERROR_NOT_SUPPORTED;
     UINT_READING(device, "compute_instance", id);
+}
+
+/* ---- GPU instances and their profiles, by the MIG device's "gpu_instance" and
+ * "profile": {"id": 19, "name": "MIG 1g.10gb", "slices": 1, "memory_mb": 9728}; the
+ * device attributes from "attributes": {"gi_slices", "ci_slices", "memory_mb"} ---- */
+
+struct nvmlGpuInstance_st {
+    int gpu;
+    int mig;
+};
+static struct nvmlGpuInstance_st INSTANCES[MAX_GPUS][MAX_MIG];
+
+static int mig_count(int gpu) {
+    const char *length = get("gpus.%d.mig.#", gpu);
+    int n = length ? atoi(length) : 0;
+    return n > MAX_MIG ? MAX_MIG : n;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                          nvmlGpuInstance_t *gpuInstance) {
+    ENTER(device);
+    if (device->mig >= 0 || !gpuInstance) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int m = 0; m < mig_count(device->gpu); m++) {
+        const char *instance = get("gpus.%d.mig.%d.gpu_instance", device->gpu, m);
+        if (instance && strtoul(instance, NULL, 10) == id) {
+            INSTANCES[device->gpu][m].gpu = device->gpu;
+            INSTANCES[device->gpu][m].mig = m;
+            *gpuInstance = &INSTANCES[device->gpu][m];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info) {
+    struct nvmlDevice_st *mig;
+    unsigned long long id, profile, start = 0, size = 0;
+    if (!gpuInstance || !info) return NVML_ERROR_INVALID_ARGUMENT;
+    mig = &MIGS[gpuInstance->gpu][gpuInstance->mig];
+    mig->gpu = gpuInstance->gpu;
+    mig->mig = gpuInstance->mig;
+    ENTER(mig);
+    if (number(mig, "gpu_instance", &id) || number(mig, "profile.id", &profile))
+        return NVML_ERROR_NOT_SUPPORTED;
+    number(mig, "placement.start", &start);
+    number(mig, "placement.size", &size);
+    memset(info, 0, sizeof *info);
+    info->device = &GPUS[mig->gpu];
+    info->id = (unsigned int)id;
+    info->profileId = (unsigned int)profile;
+    info->placement.start = (unsigned int)start;
+    info->placement.size = (unsigned int)size;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoByIdV(nvmlDevice_t device, unsigned int profileId,
+                                                      nvmlGpuInstanceProfileInfo_v2_t *info) {
+    ENTER(device);
+    if (device->mig >= 0 || !info || info->version != nvmlGpuInstanceProfileInfo_v2)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int m = 0; m < mig_count(device->gpu); m++) {
+        const char *id = get("gpus.%d.mig.%d.profile.id", device->gpu, m);
+        const char *name = get("gpus.%d.mig.%d.profile.name", device->gpu, m);
+        const char *slices = get("gpus.%d.mig.%d.profile.slices", device->gpu, m);
+        const char *memory = get("gpus.%d.mig.%d.profile.memory_mb", device->gpu, m);
+        if (!id || strtoul(id, NULL, 10) != profileId) continue;
+        unsigned int version = info->version;
+        memset(info, 0, sizeof *info);
+        info->version = version;
+        info->id = profileId;
+        info->sliceCount = slices ? (unsigned int)strtoul(slices, NULL, 10) : 0;
+        info->memorySizeMB = memory ? strtoull(memory, NULL, 10) : 0;
+        if (name) snprintf(info->name, sizeof info->name, "%s", name);
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
+    unsigned long long gi, ci, memory;
+    ENTER(device);
+    if (!attributes) return NVML_ERROR_INVALID_ARGUMENT;
+    if (number(device, "attributes.gi_slices", &gi) || number(device, "attributes.memory_mb", &memory))
+        return NVML_ERROR_NOT_SUPPORTED;
+    ci = gi;
+    number(device, "attributes.ci_slices", &ci);
+    memset(attributes, 0, sizeof *attributes);
+    attributes->gpuInstanceSliceCount = (unsigned int)gi;
+    attributes->computeInstanceSliceCount = (unsigned int)ci;
+    attributes->memorySizeMB = memory;
+    return NVML_SUCCESS;
 }
 
 /* ---- events: each event set gets every XID the script lists, once ("xids": [79]) ---- */

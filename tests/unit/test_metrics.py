@@ -76,6 +76,8 @@ def test_families_label_every_gpu_and_bound_their_labels() -> None:
             "kind",
             "severity",
             "xid",
+            "mig_uuid",  # at most 7 MIG instances per GPU
+            "profile",
         }
 
 
@@ -130,3 +132,15 @@ def test_the_collector_serves_nvml_readings(nvml: ScriptedNvml, monkeypatch) -> 
         f'gpuenv_gpu_xid_errors_total{{gpu="0",project="",run="",user="",uuid="{uuid0}",xid="79"}} 1.0'
         in text
     )
+
+
+def test_mig_instances_are_samples_with_their_holder() -> None:
+    from tests.unit.test_mig import M00, M01, M02, mig_host
+
+    held = holders([Claim(M01, "alice", 1000, 1, "1", "h", "demo", time.time())], [])
+    (mig,) = [f for f in families(mig_host(), held, {}) if f.name == "gpuenv_gpu_mig_instance"]
+    assert mig.samples == [
+        (("0", M00, "1g.10gb", "", "", ""), 1),
+        (("0", M01, "1g.10gb", "demo", "alice", ""), 1),
+        (("0", M02, "2g.20gb", "", "", ""), 1),
+    ]

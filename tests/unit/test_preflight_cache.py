@@ -138,3 +138,33 @@ def test_a_stored_value_of_another_shape_is_a_miss() -> None:
     assert preflight._verdict({"warnings": ["runs through CUDA forward compatibility"]}) == [
         "runs through CUDA forward compatibility"
     ]
+
+
+def test_a_mig_instance_is_judged_by_its_gpu(locked: Locked) -> None:
+    """Two GPUs of different models, each with an instance: the verdict for one
+    instance is not the other's (the key names the instance's GPU model)."""
+    from gpuenv.resolution.machine import MigDevice
+
+    host = Host(
+        "550.54.15",
+        (
+            Gpu(
+                0,
+                "NVIDIA H100 80GB HBM3",
+                uuid="GPU-0",
+                mig_mode=True,
+                mig_devices=(MigDevice("MIG-a"),),
+            ),
+            Gpu(
+                1,
+                "NVIDIA A100-SXM4-80GB",
+                uuid="GPU-1",
+                mig_mode=True,
+                mig_devices=(MigDevice("MIG-b"),),
+            ),
+        ),
+        "test",
+    )
+    on_h100 = preflight.verdict_key(locked, host, Grant("devices", ("MIG-a",)))
+    on_a100 = preflight.verdict_key(locked, host, Grant("devices", ("MIG-b",)))
+    assert on_h100 is not None and on_a100 is not None and on_h100 != on_a100
