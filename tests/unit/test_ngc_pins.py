@@ -65,3 +65,24 @@ CASES = [
 @pytest.mark.parametrize(("specifier", "shipped", "ok"), CASES)
 def test_the_ngc_sense_of_a_pin(rule: str, specifier: str, shipped: str, ok: bool) -> None:
     assert RULES[rule](specifier, shipped) is ok
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "torch",
+        "Flash_Attn",
+        "zope.interface",
+        "A--B__c",
+        "ruamel.yaml.clib",
+        "NVIDIA-CUDNN-CU12",
+        "x",
+    ],
+)
+def test_names_are_normalized_as_packaging_does(name: str) -> None:
+    """gpuenv's PEP 503 normalization (without packaging.utils' import) is packaging's."""
+    from packaging.utils import canonicalize_name
+
+    from gpuenv.project.packages import normalize
+
+    assert normalize(name) == canonicalize_name(name)
