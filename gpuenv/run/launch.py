@@ -212,10 +212,10 @@ def gpu_requests(
     """The grant's DeviceRequests the way this engine takes GPUs (legacy or CDI); a
     GpuPathBroken naming the spec problems when CDI cannot give them. `facts` gives the
     engine's facts when they were asked beforehand."""
-    from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
-
     if granted.mode == "none":
         return []
+    from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
+
     path = detect_path(engine, host, environ, facts() if facts else None)
     try:
         requests = device_requests(path, granted)
