@@ -242,8 +242,11 @@ def images(host: str | None = None) -> set[str]:
     return set(docker("images", "-aq", host=host).stdout.split())
 
 
-def containers(host: str | None = None) -> set[str]:
-    return set(docker("ps", "-aq", host=host).stdout.split())
+def containers(host: str | None = None, project: str | None = None) -> set[str]:
+    """The engine's containers; with `project`, only that project's runs (the engines
+    are shared with other sessions' tests, whose containers come and go meanwhile)."""
+    only = ["--filter", f"label=io.gpuenv.project={project}"] if project else []
+    return set(docker("ps", "-aq", *only, host=host).stdout.split())
 
 
 class Project:

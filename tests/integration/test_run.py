@@ -127,7 +127,7 @@ def test_without_the_nvidia_runtime(project: Project) -> None:
     nogpu = os.environ["GPUENV_TEST_DOCKER_NOGPU"]
     project.ok("build", "-q", DOCKER_HOST=nogpu)
     try:
-        before = containers(nogpu)
+        before = containers(nogpu, project.name)
         optional = project.ok("run", "--gpus", "optional", "--", "echo", "ran", DOCKER_HOST=nogpu)
         assert optional.stdout.strip() == "ran"
         assert "no NVIDIA runtime in this Docker engine: running without GPUs" in optional.stderr
@@ -136,7 +136,7 @@ def test_without_the_nvidia_runtime(project: Project) -> None:
         assert "NVIDIA Container Toolkit is missing" in required.stderr
         assert 'could not select device driver "" with capabilities: [[gpu]]' in required.stderr
         assert "Traceback" not in required.stderr
-        assert containers(nogpu) == before
+        assert containers(nogpu, project.name) == before
     finally:
         listed = docker("images", "-q", f"gpuenv/{project.name}", host=nogpu).stdout.split()
         if listed:
@@ -145,13 +145,13 @@ def test_without_the_nvidia_runtime(project: Project) -> None:
 
 def test_old_driver_is_refused_before_starting(project: Project, tmp_path: Path) -> None:
     old = host_file(tmp_path, driver="535.104.05", name="NVIDIA GeForce RTX 4090", count=1)
-    before = containers()
+    before = containers(project=project.name)
     result = project.gpuenv("run", "--", "true", GPUENV_HOST_FILE=old)
     assert result.returncode == 4
     assert "this host cannot run the locked image nvcr.io/nvidia/pytorch:24.06-py3" in result.stderr
     assert "needs driver ≥ 545 (this host has 535.104.05)" in result.stderr
     assert "--force" in result.stderr
-    assert containers() == before
+    assert containers(project=project.name) == before
     assert project.gpuenv("run", "--force", "--", "true", GPUENV_HOST_FILE=old).returncode == 0
 
 
