@@ -292,7 +292,7 @@ def launch(
     claimed: list[str] = []
     if host.gpus and granted.mode != "none":
         # A shared host: claim the GPUs under the lock before anything starts on them.
-        from gpuenv.sharing.monitor import container_check
+        from gpuenv.sharing.holders import container_check
         from gpuenv.sharing.reserve import reserve
 
         store = services.claim_store()

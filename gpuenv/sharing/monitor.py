@@ -3,17 +3,18 @@ to containers through /proc/<pid>/cgroup (so no --pid=host is needed)."""
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
-from gpuenv.errors import EngineRefused, GpuenvError, UsageError
+from gpuenv.errors import UsageError
 from gpuenv.resolution.host import GpuProcess, Host, MigDevice
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
+from gpuenv.sharing.holders import container_check as container_check
+from gpuenv.sharing.holders import user_uid as user_uid
 from gpuenv.sharing.procfs import container_of, process_owner
 
 if TYPE_CHECKING:
@@ -75,31 +76,6 @@ def stop_run(engine: ContainerEngine, runs: Sequence[RunInfo], name: str, uid: i
         raise UsageError(f"{run.name} belongs to {run.user}: only its owner or root can stop it")
     engine.stop(run.id, 10)
     return run
-
-
-def user_uid(labels: dict[str, str]) -> int | None:
-    """The uid in a run's `io.gpuenv.user` label (``alice (1000)``)."""
-    match = re.search(r"\((\d+)\)$", labels.get("io.gpuenv.user", ""))
-    return int(match.group(1)) if match else None
-
-
-def container_check(engine: ContainerEngine) -> Callable[[str, int], bool]:
-    """For the claims store: does a detached run's container still run, as `uid`'s run?
-    A container that is gone, stopped, or someone else's holds no GPU; an engine that
-    cannot be asked keeps the claim (better a GPU held too long than given twice)."""
-
-    def holds(container: str, uid: int) -> bool:
-        try:
-            data = engine.inspect(container)
-        except EngineRefused as exc:
-            return exc.status != 404
-        except GpuenvError:
-            return True
-        labels = (data.get("Config") or {}).get("Labels") or {}
-        running = bool((data.get("State") or {}).get("Running"))
-        return running and labels.get(RUN_LABEL) == "1" and (uid == 0 or user_uid(labels) == uid)
-
-    return holds
 
 
 def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
