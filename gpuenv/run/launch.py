@@ -353,12 +353,18 @@ def launch(
                 check.verdict()
 
         def hand_over(container: str) -> None:
-            verdict()
             if store is not None:
                 with store.locked():
                     claimed[:] = store.transfer(claimed, container)
 
         def start(container: dict[str, Any]) -> Outcome:
+            try:
+                return start_now(container)
+            except GpuenvError:
+                verdict()  # a refusal of the host is the error reported, as it always was
+                raise
+
+        def start_now(container: dict[str, Any]) -> Outcome:
             nonlocal started
             if request.detach:
                 started = start_detached(
@@ -367,7 +373,8 @@ def launch(
                     name=request.name,
                     identity=upload_for,
                     accounts=image.accounts,
-                    before_start=hand_over,
+                    before_start=verdict,
+                    after_start=hand_over,
                 )
                 return Outcome(0, False, False, container=started)
             return run_container(

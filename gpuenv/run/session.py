@@ -202,20 +202,30 @@ def start_detached(
     name: str | None,
     identity: Identity | None,
     accounts: tuple[str, str] | None,
-    before_start: Callable[[str], None],
+    before_start: Callable[[], None],
+    after_start: Callable[[str], None],
 ) -> str:
-    """Create and start a run that outlives this process; `before_start(container)` hands
-    its GPU claims to the container first. Returns the container's id once it runs. The
-    container is kept after it exits (`gpuenv logs`, `gpuenv wait`)."""
-    container = api.create(config, name)
+    """Create and start a run that outlives this process; `before_start()` runs once the
+    container exists (the preflight's verdict), `after_start(container)` once it runs
+    (it hands the GPU claims to the container: until then they stay this process's, so
+    a container still starting is never taken for one that holds nothing). Returns the
+    container's id. The container is kept after it exits (`gpuenv logs`, `gpuenv wait`);
+    what fails before the hand-over removes it."""
+    try:
+        container = api.create(config, name)
+    except EngineRefused as exc:
+        if "CDI" in exc.message or "cdi" in exc.message:
+            raise _cdi_refused(exc) from None
+        raise
     try:
         if identity is not None:
             _upload_identity(api, container, identity, accounts)
-        before_start(container)
+        before_start()
         try:
             api.start(container)
         except EngineRefused as exc:
             raise _no_driver(exc) from None
+        after_start(container)
     except BaseException:
         api.remove(container)
         raise

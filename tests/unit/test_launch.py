@@ -479,3 +479,90 @@ def test_the_engine_is_asked_for_its_gpu_path_once_and_not_for_gpus_none(
     engine.calls.clear()
     _launch(project, engine, state, RunRequest(("train.py",), gpus="none"), environ=environ)
     assert "info" not in engine.names()
+
+
+def test_a_detached_runs_claim_holds_while_its_container_starts(project: Path, state: str) -> None:
+    """The claims pass to the container only once it runs: a run that looks while the
+    engine is still starting it (a created container holds nothing) still sees the GPU
+    as taken, by this process."""
+    from gpuenv.sharing.monitor import container_check
+
+    seen: list[list[tuple[str, int, str]]] = []
+
+    class Starting(FakeEngine):
+        def start(self, container: str) -> None:
+            store = ClaimStore(state, container_check=container_check(self))  # type: ignore[arg-type]
+            seen.append([(c.gpu, c.pid, c.container) for c in store.claims()])
+            store.close()
+            super().start(container)
+
+    engine = Starting()
+    _launch(project, engine, state, RunRequest(("train.py",), gpus="1", detach=True))
+    import os
+
+    assert seen == [[("GPU-0", os.getpid(), "")]]
+    store = ClaimStore(state, container_check=container_check(engine))  # type: ignore[arg-type]
+    assert [(c.gpu, c.pid, c.container) for c in store.claims()] == [("GPU-0", 0, "c1")]
+
+
+def test_a_create_the_engine_refuses_reports_the_hosts_refusal_first(
+    project: Path, state: str
+) -> None:
+    """The preflight runs beside the create: when the engine refuses the create (a bad
+    mount, say) on a host that cannot run the image, the refusal of the host is what is
+    reported, as when the preflight came first."""
+    from gpuenv.errors import EngineRefused, ResolutionError
+
+    class Refusing(FakeEngine):
+        def create(self, config: dict[str, object], name: str | None = None) -> str:
+            raise EngineRefused(400, "invalid mount config")
+
+    for detach in (False, True):
+        with pytest.raises(ResolutionError, match="this host cannot run the locked image"):
+            _launch(
+                project,
+                Refusing(),
+                state,
+                RunRequest(("train.py",), gpus="1", detach=detach),
+                host=OLD_DRIVER,
+            )
+        assert ClaimStore(state).claims() == []
+
+
+def test_a_detached_run_maps_a_cdi_refusal_at_create(
+    project: Path, state: str, tmp_path: Path
+) -> None:
+    """As an attached run does: an engine refusing the CDI devices at create is exit 22,
+    and with optional GPUs the detached run starts without them."""
+    from gpuenv.errors import EngineRefused
+
+    class NoCdi(FakeEngine):
+        def create(self, config: dict[str, object], name: str | None = None) -> str:
+            host_config = config.get("HostConfig") or {}
+            if any(r.get("Driver") == "cdi" for r in host_config.get("DeviceRequests") or ()):  # type: ignore[union-attr]
+                raise EngineRefused(500, "CDI device injection failed: unresolvable CDI devices")
+            return super().create(config, name)  # type: ignore[arg-type]
+
+    engine, environ = _cdi_engine(tmp_path)
+    refusing = NoCdi(version_data=engine.version_data, info_data=engine.info_data)
+    with pytest.raises(GpuPathBroken) as raised:
+        _launch(
+            project,
+            refusing,
+            state,
+            RunRequest(("train.py",), gpus="1", detach=True),
+            environ=environ,
+        )
+    assert raised.value.exit_code == 22
+    assert ClaimStore(state).claims() == []
+    notices: list[str] = []
+    outcome = _launch(
+        project,
+        refusing,
+        state,
+        RunRequest(("train.py",), gpus="optional", detach=True),
+        environ=environ,
+        notices=notices,
+    )
+    assert outcome.container  # type: ignore[attr-defined]
+    assert any("running without GPUs" in n for n in notices)
