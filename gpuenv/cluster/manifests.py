@@ -210,12 +210,16 @@ def _env_list(
 ) -> list[dict[str, Any]]:
     """The container's env: values, then each referenced name from the Secret's key of that
     name (a variable name is a valid Secret key: [-._a-zA-Z0-9]+)."""
-    values = [{"name": k, "value": v} for k, v in env.items() if k not in referenced]
+    # gpuenv's device order wins, as in a run (one entry: Kubernetes warns about a name
+    # given twice, and server-side apply merges them unpredictably).
+    ours = "CUDA_DEVICE_ORDER"
+    values = [{"name": k, "value": v} for k, v in env.items() if k not in referenced and k != ours]
     refs = [
         {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": name}}}
         for name in referenced
+        if name != ours
     ]
-    return [*values, *refs, {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"}]
+    return [*values, *refs, {"name": ours, "value": "PCI_BUS_ID"}]
 
 
 def _container(

@@ -65,19 +65,21 @@ def exported_environment(
     """The variables of an exported file. By default no value of -e or --env-file is
     written (exported files are printed, kept in logs and committed); `write_values`
     writes them, and then a bare -e KEY, which has no value to write, is refused."""
-    from gpuenv.run.container import environment
+    from gpuenv.run.container import env_entries, environment
 
     if not write_values:
         job = job_environment(spec, env, env_files)
         return ExportedEnvironment(job.written, job.names)
-    passthrough = [e for e in env if "=" not in e]
-    values = environment(spec, [e for e in env if "=" in e], env_files, {})
+    entries = env_entries(env, env_files)
+    passthrough = [key for key, value in entries if value is None]
     if passthrough:
         raise UsageError(
-            f"-e {passthrough[0]} has no value to write with --write-values",
+            f"-e {passthrough[0]} (or a bare {passthrough[0]} line in an --env-file) has no "
+            "value to write with --write-values",
             hint="give it as -e KEY=VALUE, or drop --write-values: the file then names "
             "the variable and the scheduler fills it",
         )
+    values = environment(spec, env, env_files, {}, entries)
     return ExportedEnvironment(values, [])
 
 

@@ -16,7 +16,7 @@ from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_gpus_value
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Gpu, Host, MigDevice
+    from gpuenv.resolution.host import Gpu, GpuProcess, Host, MigDevice
     from gpuenv.sharing.claims import Claim
 
 
@@ -213,7 +213,7 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
             return f"GPU {gpu.index}: held by {held[gpu.key].describe()}"
         if instance_holders(gpu):
             return f"GPU {gpu.index} (MIG): " + ", ".join(instance_holders(gpu))
-        pids = ", ".join(str(p.pid) for p in gpu.processes)
+        pids = ", ".join(str(p.pid) for p in _outside_processes(gpu))
         return f"GPU {gpu.index}: busy with processes outside gpuenv (pid {pids})"
 
     def mig_holder(uuid: str) -> str | None:
@@ -246,7 +246,7 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
         return Grant("devices", tuple(keys)), keys
     if request.mode == "count":
         assert request.count is not None
-        free = [g for g in host.gpus if not gpu_taken(g) and not g.processes]
+        free = [g for g in host.gpus if not gpu_taken(g) and not _outside_processes(g)]
         if len(free) < request.count:
             taken = "; ".join(holder(g) for g in host.gpus if g not in free)
             raise GpusBusy(
@@ -271,3 +271,10 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
             "or ask for a count (--gpus N) and gpuenv picks free ones",
         )
     return granted, keys
+
+
+def _outside_processes(gpu: Gpu) -> list[GpuProcess]:
+    """The processes NVML shows on a GPU, or on any of its MIG instances: a MIG GPU
+    lists its processes per instance (its own list needs a privileged user), so one
+    whose instances are in use is not free whole."""
+    return [*gpu.processes, *(p for mig in gpu.mig_devices for p in mig.processes)]

@@ -143,3 +143,30 @@ def test_a_bare_key_in_an_env_file_is_named_like_a_bare_e(tmp_path: Path) -> Non
     assert job.values == {"MODE": "fast", "LOG": "1"} and job.written == {}
     exported = exported_environment(spec(), [], [str(env_file)])
     assert exported.referenced == ["MODE", "WANDB_API_KEY"]
+
+
+def test_write_values_refuses_a_bare_key_of_an_env_file(tmp_path: Path) -> None:
+    """With --write-values, a bare KEY line has no value to write: refused, as a bare
+    -e KEY is, not dropped without a word."""
+    from gpuenv.errors import UsageError
+
+    env_file = tmp_path / "run.env"
+    env_file.write_text("A=1\nTOKEN\n")
+    with pytest.raises(UsageError, match="TOKEN"):
+        exported_environment(spec(), [], [str(env_file)], write_values=True)
+    (tmp_path / "ok.env").write_text("A=1\n")
+    written = exported_environment(spec(), ["B=2"], [str(tmp_path / "ok.env")], write_values=True)
+    assert written.written == {"MODE": "it's fast", "A": "1", "B": "2"}
+
+
+@pytest.mark.parametrize(
+    ("env", "referenced"),
+    [({"CUDA_DEVICE_ORDER": "FASTEST_FIRST", "A": "1"}, []), ({"A": "1"}, ["CUDA_DEVICE_ORDER"])],
+)
+def test_the_jobs_device_order_is_given_once(env: dict[str, str], referenced: list[str]) -> None:
+    from gpuenv.cluster.manifests import _env_list
+
+    listed = _env_list(env, referenced, "s")
+    names = [e["name"] for e in listed]
+    assert names.count("CUDA_DEVICE_ORDER") == 1 and len(names) == len(set(names))
+    assert {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"} in listed

@@ -396,3 +396,23 @@ def test_preflight_judges_the_granted_instances_gpu(matrix) -> None:  # type: ig
     assert preflight(locked, host, Grant("devices", ("GPU-1",)), matrix) == []
     with pytest.raises(ResolutionError, match="this host cannot run the locked image"):
         preflight(locked, host, Grant("devices", (M01,)), matrix)
+
+
+def test_a_gpu_whose_instances_run_processes_is_not_free_whole() -> None:
+    """NVML lists a MIG GPU's processes per instance (its own list needs a privileged
+    user): a GPU whose instance runs a process from outside gpuenv is not given whole."""
+    from gpuenv.resolution.host import GpuProcess
+
+    busy = Gpu(
+        0,
+        "NVIDIA A100-SXM4-80GB",
+        uuid="GPU-0",
+        mig_mode=True,
+        mig_devices=(MigDevice("MIG-0a", processes=(GpuProcess(4242),)),),
+    )
+    idle = Gpu(1, "NVIDIA A100-SXM4-80GB", uuid="GPU-1")
+    granted, keys = choose(parse_gpus_option("1"), Host("550.54.15", (busy, idle), "test"), [])
+    assert granted.devices == ("GPU-1",)
+    assert keys == ["GPU-1"]
+    with pytest.raises(GpusBusy, match=r"GPU 0: busy with processes outside gpuenv \(pid 4242\)"):
+        choose(parse_gpus_option("2"), Host("550.54.15", (busy, idle), "test"), [])
