@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.engine.failures import removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
+from gpuenv.engine.protocol import Event, ExitWatch, Frame, ImageInfo, frames
 from gpuenv.engine.wire import (
     body_chunks,
     exchange,
@@ -172,7 +172,7 @@ class UnixSocketEngine:
         result = self.call("POST", f"/containers/{container}/wait", timeout=None)
         return int(result.get("StatusCode", 1))
 
-    def watch_exit(self, container: str) -> _ExitWatch:
+    def watch_exit(self, container: str) -> ExitWatch:
         return _ExitWatch(self, container)
 
     def resize(self, container: str, rows: int, columns: int) -> None:

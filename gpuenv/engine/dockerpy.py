@@ -15,25 +15,8 @@ from typing import Any
 
 from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, Frame, ImageInfo, frames
+from gpuenv.engine.protocol import Event, Frame, ImageInfo, WaitAfter, frames
 from gpuenv.errors import BuildError, EngineError, EngineRefused
-
-
-class WaitAfter:
-    """An ExitWatch for engines docker-py talks to: it waits once the output has ended
-    (the default condition, not-running, so the start can come first)."""
-
-    def __init__(self, engine: DockerEngine, container: str) -> None:
-        self._engine, self._container = engine, container
-
-    def armed(self) -> None:
-        return
-
-    def code(self) -> int:
-        return self._engine.wait(self._container)
-
-    def close(self) -> None:
-        return
 
 
 class DockerEngine:

@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuenv.engine.api import UnixSocketEngine
 from gpuenv.engine.hosts import podman_socket
-from gpuenv.engine.protocol import ImageInfo
+from gpuenv.engine.protocol import ExitWatch, ImageInfo, WaitAfter
 from gpuenv.errors import GpuRuntimeMissing
 
 LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
@@ -177,6 +177,13 @@ class PodmanEngine(UnixSocketEngine):
             replace(image, tags=tuple(docker_name(tag) for tag in image.tags))
             for image in super().images(label)
         ]
+
+    def watch_exit(self, container: str) -> ExitWatch:
+        """A wait after the output ends: Podman's compatible `wait?condition=next-exit`
+        answers with its head before it subscribes to the container's "died" event, so
+        a watch armed before the start could miss a command that ends at once and wait
+        for ever."""
+        return WaitAfter(self, container)
 
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         spec = libpod_spec(config, rootless=self.rootless)

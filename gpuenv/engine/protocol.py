@@ -229,3 +229,22 @@ class RegistryReader(Protocol):
     def blob(self, repository: str, digest: str) -> dict[str, Any]:
         """A JSON blob (an image config), checked against its digest."""
         ...
+
+
+class WaitAfter:
+    """An ExitWatch that waits once the output has ended (the default condition,
+    not-running, so the start can come first): for docker-py's engines, and for Podman,
+    whose compatible wait sends its head before it listens for the exit (so a command
+    that ends at once could be missed by a watch armed before the start)."""
+
+    def __init__(self, engine: ContainerEngine, container: str) -> None:
+        self._engine, self._container = engine, container
+
+    def armed(self) -> None:
+        return
+
+    def code(self) -> int:
+        return self._engine.wait(self._container)
+
+    def close(self) -> None:
+        return
