@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from gpuenv.common.resources import data_dir
@@ -71,12 +71,15 @@ _CODE = (
 )
 
 
-def code_sources() -> list[tuple[str, bytes]]:
+def code_sources(names: Sequence[str] = _CODE) -> list[tuple[str, bytes]]:
+    """gpuenv's version and the bytes of `names` (files relative to the package; the
+    matrix's own code by default): a part of a cache key, so that what older code made
+    is not served after an upgrade or an edit."""
     from gpuenv import __version__
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = [("gpuenv", __version__.encode())]
-    for name in _CODE:
+    for name in names:
         with contextlib.suppress(OSError), open(os.path.join(package, name), "rb") as handle:
             out.append((name, handle.read()))
     return out

@@ -14,7 +14,6 @@ it reads the same every time. Anything unexpected in the cache is a miss (`cache
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import ResolutionError
@@ -127,15 +126,6 @@ def verdict_key(locked: Locked, host: Host, grant: Grant) -> str | None:
             for g in _granted(host, grant)
         ),
     }
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = []
-    for name in _CODE:
-        try:
-            with open(os.path.join(package, name), "rb") as handle:
-                code.append((name, handle.read()))
-        except OSError:
-            return None
     facts_bytes = json.dumps(facts, sort_keys=True, default=str).encode()
-    return cache.digest(
-        [("matrix", matrix.encode()), *code_sources(), *code, ("facts", facts_bytes)]
-    )
+    # The matrix's key covers the matrix files, the overlay and the matrix's own code.
+    return cache.digest([("matrix", matrix.encode()), *code_sources(_CODE), ("facts", facts_bytes)])
