@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from gpuenv.cli.base import engine, say, view_factory
 
 
-def launch_run(directory: str, quiet: bool, **options: Any) -> None:
+def launch_run(
+    directory: str, quiet: bool, started: Callable[[], None] = lambda: None, **options: Any
+) -> None:
     """Run the request to its end and exit with the command's code; a detached run
-    prints its container's name and returns."""
+    prints its container's name and returns. `started` is called once an attached
+    run's container runs."""
     from gpuenv.resolution.host import detect_host
     from gpuenv.run.container import invoking_identity
     from gpuenv.run.launch import RunRequest, Services, Terminal, launch, oom_advice
@@ -35,7 +39,11 @@ def launch_run(directory: str, quiet: bool, **options: Any) -> None:
         request,
         connected,
         services=Services(
-            detect_host, ClaimStore, invoking_identity, usage_log=lambda: UsageLog(state_dir())
+            detect_host,
+            ClaimStore,
+            invoking_identity,
+            usage_log=lambda: UsageLog(state_dir()),
+            started=started,
         ),
         terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
         environ=os.environ,

@@ -71,6 +71,8 @@ class Services:
     claim_store: Callable[[], ClaimStore]
     identity: Callable[[], Any] = field(default=lambda: None)
     usage_log: Callable[[], UsageLog | None] = field(default=lambda: None)
+    # Told once an attached run's container runs (the CLI collects garbage again then).
+    started: Callable[[], None] = field(default=lambda: None)
 
 
 def memory_limit(memory: str | None) -> int | None:
@@ -387,6 +389,7 @@ def launch(
                 notice=notice,
                 second_interrupt_kills=not request.shell,
                 before_start=verdict if check is not None else None,
+                after_start=services.started,
             )
 
         try:

@@ -251,11 +251,12 @@ def run_container(
     second_interrupt_kills: bool = True,
     notice: Callable[[str], None] = lambda text: None,
     before_start: Callable[[], None] | None = None,
+    after_start: Callable[[], None] | None = None,
 ) -> Outcome:
     """Create, attach, start, stream, wait, remove. Raises GpuRuntimeMissing (after
     removing the container) when the engine cannot give the container GPUs.
     `before_start` runs once the container exists, before it starts; what it raises
-    ends the run (the container is removed)."""
+    ends the run (the container is removed); `after_start` runs once it has started."""
     try:
         container = api.create(config)
     except EngineRefused as exc:
@@ -296,6 +297,8 @@ def run_container(
                     api.start(container)
                 except EngineRefused as exc:
                     raise _no_driver(exc) from None
+                if after_start is not None:
+                    after_start()
                 handlers: dict[int, Callable[[int, FrameType | None], None]] = {
                     signal.SIGINT: lambda *_: interrupt("SIGINT"),
                     signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),

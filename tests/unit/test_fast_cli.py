@@ -61,11 +61,13 @@ def test_other_command_lines_are_left_to_click(argv: list[str]) -> None:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
-    """launch_run, recorded instead of run (it ends the process, as the real one does)."""
+    """launch_run, recorded instead of run (it ends the process, as the real one does);
+    the hook told once the container runs comes last."""
     calls: list[tuple[Any, ...]] = []
 
     def launch_run(directory: str, quiet: bool, **options: Any) -> None:
-        calls.append((directory, quiet, options))
+        started = options.pop("started", None)
+        calls.append((directory, quiet, options, started))
         sys.exit(0)
 
     monkeypatch.setattr("gpuenv.cli.running.launch_run", launch_run)
@@ -84,7 +86,9 @@ def test_run_is_called_as_click_calls_it(
         fast.entry(line)
     assert ended.value.code == 0
     assert len(recorded) == 2
-    assert recorded[0] == recorded[1]
+    assert recorded[0][:3] == recorded[1][:3]
+    # Only the fast path holds off garbage collection while starting, and restarts it.
+    assert (recorded[0][3], recorded[1][3]) == (None, fast._collect_again)
 
 
 @pytest.mark.parametrize(
@@ -219,3 +223,29 @@ def test_a_build_with_work_goes_to_click(
     assert ended.value.code == clicked.exit_code != 0
     assert capsys.readouterr().err == clicked.stderr
     assert "gpuenv.yaml" in clicked.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "err"),
+    [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("gpuenv: said", 1, "gpuenv: said\n")],
+)
+def test_the_hard_exit_flushes_and_exits_as_sys_exit(code: object, status: int, err: str) -> None:
+    """gpuenv's own process skips the interpreter's teardown, not its output."""
+    script = f"import sys\nfrom gpuenv.cli import fast\nprint('out', end='')\nfast._exit({code!r}, True)\n"
+    ended = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (status, "out", err)
+
+
+def test_the_hard_exit_says_a_closed_pipe_as_141() -> None:
+    script = (
+        "import sys\nfrom gpuenv.cli import fast\n"
+        "sys.stdout = open(1, 'w', closefd=False)\n"  # buffered, whatever PYTHONUNBUFFERED says
+        "sys.stdin.read()\nprint('out', end='')\nfast._exit(0, True)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None and child.stdout is not None
+    child.stdout.close()  # the reader went away before the output was flushed
+    child.stdin.close()
+    assert child.wait(timeout=30) == 141
