@@ -1,0 +1,213 @@
+"""A record behaves as the dataclass it stands for: each case builds the same class body
+both ways and holds what they do side by side."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any
+
+import pytest
+
+from gpuenv.records import field, record
+
+
+def _both(frozen: bool = True) -> list[Callable[[type], type]]:
+    return [dataclass(frozen=frozen), record if frozen else record(frozen=False)]
+
+
+def _pair(body: Callable[[Callable[[type], type]], type], frozen: bool = True) -> list[type]:
+    return [body(decorate) for decorate in _both(frozen)]
+
+
+def _plain(decorate: Callable[[type], type]) -> type:
+    @decorate
+    class Gpu:
+        """A GPU."""
+
+        index: int
+        name: str
+        uuid: str | None = None
+        processes: tuple[int, ...] = ()
+        labels: dict[str, str] = field(default_factory=dict, compare=False)
+        node: Any = field(default=None, repr=False, compare=False)
+        seen: int = field(default=0, hash=False)
+
+    return Gpu
+
+
+def _outcome(action: Callable[[], Any]) -> Any:
+    """What an action gives, or the kind of exception it raises."""
+    try:
+        return action()
+    except Exception as exc:
+        return type(exc)
+
+
+CASES: list[tuple[str, Callable[[type], Any]]] = [
+    ("positional", lambda c: repr(c(0, "A100"))),
+    ("keywords", lambda c: repr(c(name="H100", index=1, uuid="GPU-1"))),
+    ("factory per instance", lambda c: c(0, "a").labels is not c(0, "a").labels),
+    ("equal", lambda c: c(0, "a", node=1) == c(0, "a", node=2)),
+    ("unequal", lambda c: c(0, "a") == c(1, "a")),
+    ("hash ignores uncompared", lambda c: hash(c(0, "a", node=1)) == hash(c(0, "a", node=2))),
+    ("hash=False compared", lambda c: c(0, "a", seen=1) == c(0, "a", seen=2)),
+    ("hash=False not hashed", lambda c: hash(c(0, "a", seen=1)) == hash(c(0, "a", seen=2))),
+    ("not equal to a tuple", lambda c: c(0, "a") == (0, "a")),
+    ("missing", lambda c: c(0)),
+    ("too many", lambda c: c(0, "a", None, (), {}, None, 0, 7)),
+    ("unknown keyword", lambda c: c(0, "a", colour="red")),
+    ("twice", lambda c: c(0, "a", index=1)),
+    ("frozen", lambda c: setattr(c(0, "a"), "index", 2)),
+    ("frozen delete", lambda c: delattr(c(0, "a"), "index")),
+    ("frozen new attribute", lambda c: setattr(c(0, "a"), "other", 2)),
+    ("replace", lambda c: repr(dataclasses.replace(c(0, "a"), uuid="GPU-9"))),
+    ("asdict", lambda c: dataclasses.asdict(c(0, "a", processes=(3,)))),
+    ("fields", lambda c: [f.name for f in dataclasses.fields(c)]),
+    ("is a dataclass", lambda c: dataclasses.is_dataclass(c(0, "a"))),
+    ("match args", lambda c: c.__match_args__),
+    ("copy", lambda c: copy.copy(c(0, "a")) == c(0, "a")),
+    ("deepcopy", lambda c: copy.deepcopy(c(0, "a", labels={"k": "v"})) == c(0, "a", {"k": "v"})),
+    ("in a set", lambda c: len({c(0, "a"), c(0, "a"), c(1, "a")})),
+]
+
+
+@pytest.mark.parametrize(("case", "action"), CASES, ids=[case for case, _ in CASES])
+def test_a_frozen_record_does_what_its_dataclass_does(
+    case: str, action: Callable[[type], Any]
+) -> None:
+    made, recorded = _pair(_plain)
+    assert _outcome(lambda: action(recorded)) == _outcome(lambda: action(made)), case
+
+
+def test_the_frozen_error_names_the_field() -> None:
+    gpu = _plain(record)(0, "a")
+    with pytest.raises(FrozenInstanceError, match="cannot assign to field 'index'"):
+        gpu.index = 1  # type: ignore[attr-defined]
+
+
+def _mutable(decorate: Callable[[type], type]) -> type:
+    @decorate
+    class Totals:
+        """Sums."""
+
+        hours: float = 0.0
+        by_model: dict[str, float] = field(default_factory=dict)
+
+    return Totals
+
+
+MUTABLE: list[tuple[str, Callable[[type], Any]]] = [
+    ("assign", lambda c: (lambda t: (setattr(t, "hours", 2.0), t.hours)[1])(c())),
+    ("equal", lambda c: c(1.0) == c(1.0)),
+    ("unhashable", lambda c: hash(c())),
+    ("repr", lambda c: repr(c(1.5, {"A100": 1.5}))),
+]
+
+
+@pytest.mark.parametrize(("case", "action"), MUTABLE, ids=[case for case, _ in MUTABLE])
+def test_a_mutable_record_does_what_its_dataclass_does(
+    case: str, action: Callable[[type], Any]
+) -> None:
+    made, recorded = _pair(_mutable, frozen=False)
+    assert _outcome(lambda: action(recorded)) == _outcome(lambda: action(made)), case
+
+
+def _own_methods(decorate: Callable[[type], type]) -> type:
+    @decorate
+    class Claim:
+        """A claim whose own methods stay."""
+
+        key: str
+        owner: str = ""
+        derived: str = field(default="", init=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "derived", self.key.upper())
+
+        def __repr__(self) -> str:
+            return f"<claim {self.key}>"
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, type(self)) and other.key == self.key
+
+    return Claim
+
+
+OWN: list[tuple[str, Callable[[type], Any]]] = [
+    ("post init", lambda c: c("gpu-0").derived),
+    ("own repr", lambda c: repr(c("gpu-0"))),
+    ("own eq", lambda c: c("gpu-0", "alice") == c("gpu-0", "bob")),
+    ("hash from fields", lambda c: hash(c("gpu-0")) == hash(c("gpu-0"))),
+    ("init=False field refused", lambda c: c("gpu-0", "a", "b")),
+]
+
+
+@pytest.mark.parametrize(("case", "action"), OWN, ids=[case for case, _ in OWN])
+def test_a_records_own_methods_stay_as_a_dataclasss_do(
+    case: str, action: Callable[[type], Any]
+) -> None:
+    made, recorded = _pair(_own_methods)
+    assert _outcome(lambda: action(recorded)) == _outcome(lambda: action(made)), case
+
+
+def test_a_record_inherits_a_records_fields() -> None:
+    @record
+    class Base:
+        """A base."""
+
+        name: str
+        size: int = 0
+
+    @record
+    class Child(Base):
+        """A child with a field more."""
+
+        colour: str = "red"
+
+    child = Child("x", 2, "blue")
+    assert (child.name, child.size, child.colour) == ("x", 2, "blue")
+    assert (
+        repr(child)
+        == "test_a_record_inherits_a_records_fields.<locals>.Child(name='x', size=2, colour='blue')"
+    )
+    assert child != Base("x", 2)  # another class, as with dataclasses
+    with pytest.raises(FrozenInstanceError):
+        child.size = 3  # type: ignore[misc]
+
+
+def test_a_record_refuses_what_it_does_not_do() -> None:
+    @dataclass(frozen=True)
+    class Plain:
+        """A dataclass."""
+
+        name: str
+
+    with pytest.raises(TypeError, match="bases are records"):
+
+        @record
+        class Child(Plain):
+            """Not allowed: a dataclass base."""
+
+    with pytest.raises(TypeError, match="kw_only"):
+
+        @record
+        class Keyword:
+            """Not allowed: keyword-only fields."""
+
+            name: str = field(kw_only=True)
+
+
+def test_a_record_pickles_like_a_dataclass() -> None:
+    assert pickle.loads(pickle.dumps(Sample("a", 1))) == Sample("a", 1)
+
+
+@record
+class Sample:
+    """A module-level record, as pickle needs."""
+
+    name: str
+    size: int = 0
