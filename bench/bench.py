@@ -502,7 +502,9 @@ def user_run_rows() -> tuple[list[Row], str]:
             "PYTHONPATH": pythonpath,
         }
         as_user = _as_user(user)
-        gpuenv_user = [*as_user, python, "-m", "gpuenv.cli", "-C", str(project)]
+        # The command as the wheel installs it: pip's console script for gpuenv.cli:entry.
+        script = _console_script(Path(tmp) / "installed", python)
+        gpuenv_user = [*as_user, str(script), "-C", str(project)]
         # The claims path, not a fallback: one of the described GPUs, as the user. In the
         # project folder, as a user would be (and not the checkout, whose gpuenv would
         # come first on sys.path).
@@ -538,7 +540,8 @@ def user_run_rows() -> tuple[list[Row], str]:
             )
         shutil.rmtree(tmp, ignore_errors=True)
     note = (
-        f"The non-root run row runs gpuenv laid out as the wheel installs it, with {python}; "
+        "The non-root run row runs gpuenv laid out as the wheel installs it (the package, "
+        f"its console script), with {python}; "
         + (
             f"its runs use {name}'s account image ({account}), made by its first run."
             if made.returncode == 0
@@ -550,6 +553,23 @@ def user_run_rows() -> tuple[list[Row], str]:
 
 def _as_user(user: pwd.struct_passwd) -> list[str]:
     return ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
+
+
+def _console_script(folder: Path, python: str) -> Path:
+    """`gpuenv` as pip (24+) writes the console script `gpuenv = gpuenv.cli:entry`."""
+    script = folder / "bin" / "gpuenv"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(
+        f"#!{python}\n"
+        "import sys\n"
+        "from gpuenv.cli import entry\n"
+        "if __name__ == '__main__':\n"
+        "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n"
+        "    sys.exit(entry())\n"
+    )
+    script.chmod(0o755)
+    script.parent.chmod(0o755)
+    return script
 
 
 def _gpuenv_for(user: pwd.struct_passwd, folder: Path) -> tuple[str, str] | str:

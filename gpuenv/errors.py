@@ -7,7 +7,8 @@ branch on them, so a code never changes meaning.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from gpuenv.records import record
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -33,7 +34,7 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
-@dataclass(frozen=True)
+@record
 class ExitCode:
     code: int
     meaning: str
@@ -81,7 +82,7 @@ def exit_codes_help() -> str:
     return "\b\nExit codes:\n" + "\n".join(rows) + f"\n  {COMMAND_EXIT_NOTE}\n"
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     """One located problem in a file: what is wrong, where, and (optionally) what to do.
 

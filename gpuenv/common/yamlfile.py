@@ -7,18 +7,18 @@ message asks for its line, so a file without problems costs one parse and no wal
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, NamedTuple
 
 from gpuenv.errors import Problem
+from gpuenv.records import field, record
 
 Path = tuple[str | int, ...]
 
 _NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 
 
-@dataclass(frozen=True)
+@record
 class Position:
     line: int
     column: int
@@ -32,7 +32,7 @@ class _Index(NamedTuple):
     number_text: dict[Path, str]
 
 
-@dataclass(frozen=True)
+@record
 class YamlDocument:
     """Parsed data, its duplicate keys, and the node tree positions are looked up in."""
 

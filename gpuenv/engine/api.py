@@ -131,6 +131,20 @@ class UnixSocketEngine:
     # -- containers ---------------------------------------------------------------------
 
     def version(self) -> dict[str, Any]:
+        """The engine's version and API version from ``GET /_ping``'s headers when they
+        name a Docker engine (``Server: Docker/20.10.24 (linux)``, ``Api-Version``),
+        else ``GET /version``: Docker answers /version by asking containerd and runc for
+        theirs (about 9 ms here, on the way to every run's GPUs), /_ping in about 1 ms.
+        Only Version, ApiVersion and the component names are read of it."""
+        status, headers = self.head("/_ping", prefix="")
+        server, api = headers.get("server", ""), headers.get("api-version", "")
+        if status == 200 and server.startswith("Docker/") and api:
+            engine = server.removeprefix("Docker/").split(" ", 1)[0]
+            return {
+                "Version": engine,
+                "ApiVersion": api,
+                "Components": [{"Name": "Engine", "Version": engine}],
+            }
         result: dict[str, Any] = self.call("GET", "/version")
         return result
 

@@ -9,10 +9,10 @@ tcp:// and ssh:// engines. Tests use a fake that records the calls.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuenv.errors import PullError
+from gpuenv.records import field, record
 
 Event = dict[str, Any]
 Frame = tuple[int, bytes]  # (1: stdout, 2: stderr; a TTY's output is all 1), data
@@ -41,7 +41,7 @@ def frames(chunks: Iterable[bytes], tty: bool) -> Iterator[Frame]:
             del buffer[: 8 + size]
 
 
-@dataclass(frozen=True)
+@record
 class ImageInfo:
     id: str
     tags: tuple[str, ...]
@@ -200,7 +200,7 @@ class Engine(ImageEngine, ContainerEngine, Protocol):
     """A whole engine: images and containers."""
 
 
-@dataclass(frozen=True)
+@record
 class Manifest:
     """A manifest or index as a registry serves it: its media type, its digest
     (Docker-Content-Digest) and the JSON document."""

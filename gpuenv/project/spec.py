@@ -11,8 +11,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+from gpuenv.records import field, record
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -91,7 +93,7 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
-@dataclass(frozen=True)
+@record
 class GpuRequest:
     """What the spec asks for: every GPU, none, optional, a count, named devices (GPUs or
     MIG instances by UUID), or `count` MIG instances of one `profile` (mode "mig")."""
@@ -121,14 +123,14 @@ class GpuRequest:
         return self.mode
 
 
-@dataclass(frozen=True)
+@record
 class Mount:
     source: str
     target: str
     read_only: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Spec:
     """A validated gpuenv.yaml. Constraints keep their text for messages and the lock."""
 

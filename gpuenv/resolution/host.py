@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import HostError, UsageError, file_error
+from gpuenv.records import field, record
 
 # The data types live in gpuenv.resolution.machine; most callers import them from here.
 from gpuenv.resolution.machine import Gpu as Gpu
@@ -298,7 +298,7 @@ def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> 
     return Host(checked, tuple(gpus), "flags")
 
 
-@dataclass(frozen=True)
+@record
 class HostOverride:
     """The host flags a command was given (empty: detect this machine)."""
 
@@ -317,7 +317,7 @@ def host_for(override: HostOverride, matrix: Matrix) -> Host:
     return detect_host()
 
 
-@dataclass(frozen=True)
+@record
 class HostPlan:
     """The host to plan for: --driver/--gpu when given, else this machine."""
 

@@ -3,11 +3,13 @@ come from (NVML, nvidia-smi, a host file, flags) is gpuenv.resolution.host's bus
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
+from gpuenv.records import record
 
-@dataclass(frozen=True)
+
+@record
 class GpuProcess:
     """A process using a GPU, by host PID (NVML's view)."""
 
@@ -15,7 +17,7 @@ class GpuProcess:
     used_memory_mib: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class MigDevice:
     """A MIG instance of a GPU, as NVML (or the host file) lists it.
 
@@ -36,7 +38,7 @@ class MigDevice:
     processes: tuple[GpuProcess, ...] = ()  # NVML's, through the MIG device's own handle
 
 
-@dataclass(frozen=True)
+@record
 class Gpu:
     index: int
     name: str
@@ -80,7 +82,7 @@ class Gpu:
         return next((m for m in self.mig_devices if m.uuid == key), None)
 
 
-@dataclass(frozen=True)
+@record
 class Host:
     """A driver (None when there is none) and the GPUs; `source` says how we know."""
 

@@ -13,11 +13,11 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
+from gpuenv.records import field, record
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
 
-@dataclass(frozen=True)
+@record
 class RunRequest:
     """What the user asked for on the command line."""
 
@@ -53,7 +53,7 @@ class RunRequest:
     name: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Terminal:
     """The invoking process's side: a terminal for both ends, stdin worth attaching,
     its uid (0 runs as root anyway)."""
@@ -63,7 +63,7 @@ class Terminal:
     uid: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class Services:
     """Where a run gets its host and its claims store (real ones in the CLI)."""
 

@@ -17,10 +17,11 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from gpuenv.errors import UsageError
+from gpuenv.records import field, record
 from gpuenv.sharing import usage_files as files
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import open_state, owner_name
@@ -28,7 +29,7 @@ from gpuenv.sharing.statedir import open_state, owner_name
 LOCK_TIMEOUT = 10.0  # seconds to wait for another writer
 
 
-@dataclass(frozen=True)
+@record
 class UsageRun:
     """One run as its records tell it; `end` None while it runs or when never recorded."""
 
@@ -175,13 +176,13 @@ def _owner_runs(
 ) -> Iterator[UsageRun]:
     starts: dict[str, dict[str, Any]] = {}
     ends: dict[str, dict[str, Any]] = {}
-    for record in lines:
-        if not _valid_id(record.get("id")):
+    for line in lines:
+        if not _valid_id(line.get("id")):
             continue
-        if record.get("event") == "start" and record.get("uid") == owner:
-            starts.setdefault(record["id"], record)
-        elif record.get("event") == "end":
-            ends.setdefault(record["id"], record)
+        if line.get("event") == "start" and line.get("uid") == owner:
+            starts.setdefault(line["id"], line)
+        elif line.get("event") == "end":
+            ends.setdefault(line["id"], line)
     for run_id, start in starts.items():
         run = _run(owner, start, ends.get(run_id) or _marker(ended, run_id, owner))
         if run is not None:
@@ -233,7 +234,7 @@ def _run(owner: int, start: dict[str, Any], end: dict[str, Any] | None) -> Usage
     return replace(base, state="unrecorded")
 
 
-@dataclass
+@record(frozen=False)
 class UsageRow:
     key: str
     runs: int = 0
@@ -302,7 +303,7 @@ HOST_CONFIG_ENV = "GPUENV_HOST_CONFIG"
 DEFAULT_HOST_CONFIG = "/etc/gpuenv/host.yaml"
 
 
-@dataclass(frozen=True)
+@record
 class Prices:
     currency: str
     per_gpu_hour: dict[str, float]

@@ -4,6 +4,7 @@ attach hijack."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socketserver
 import threading
@@ -22,6 +23,7 @@ from gpuenv.errors import EngineError, EngineRefused
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen: list[tuple[str, str, bytes]] = []  # noqa: RUF012 - shared by the test server
+    ping: dict[str, str] | None = None  # the headers /_ping answers with; None: a 500
 
     def log_message(self, *args: object) -> None:
         del args
@@ -45,7 +47,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.seen.append(("GET", self.path, b""))
-        if self.path.startswith("/v1.41/images/present"):
+        if self.path == "/_ping" and self.ping is not None:
+            self.send_response(200)
+            for name, value in self.ping.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError):  # the client reads only the head
+                self.wfile.write(b"OK")
+        elif self.path.startswith("/v1.41/images/present"):
             self._reply(200, b'{"RepoDigests": ["r@sha256:1"], "Config": {"Labels": {"a": "b"}}}')
         elif self.path.startswith("/v1.41/images/"):
             self._reply(404, b'{"message": "No such image"}')
@@ -101,6 +111,7 @@ def engine(tmp_path: Path) -> Iterator[UnixSocketEngine]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     _Handler.seen = []
+    _Handler.ping = None
     try:
         yield UnixSocketEngine(f"unix://{path}")
     finally:
@@ -118,6 +129,33 @@ def test_json_bodies_and_status(engine: UnixSocketEngine) -> None:
     assert (method, path, json.loads(body)) == ("POST", "/v1.41/containers/create", {"Image": "x"})
     assert engine.version()["Version"] == "28.2.2"
     assert engine.wait("c0ffee") == 7
+
+
+@pytest.mark.parametrize(
+    ("ping", "version", "api", "asked"),
+    [
+        (
+            {"Server": "Docker/20.10.24+dfsg1 (linux)", "Api-Version": "1.41"},
+            "20.10.24+dfsg1",
+            "1.41",
+            False,
+        ),
+        ({"Server": "Docker/28.2.2 (linux)", "Api-Version": "1.50"}, "28.2.2", "1.50", False),
+        ({"Server": "Libpod/4.3.1 (linux)", "Api-Version": "1.41"}, "28.2.2", "1.50", True),
+        ({"Server": "Docker/28.2.2 (linux)"}, "28.2.2", "1.50", True),  # no API version
+        (None, "28.2.2", "1.50", True),  # /_ping fails
+    ],
+    ids=["docker-20", "docker-28", "not-docker", "no-api-header", "no-ping"],
+)
+def test_the_version_comes_from_the_ping_when_it_names_docker(
+    engine: UnixSocketEngine, ping: dict[str, str] | None, version: str, api: str, asked: bool
+) -> None:
+    """Docker answers /version by asking containerd and runc for theirs; /_ping says
+    enough, when it says Docker."""
+    _Handler.ping = ping
+    said = engine.version()
+    assert (said["Version"], said["ApiVersion"]) == (version, api)
+    assert (("GET", "/v1.41/version", b"") in _Handler.seen) == asked
 
 
 def test_the_exit_watch_waits_for_the_next_exit(engine: UnixSocketEngine) -> None:
