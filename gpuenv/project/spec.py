@@ -11,10 +11,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.records import field, record
+from gpuenv.records import field, record, replace
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet

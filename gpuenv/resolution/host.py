@@ -84,9 +84,8 @@ def detect_nvidia_smi() -> Host | str:
 
 def detect_host() -> Host:
     """This machine, or the one described by GPUENV_HOST_FILE. Never raises for "no GPU"."""
-    from dataclasses import replace
-
     from gpuenv.common.platforms import this_platform
+    from gpuenv.records import replace
 
     described = os.environ.get(HOST_FILE_ENV)
     if described:
@@ -330,7 +329,7 @@ class HostPlan:
         return self.driver is not None or bool(self.gpu_models) or self.platform is not None
 
     def host(self, matrix: Matrix) -> Host:
-        from dataclasses import replace
+        from gpuenv.records import replace
 
         host = host_for(HostOverride(self.driver, self.gpu_models), matrix)
         if self.platform is not None:

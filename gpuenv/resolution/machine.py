@@ -3,10 +3,9 @@ come from (NVML, nvidia-smi, a host file, flags) is gpuenv.resolution.host's bus
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from gpuenv.records import record
+from gpuenv.records import asdict, record
 
 
 @record

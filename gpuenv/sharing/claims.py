@@ -24,10 +24,9 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
-from gpuenv.records import record
+from gpuenv.records import asdict, record
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import (
     STATE_ENV,

@@ -17,11 +17,10 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from gpuenv.errors import UsageError
-from gpuenv.records import field, record
+from gpuenv.records import field, record, replace
 from gpuenv.sharing import usage_files as files
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import open_state, owner_name

@@ -6,24 +6,30 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pytest
 
-from gpuenv.records import field, record
+from gpuenv import records
+from gpuenv.records import FrozenInstanceError, asdict, field, record, replace
+
+Decorate = Callable[[type], type]
+Body = Callable[[Decorate, Callable[..., Any]], type]
 
 
-def _both(frozen: bool = True) -> list[Callable[[type], type]]:
-    return [dataclass(frozen=frozen), record if frozen else record(frozen=False)]
+def _pair(body: Body, frozen: bool = True) -> list[type]:
+    """The class made by `body` as a dataclass, then as a record (each with its field)."""
+    return [
+        body(dataclass(frozen=frozen), dataclasses.field),
+        body(record if frozen else record(frozen=False), records.field),
+    ]
 
 
-def _pair(body: Callable[[Callable[[type], type]], type], frozen: bool = True) -> list[type]:
-    return [body(decorate) for decorate in _both(frozen)]
-
-
-def _plain(decorate: Callable[[type], type]) -> type:
+def _plain(decorate: Decorate, field: Callable[..., Any]) -> type:
     @decorate
     class Gpu:
         """A GPU."""
@@ -40,9 +46,12 @@ def _plain(decorate: Callable[[type], type]) -> type:
 
 
 def _outcome(action: Callable[[], Any]) -> Any:
-    """What an action gives, or the kind of exception it raises."""
+    """What an action gives, or the kind of exception it raises (dataclasses' frozen error
+    and ours are one kind)."""
     try:
         return action()
+    except (dataclasses.FrozenInstanceError, FrozenInstanceError):
+        return "frozen"
     except Exception as exc:
         return type(exc)
 
@@ -84,12 +93,12 @@ def test_a_frozen_record_does_what_its_dataclass_does(
 
 
 def test_the_frozen_error_names_the_field() -> None:
-    gpu = _plain(record)(0, "a")
+    gpu = _plain(record, records.field)(0, "a")
     with pytest.raises(FrozenInstanceError, match="cannot assign to field 'index'"):
         gpu.index = 1  # type: ignore[attr-defined]
 
 
-def _mutable(decorate: Callable[[type], type]) -> type:
+def _mutable(decorate: Decorate, field: Callable[..., Any]) -> type:
     @decorate
     class Totals:
         """Sums."""
@@ -116,7 +125,7 @@ def test_a_mutable_record_does_what_its_dataclass_does(
     assert _outcome(lambda: action(recorded)) == _outcome(lambda: action(made)), case
 
 
-def _own_methods(decorate: Callable[[type], type]) -> type:
+def _own_methods(decorate: Decorate, field: Callable[..., Any]) -> type:
     @decorate
     class Claim:
         """A claim whose own methods stay."""
@@ -211,3 +220,139 @@ class Sample:
 
     name: str
     size: int = 0
+
+
+def _nested(decorate: Decorate, field: Callable[..., Any]) -> type:
+    @decorate
+    class Process:
+        """A process."""
+
+        pid: int
+        name: str = ""
+
+    @decorate
+    class Gpu:
+        """A GPU with processes, readings and notes."""
+
+        kind: ClassVar[str] = "gpu"  # a class attribute, not a field
+        index: int
+        processes: tuple[Any, ...] = ()
+        readings: dict[str, Any] = field(default_factory=dict)
+        notes: list[Any] = field(default_factory=list)
+        derived: str = field(default="", init=False)
+
+    Gpu.Process = Process  # type: ignore[attr-defined]
+    return Gpu
+
+
+def _sample(cls: Any) -> Any:
+    process = cls.Process
+    return cls(
+        0,
+        (process(1, "python"), process(2)),
+        {"temp": 60, "by": [process(3)]},
+        [process(4), (5, "six")],
+    )
+
+
+NESTED: list[tuple[str, Callable[[Any], Any]]] = [
+    ("asdict, ours", lambda c: asdict(_sample(c))),
+    ("asdict, dataclasses'", lambda c: dataclasses.asdict(_sample(c))),
+    ("replace, ours", lambda c: asdict(replace(_sample(c), index=3))),
+    ("replace, dataclasses'", lambda c: asdict(dataclasses.replace(_sample(c), index=3))),
+    ("replace init=False, ours", lambda c: replace(_sample(c), derived="x")),
+    ("replace init=False, dataclasses'", lambda c: dataclasses.replace(_sample(c), derived="x")),
+    ("fields", lambda c: [(f.name, f.init, f.compare) for f in dataclasses.fields(c)]),
+    ("defaults", lambda c: [f.default for f in dataclasses.fields(c)]),
+    ("class attribute", lambda c: (c.kind, "kind" in [f.name for f in dataclasses.fields(c)])),
+    ("asdict copies", lambda c: (lambda g: asdict(g)["readings"] is not g.readings)(_sample(c))),
+]
+
+
+@pytest.mark.parametrize(("case", "action"), NESTED, ids=[case for case, _ in NESTED])
+def test_asdict_and_replace_do_what_dataclasses_do(case: str, action: Callable[[Any], Any]) -> None:
+    made, recorded = _pair(_nested)
+    assert _outcome(lambda: action(recorded)) == _outcome(lambda: action(made)), case
+
+
+def _mutable_default(decorate: Decorate, field: Callable[..., Any]) -> type:
+    @decorate
+    class Bad:
+        """A list as a default."""
+
+        items: list[int] = []  # noqa: RUF012 - what is refused
+
+    return Bad
+
+
+def _default_first(decorate: Decorate, field: Callable[..., Any]) -> type:
+    @decorate
+    class Bad:
+        """A field without a default after one with."""
+
+        first: int = 0
+        second: int  # type: ignore[misc]
+
+    return Bad
+
+
+@pytest.mark.parametrize("body", [_mutable_default, _default_first], ids=["mutable", "order"])
+def test_a_record_refuses_what_a_dataclass_refuses(body: Body) -> None:
+    refused = []
+    for decorate, specify in [
+        (dataclass(frozen=True), dataclasses.field),
+        (record, records.field),
+    ]:
+        with pytest.raises((TypeError, ValueError)) as raised:
+            body(decorate, specify)
+        refused.append(raised.type)
+    assert refused[0] is refused[1]
+
+
+def test_asdict_and_replace_take_dataclasses_too() -> None:
+    made = _nested(dataclass(frozen=True), dataclasses.field)
+    sample = _sample(made)
+    assert asdict(sample) == dataclasses.asdict(sample)
+    assert replace(sample, index=7) == dataclasses.replace(sample, index=7)
+
+
+def test_a_record_needs_no_dataclasses_and_the_run_path_does_not_load_them() -> None:
+    """Importing dataclasses imports inspect, ast and dis: ~10 ms a run does not spend.
+    The modules a plain `gpuenv run` imports, and using their records, load neither."""
+    run_path = [
+        "gpuenv.cli.fast",
+        "gpuenv.cli.running",
+        "gpuenv.run.launch",
+        "gpuenv.run.session",
+        "gpuenv.run.container",
+        "gpuenv.run.devices",
+        "gpuenv.run.preflight",
+        "gpuenv.images.build",
+        "gpuenv.images.accounts",
+        "gpuenv.project.stamp",
+        "gpuenv.project.spec",
+        "gpuenv.project.mounts",
+        "gpuenv.resolution.host",
+        "gpuenv.resolution.locked",
+        "gpuenv.resolution.cache",
+        "gpuenv.resolution.matrix_files",
+        "gpuenv.sharing.gpus",
+        "gpuenv.sharing.reserve",
+        "gpuenv.sharing.holders",
+        "gpuenv.sharing.claims",
+        "gpuenv.sharing.usage",
+        "gpuenv.engine.api",
+    ]
+    code = (
+        "import sys, importlib\n"
+        f"for name in {run_path!r}:\n    importlib.import_module(name)\n"
+        "from gpuenv.resolution.machine import Gpu, GpuProcess, Host\n"
+        "host = Host('550.54.15', (Gpu(0, 'A100', processes=(GpuProcess(1, 10),)),), 'test')\n"
+        "host.describe()\n"
+        "from gpuenv.records import replace\n"
+        "replace(host, driver='560.35.03')\n"
+        "print(sorted({'dataclasses', 'inspect', 'ast'} & set(sys.modules)))\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
