@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
+
+from gpuenv.records import record
 
 
-class FastCommand(NamedTuple):
+@record
+class FastCommand:
     """A command line the fast path takes: the command, the project folder, its options."""
 
     name: str  # "run" or "build"

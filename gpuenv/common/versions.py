@@ -42,9 +42,10 @@ class InvalidComputeCapability(ValueError):
     """A compute capability that is not ``major.minor`` (``8.6``)."""
 
 
-_BARE_VERSION = re.compile(r"^\d+(\.\d+)*(\.\*)?$")
-_DRIVER = re.compile(r"^\d+(\.\d+){0,3}$")
-_COMPUTE_CAPABILITY = re.compile(r"^(\d+)\.(\d)$")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+_BARE_VERSION = r"^\d+(\.\d+)*(\.\*)?$"
+_DRIVER = r"^\d+(\.\d+){0,3}$"
+_COMPUTE_CAPABILITY = r"^(\d+)\.(\d)$"
 
 
 @lru_cache(maxsize=1024)
@@ -65,7 +66,7 @@ def parse_constraint(text: str) -> SpecifierSet:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     stripped = text.strip()
-    if _BARE_VERSION.match(stripped):
+    if re.match(_BARE_VERSION, stripped):
         series = stripped if stripped.endswith(".*") else f"{stripped}.*"
         return SpecifierSet(f"=={series}")
     if not stripped or "\n" in stripped:
@@ -136,7 +137,7 @@ def driver_tuple(text: str) -> tuple[int, int, int, int]:
     >>> driver_tuple("545") < driver_tuple("545.23.08")
     True
     """
-    if not _DRIVER.match(text.strip()):
+    if not re.match(_DRIVER, text.strip()):
         raise InvalidDriverVersion(
             f"'{text}' is not a driver version (expected numbers like 535.104.05)"
         )
@@ -157,7 +158,7 @@ def compute_capability(text: str) -> tuple[int, int]:
     >>> compute_capability("12.0") > compute_capability("9.0")
     True
     """
-    match = _COMPUTE_CAPABILITY.match(text.strip())
+    match = re.match(_COMPUTE_CAPABILITY, text.strip())
     if not match:
         raise InvalidComputeCapability(
             f"'{text}' is not a compute capability (expected major.minor like 8.6)"

@@ -8,7 +8,7 @@ message asks for its line, so a file without problems costs one parse and no wal
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from gpuenv.errors import Problem
 from gpuenv.records import field, record
@@ -24,7 +24,8 @@ class Position:
     column: int
 
 
-class _Index(NamedTuple):
+@record
+class _Index:
     """Every path's position, found by walking the whole node tree."""
 
     positions: dict[Path, Position]

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 ACCOUNT_LABEL = f"{LABEL_PREFIX}.account"  # uid:gid:name of the user it has the account of
 ACCOUNT_BASE_LABEL = f"{LABEL_PREFIX}.account-base"  # the image it was made from
-_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+_USER_NAME = r"^[a-z_][a-z0-9_-]{0,31}$"
 
 
 @record
@@ -60,7 +61,7 @@ def invoking_identity() -> Identity:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         name = os.environ.get("USER", "")
-    return Identity(uid, gid, name if _USER_NAME.match(name or "") else "gpuenv")
+    return Identity(uid, gid, name if re.match(_USER_NAME, name or "") else "gpuenv")
 
 
 def merge_accounts(passwd: str, group: str, identity: Identity) -> tuple[str, str]:

@@ -38,7 +38,8 @@ GPU_KEYWORDS = ("all", "none", "optional")
 # 1c.2g.20gb where the compute instance takes fewer slices than its GPU instance, and a
 # +me-style suffix for extra engines (NVIDIA/go-nvlib pkg/nvlib/device/mig_profile.go).
 # NVIDIA's Kubernetes device plugin names the resource nvidia.com/mig-<profile>.
-MIG_PROFILE = re.compile(r"^(?:[1-9]\d?c\.)?[1-9]\d?g\.[1-9]\d*gb(?:\+[a-z]+(?:\.[a-z]+)*)?$")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+MIG_PROFILE = r"^(?:[1-9]\d?c\.)?[1-9]\d?g\.[1-9]\d*gb(?:\+[a-z]+(?:\.[a-z]+)*)?$"
 
 
 def is_mig_profile(text: str) -> bool:
@@ -47,7 +48,7 @@ def is_mig_profile(text: str) -> bool:
     >>> [is_mig_profile(t) for t in ("1g.10gb", "1c.2g.20gb", "1g.10gb+me", "2g", "10gb")]
     [True, True, True, False, False]
     """
-    return bool(MIG_PROFILE.match(text))
+    return bool(re.match(MIG_PROFILE, text))
 
 
 WORKSPACE = "/workspace"
@@ -88,7 +89,7 @@ ALIASES = {
     "volumes": "mounts",
 }
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$", re.IGNORECASE)
+_SIZE = r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$"
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
@@ -266,7 +267,7 @@ def parse_size(text: str) -> int | None:
     >>> parse_size("8g"), parse_size("512MiB"), parse_size("1.5G")
     (8589934592, 536870912, 1610612736)
     """
-    match = _SIZE.match(text.strip())
+    match = re.match(_SIZE, text.strip(), re.IGNORECASE)
     if not match:
         return None
     number, unit, suffix = match.groups()

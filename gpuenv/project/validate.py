@@ -35,11 +35,12 @@ from gpuenv.project.spec import (
 if TYPE_CHECKING:
     from gpuenv.common.yamlfile import Path as YamlPath
     from gpuenv.common.yamlfile import YamlDocument
-_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-_APT = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
-_SAFE_PATH = re.compile(r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_GPU_UUID = re.compile(r"^(GPU|MIG)-[A-Za-z0-9-]+$")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+_NAME = r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$"
+_APT = r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$"
+_SAFE_PATH = r"^[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_GPU_UUID = r"^(GPU|MIG)-[A-Za-z0-9-]+$"
 
 
 def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
@@ -139,7 +140,7 @@ def _name(check: Checker, value: Any) -> str | None:
     text = check.text(("name",), value, "a project name")
     if text is None:
         return None
-    if not _NAME.match(text) or len(text) > 63:
+    if not re.match(_NAME, text) or len(text) > 63:
         check.add(
             ("name",),
             f"'{text}' is not a valid name: use lowercase letters, digits and . _ - "
@@ -156,7 +157,7 @@ def _requirements(check: Checker, value: Any) -> tuple[str, ...] | None:
             check.add(path, f"'{text}' must be a path relative to the project folder")
         elif not inside_project(check.project_dir, text):
             check.add(path, f"'{text}' points outside the project folder")
-        elif not _SAFE_PATH.match(text):
+        elif not re.match(_SAFE_PATH, text):
             check.add(
                 path,
                 f"'{text}' has characters gpuenv does not copy into images "
@@ -178,7 +179,7 @@ def _extras(check: Checker, value: Any) -> tuple[str, ...] | None:
 
     out = []
     for path, text in check.string_list(("extras",), value, "optional dependency group names"):
-        if not _NAME.match(text.lower()):
+        if not re.match(_NAME, text.lower()):
             check.add(path, f"'{text}' is not an optional dependency group name")
         else:
             out.append(canonicalize_name(text))
@@ -209,7 +210,7 @@ def _packages(check: Checker, value: Any) -> tuple[str, ...] | None:
 def _apt(check: Checker, value: Any) -> tuple[str, ...] | None:
     out = []
     for path, text in check.string_list(("apt",), value, "Debian package names"):
-        if not _APT.match(text):
+        if not re.match(_APT, text):
             check.add(
                 path,
                 f"'{text}' is not a Debian package name (lowercase letters, digits, + - .; "
@@ -226,7 +227,7 @@ def _env(check: Checker, value: Any) -> tuple[tuple[str, str], ...] | None:
         return None
     out = []
     for key, item in value.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
+        if not isinstance(key, str) or not re.match(_ENV_NAME, key):
             check.add(("env", str(key)), f"'{key}' is not a valid environment variable name")
             continue
         if isinstance(item, bool):
@@ -306,7 +307,7 @@ def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
         item_path = (*path, index) if isinstance(value, list) else path
         if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
             device = str(item)
-        elif isinstance(item, str) and (item.isdigit() or _GPU_UUID.match(item)):
+        elif isinstance(item, str) and (item.isdigit() or re.match(_GPU_UUID, item)):
             device = item
         else:
             check.add(

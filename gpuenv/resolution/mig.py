@@ -16,7 +16,8 @@ from typing import Any
 from gpuenv.errors import HostError
 from gpuenv.resolution.machine import Gpu, MigDevice
 
-MIG_UUID = re.compile(r"^MIG-[A-Za-z0-9-]+$")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+MIG_UUID = r"^MIG-[A-Za-z0-9-]+$"
 _KEYS = {"uuid", "profile", "memory_total_mib", "index", "gpu_instance", "compute_instance"}
 
 
@@ -37,7 +38,7 @@ def migs_from_data(raw: Any, where: str) -> tuple[MigDevice, ...]:
             known = ", ".join(sorted(_KEYS))
             raise HostError(f"{at}: unknown keys {', '.join(sorted(unknown))} (known: {known})")
         uuid = item.get("uuid")
-        if not isinstance(uuid, str) or not MIG_UUID.match(uuid):
+        if not isinstance(uuid, str) or not re.match(MIG_UUID, uuid):
             raise HostError(f"{at}: 'uuid' must be a MIG UUID (MIG-…), got {uuid!r}")
         if any(m.uuid == uuid for m in out):
             raise HostError(f"{at}: {uuid} is listed twice")

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
 DEFAULT_SHM = 8 * 1024**3
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 def command_for(arguments: Sequence[str]) -> list[str]:
@@ -58,7 +59,7 @@ def read_env_file(path: str) -> list[tuple[str, str | None]]:
         if not stripped or stripped.startswith("#"):
             continue
         key, has_value, value = stripped.partition("=")
-        if not _ENV_NAME.match(key):
+        if not re.match(_ENV_NAME, key):
             raise UsageError(f"--env-file {path}:{number}: '{key}' is not a variable name")
         out.append((key, value if has_value else None))
     return out
@@ -72,7 +73,7 @@ def env_entries(options: Sequence[str], env_files: Sequence[str]) -> list[tuple[
         entries += read_env_file(path)
     for option in options:
         key, has_value, value = option.partition("=")
-        if not _ENV_NAME.match(key):
+        if not re.match(_ENV_NAME, key):
             raise UsageError(
                 f"-e {key!r}: not a variable name (KEY=VALUE, or KEY to pass it through)"
             )

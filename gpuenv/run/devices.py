@@ -54,8 +54,9 @@ CDI_READS: tuple[tuple[str, str, str], ...] = (
     ("podman", "5.0", "0.6.0"),
     ("podman", "4.1", "0.5.0"),
 )
-_SO_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)?)$")
-_LEADING = re.compile(r"^v?(\d+(?:\.\d+)*)")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+_SO_VERSION = r"\.so\.(\d+\.\d+(?:\.\d+)?)$"
+_LEADING = r"^v?(\d+(?:\.\d+)*)"
 
 
 def numeric(text: str) -> tuple[int, ...] | None:
@@ -64,7 +65,7 @@ def numeric(text: str) -> tuple[int, ...] | None:
     >>> numeric("4.3.1"), numeric("v0.5.0"), numeric("dev")
     ((4, 3, 1), (0, 5, 0), None)
     """
-    match = _LEADING.match(text.strip())
+    match = re.match(_LEADING, text.strip())
     return tuple(int(p) for p in match.group(1).split(".")) if match else None
 
 
@@ -278,7 +279,7 @@ def spec_problems(
         p
         for p in spec.host_paths
         if host.driver
-        and (m := _SO_VERSION.search(p))
+        and (m := re.search(_SO_VERSION, p))
         and m.group(1) != host.driver
         and os.path.basename(p).startswith(("libnvidia", "libcuda"))
     ]

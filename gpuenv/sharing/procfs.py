@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
+# Patterns as text: re compiles (and keeps) each on its first use, not at import.
+_CONTAINER_ID = r"([0-9a-f]{64})"
 
 
 def process_start(pid: int) -> str:
@@ -47,7 +48,7 @@ def container_of(pid: int) -> str | None:
             text = handle.read()
     except OSError:
         return None
-    match = _CONTAINER_ID.search(text)
+    match = re.search(_CONTAINER_ID, text)
     return match.group(1) if match else None
 
 
