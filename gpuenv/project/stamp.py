@@ -10,7 +10,6 @@ back to the full path, which reads the spec and lock and renders.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -19,6 +18,9 @@ from typing import Any
 from gpuenv import __version__
 
 STAMP_FORMAT = 2
+# The bytes a stamp's file name keeps as they are; any other is written %XX.
+_KEPT = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_LONGEST = 200  # bytes of a name; a longer one is hashed (names stop at 255)
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> str:
@@ -28,8 +30,21 @@ def cache_dir(env: Mapping[str, str] | None = None) -> str:
 
 
 def _path(project_dir: str, bake: bool) -> str:
-    key = hashlib.sha256(f"{os.path.abspath(project_dir)}\0{bake}".encode()).hexdigest()[:32]
-    return os.path.join(cache_dir(), f"{key}.json")
+    """The project's stamp: named by its folder's path, %-escaped (a hash for a path too
+    long to be a name), so that no hashing, and no OpenSSL (~5 ms to load here), is on
+    the way to every run.
+
+    >>> os.path.basename(_path("/work/my proj", True))
+    '%2Fwork%2Fmy%20proj+bake.json'
+    """
+    raw = os.fsencode(os.path.abspath(project_dir))
+    name = "".join(chr(byte) if byte in _KEPT else f"%{byte:02X}" for byte in raw)
+    name += "+bake" if bake else ""  # "+" is escaped in a path: no path ends so
+    if len(name) > _LONGEST:
+        import hashlib
+
+        name = hashlib.sha256(raw + (b"\0bake" if bake else b"")).hexdigest()  # never "%2F…"
+    return os.path.join(cache_dir(), f"{name}.json")
 
 
 def _stat(path: str) -> list[int] | None:

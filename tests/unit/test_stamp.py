@@ -47,3 +47,36 @@ def test_damaged_stamp_is_ignored(tmp_path: Path) -> None:
     (path,) = Path(stamp.cache_dir()).glob("*.json")
     path.write_text("{not json")
     assert stamp.fresh_tag(str(tmp_path), False) is None
+
+
+@pytest.mark.parametrize(
+    "folders",
+    [
+        ("/work/a", "/work/a/", "/work/./a"),  # one folder, one stamp
+        ("/work/a b",),
+        ("/work/a%20b",),  # not the same as the one above
+        ("/work/é",),
+        ("/" + "long/" * 60,),  # past a file name's length: hashed
+        ("/" + "long/" * 60 + "x",),
+    ],
+)
+def test_each_folder_has_a_stamp_of_its_own(folders: tuple[str, ...]) -> None:
+    names = {stamp._path(folder, bake) for folder in folders for bake in (False,)}
+    assert len(names) == 1
+    name = os.path.basename(names.pop())
+    assert len(name) <= 255 and "/" not in name
+    assert stamp._path(folders[0], True) != stamp._path(folders[0], False)
+
+
+def test_no_two_folders_share_a_stamp() -> None:
+    folders = [
+        "/work/a b",
+        "/work/a%20b",
+        "/work/a+bake",
+        "/work/é",
+        "/" + "long/" * 60,
+        "/" + "long/" * 60 + "x",
+        "/work/a",
+    ]
+    paths = {stamp._path(folder, bake) for folder in folders for bake in (False, True)}
+    assert len(paths) == 2 * len(folders)
