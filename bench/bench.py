@@ -476,9 +476,12 @@ def user_run_rows() -> tuple[list[Row], str]:
     try:
         os.chmod(tmp, 0o755)
         host_file = describe_host(Path(tmp) / "host.json")
+        # The state folder as an admin makes it on a shared server (docs: monitoring), so
+        # the runs keep their usage records, as they would there.
         state = Path(tmp) / "state"
-        state.mkdir()
-        state.chmod(0o1777)
+        for folder in (state, state / "usage"):
+            folder.mkdir()
+            folder.chmod(0o1777)
         project, gpuenv = _bench_project(tmp, "benchclaims", "# bench\n", "gpus: 1\n")
         tag = subprocess.run(
             [*gpuenv, "build", "-q"], check=True, capture_output=True, text=True
@@ -541,7 +544,8 @@ def user_run_rows() -> tuple[list[Row], str]:
         shutil.rmtree(tmp, ignore_errors=True)
     note = (
         "The non-root run row runs gpuenv laid out as the wheel installs it (the package, "
-        f"its console script), with {python}; "
+        f"its console script), with {python}, on a state folder made as an admin makes it "
+        "(claims and usage records kept); "
         + (
             f"its runs use {name}'s account image ({account}), made by its first run."
             if made.returncode == 0
