@@ -122,10 +122,25 @@ def image_accounts(engine: Engine, tag: str) -> tuple[str, str] | None:
     except GpuenvError:
         return None
     try:
-        passwd = file_from_archive(engine.get_archive(container, "/etc/passwd"))
-        group = file_from_archive(engine.get_archive(container, "/etc/group"))
-    except GpuenvError:
-        return None
+        # Both at once: the engine mounts the container's files for each (~90 ms here).
+        import threading
+
+        read: dict[str, str] = {}
+        failed: list[GpuenvError] = []
+
+        def fetch(path: str) -> None:
+            try:
+                read[path] = file_from_archive(engine.get_archive(container, path))
+            except GpuenvError as exc:
+                failed.append(exc)
+
+        other = threading.Thread(target=fetch, args=("/etc/group",), daemon=True)
+        other.start()
+        fetch("/etc/passwd")
+        other.join()
+        if failed:
+            return None
+        passwd, group = read["/etc/passwd"], read["/etc/group"]
     finally:
         with contextlib.suppress(GpuenvError):
             engine.remove(container)

@@ -191,9 +191,11 @@ def test_the_no_op_build_says_what_click_says(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     engine = FakeEngine(images_present={"gpuenv/demo:0123456789abcdef"})
-    monkeypatch.setattr("gpuenv.cli.base.engine", lambda: engine)
-    monkeypatch.setattr("gpuenv.cli.app.engine", lambda: engine, raising=False)
+    # The command modules first: imported after base.engine is patched, they would keep
+    # the fake as the engine they restore to, for every later test.
     monkeypatch.setattr("gpuenv.cli.images.engine", lambda: engine)
+    monkeypatch.setattr("gpuenv.cli.app.engine", lambda: engine, raising=False)
+    monkeypatch.setattr("gpuenv.cli.base.engine", lambda: engine)
     monkeypatch.setattr(
         "gpuenv.project.stamp.fresh_tag", lambda directory, bake: "gpuenv/demo:0123456789abcdef"
     )
