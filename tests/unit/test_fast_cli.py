@@ -216,8 +216,8 @@ def test_a_build_with_work_goes_to_click(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No stamp: the fast path hands over, and click's build reports the missing project."""
+    monkeypatch.setattr("gpuenv.cli.images.engine", lambda: FakeEngine())  # first: see above
     monkeypatch.setattr("gpuenv.cli.base.engine", lambda: FakeEngine())
-    monkeypatch.setattr("gpuenv.cli.images.engine", lambda: FakeEngine())
     line = ["-C", str(tmp_path), "build", "-q"]
     clicked = CliRunner().invoke(main, line)
     with pytest.raises(SystemExit) as ended:
