@@ -153,9 +153,14 @@ def engine() -> Engine:
 
 
 def view_factory(quiet: bool) -> Callable[[], View]:
-    """The progress view for pulls and builds, made (with rich) only if one happens."""
+    """The progress view for pulls and builds, made (with rich, unless quiet) only if one
+    happens."""
 
     def make() -> View:
+        if quiet:
+            from gpuenv.cli.quiet import QuietView
+
+            return QuietView()
         from gpuenv.cli.live import make_view
 
         return make_view(quiet)

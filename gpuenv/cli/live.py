@@ -17,6 +17,7 @@ from rich.progress import (
 from rich.text import Text
 
 from gpuenv.cli import ui
+from gpuenv.cli.quiet import QuietView
 from gpuenv.images.progress import BuildProgress, PullProgress
 
 
@@ -27,26 +28,6 @@ def _size(count: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} GB"
-
-
-class QuietView:
-    def pull_started(self, reference: str) -> None:
-        pass
-
-    def pull_event(self, progress: PullProgress) -> None:
-        pass
-
-    def pull_finished(self, progress: PullProgress) -> None:
-        pass
-
-    def build_started(self, tag: str) -> None:
-        pass
-
-    def build_lines(self, progress: BuildProgress, lines: list[str]) -> None:
-        pass
-
-    def build_finished(self, progress: BuildProgress) -> None:
-        pass
 
 
 class PlainView(QuietView):

@@ -251,3 +251,14 @@ def test_the_hard_exit_says_a_closed_pipe_as_141() -> None:
     child.stdout.close()  # the reader went away before the output was flushed
     child.stdin.close()
     assert child.wait(timeout=30) == 141
+
+
+def test_a_quiet_view_loads_no_rich() -> None:
+    """`gpuenv build -q` (or a run that builds, quietly) shows nothing: rich stays out."""
+    code = (
+        "import sys\nfrom gpuenv.cli.base import view_factory\n"
+        "view = view_factory(True)()\nview.build_started('x')\n"
+        "print(type(view).__name__, 'rich' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["QuietView", "False"], out.stderr
