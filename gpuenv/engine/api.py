@@ -6,8 +6,9 @@ whole `docker run`, and even the standard library's http.client (which pulls in 
 and ssl) costs ~40 ms, a sixth of one. The engine's side of the exchange is small and
 fixed (one request per connection, a body by Content-Length or chunked, JSON), so
 `_exchange` speaks it directly; the attach hijack keeps the connection it upgraded.
-Image transfers and builds (pull, build, push, tag, list, remove) go through docker-py
-(`engine.dockerpy`), loaded only when one is asked for.
+Builds are streamed here too (POST /build: ~0.2 s less for every build that has work);
+image transfers (pull, push, tag) go through docker-py (`engine.dockerpy`), loaded only
+when one is asked for: they need its registry credentials and progress decoding.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from gpuenv.engine.wire import (
     send,
     urlencode,
 )
-from gpuenv.errors import EngineError, EngineRefused
+from gpuenv.errors import BuildError, EngineError, EngineRefused
 
 if TYPE_CHECKING:
     from gpuenv.engine.dockerpy import DockerEngine
@@ -319,7 +320,35 @@ class UnixSocketEngine:
         return self._docker().pull(repository, tag, auth)
 
     def build(self, context: bytes, tag: str) -> Iterator[Event]:
-        return self._docker().build(context, tag)
+        """POST /build with the context as its body (the classic builder, as docker-py
+        asks it: the intermediate containers removed, the base not pulled again), and
+        the engine's messages, one JSON object a line, as they come."""
+        query = {"t": tag, "rm": 1, "forcerm": 1, "pull": 0}
+        url = f"{API}/build?{urlencode(query)}"
+        try:
+            sock = send(
+                self.path, "POST", url, context, {"Content-Type": "application/x-tar"}, None
+            )
+        except OSError as exc:
+            raise engine_error(exc, self.host) from None
+        try:
+            try:
+                status, headers, rest = read_head(sock)
+                if status >= 400:
+                    data = read_body(sock, headers, rest)
+                    raise BuildError(
+                        f"the Docker engine refused the build: {message(status, data)}"
+                    )
+                pending = b""
+                for chunk in body_chunks(sock, headers, rest):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    yield from _events(lines)
+                yield from _events([pending])
+            except OSError as exc:
+                raise engine_error(exc, self.host) from None
+        finally:
+            sock.close()
 
     def tag(self, source: str, repository: str, tag: str) -> None:
         self._docker().tag(source, repository, tag)
@@ -346,3 +375,18 @@ class UnixSocketEngine:
             raise EngineRefused(
                 exc.status, f"could not remove {reference}: {exc.message}"
             ) from None
+
+
+def _events(lines: list[bytes]) -> Iterator[Event]:
+    """The build's messages in these lines (blank ones skipped; a line that is not JSON
+    is passed on as build output)."""
+    for line in lines:
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = {"stream": text.decode(errors="replace") + "\n"}
+        if isinstance(event, dict):
+            yield event

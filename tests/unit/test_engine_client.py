@@ -17,7 +17,7 @@ import pytest
 from gpuenv.engine import connect
 from gpuenv.engine.api import UnixSocketEngine
 from gpuenv.engine.hosts import engine_error
-from gpuenv.errors import EngineError, EngineRefused
+from gpuenv.errors import BuildError, EngineError, EngineRefused
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -69,7 +69,21 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self._body()
         self.seen.append(("POST", self.path, body))
-        if self.path == "/v1.41/containers/create":
+        if self.path.startswith("/v1.41/build?") and b"refuse" in body:
+            self._reply(500, b'{"message": "no Dockerfile"}')
+        elif self.path.startswith("/v1.41/build?"):
+            # As the engine streams it: a JSON object a line, lines split across chunks.
+            stream = (
+                b'{"stream":"Step 1/2 : FROM base"}\r\n{"stream":"\\n"}\r\n'
+                b'{"aux":{"ID":"sha256:feed"}}\r\n\r\n{"stream":"Successfully built feed"}\r\n'
+            )
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (stream[:17], stream[17:60], stream[60:]):
+                self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+        elif self.path == "/v1.41/containers/create":
             self._reply(201, b'{"Id": "c0ffee", "Warnings": []}')
         elif self.path.endswith("/start"):
             self._reply(500, b'{"message": "could not select device driver \\"\\""}')
@@ -156,6 +170,25 @@ def test_the_version_comes_from_the_ping_when_it_names_docker(
     said = engine.version()
     assert (said["Version"], said["ApiVersion"]) == (version, api)
     assert (("GET", "/v1.41/version", b"") in _Handler.seen) == asked
+
+
+def test_a_build_streams_the_engines_messages(engine: UnixSocketEngine) -> None:
+    events = list(engine.build(b"a tar", "gpuenv/x:1"))
+    assert events == [
+        {"stream": "Step 1/2 : FROM base"},
+        {"stream": "\n"},
+        {"aux": {"ID": "sha256:feed"}},
+        {"stream": "Successfully built feed"},
+    ]
+    method, path, body = _Handler.seen[-1]
+    assert (method, body) == ("POST", b"a tar")
+    assert path.startswith("/v1.41/build?") and "t=gpuenv%2Fx%3A1" in path
+    assert "rm=1" in path and "forcerm=1" in path and "pull=0" in path
+
+
+def test_a_refused_build_is_a_build_error(engine: UnixSocketEngine) -> None:
+    with pytest.raises(BuildError, match="refused the build: no Dockerfile"):
+        list(engine.build(b"refuse", "gpuenv/x:1"))
 
 
 def test_the_exit_watch_waits_for_the_next_exit(engine: UnixSocketEngine) -> None:
