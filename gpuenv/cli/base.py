@@ -157,6 +157,11 @@ def view_factory(quiet: bool) -> Callable[[], View]:
     happens."""
 
     def make() -> View:
+        # A pull or build takes long: the garbage collection the fast path holds off
+        # while a run starts comes back for it.
+        import gc
+
+        gc.enable()
         if quiet:
             from gpuenv.cli.quiet import QuietView
 

@@ -163,6 +163,8 @@ def _exit(code: str | int | None, hard: bool) -> NoReturn:
         print(code, file=sys.stderr)  # as sys.exit("message") does
         status = 1
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with the descriptor closed (`>&-`)
+            continue
         try:
             stream.flush()
         except BrokenPipeError:
@@ -185,14 +187,16 @@ def entry(argv: Sequence[str] | None = None) -> None:
         from gpuenv.cli.base import debugging, exit_code_for, show_warning
         from gpuenv.errors import GpuenvWarning
 
+        code: str | int | None  # None: the click tree takes the command line
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("default", GpuenvWarning)
                 warnings.showwarning = show_warning
                 done = _run(command)
-            sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a closed pipe shows here, not in the flush at exit
         except SystemExit as exc:
-            code = exc.code
+            code = 0 if exc.code is None else exc.code  # sys.exit(): 0, not to click
         except (Exception, KeyboardInterrupt) as exc:
             code = exit_code_for(exc, debugging())
         else:

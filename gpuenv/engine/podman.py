@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import resource
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from gpuenv.engine.api import UnixSocketEngine
 from gpuenv.engine.hosts import podman_socket
 from gpuenv.engine.protocol import ExitWatch, ImageInfo, WaitAfter
 from gpuenv.errors import GpuRuntimeMissing
+from gpuenv.records import replace
 
 LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
 RLIMIT_DEFAULT = 1048576  # what rootful Podman gives nofile and nproc by default

@@ -126,18 +126,23 @@ def image_accounts(engine: Engine, tag: str) -> tuple[str, str] | None:
         import threading
 
         read: dict[str, str] = {}
-        failed: list[GpuenvError] = []
+        failed: list[BaseException] = []
 
         def fetch(path: str) -> None:
             try:
                 read[path] = file_from_archive(engine.get_archive(container, path))
-            except GpuenvError as exc:
+            except BaseException as exc:  # said in the caller's thread, below
                 failed.append(exc)
 
         other = threading.Thread(target=fetch, args=("/etc/group",), daemon=True)
         other.start()
-        fetch("/etc/passwd")
-        other.join()
+        try:
+            fetch("/etc/passwd")
+        finally:
+            other.join()  # before the container is removed under it
+        for exc in failed:
+            if not isinstance(exc, GpuenvError):
+                raise exc
         if failed:
             return None
         passwd, group = read["/etc/passwd"], read["/etc/group"]

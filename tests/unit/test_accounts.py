@@ -16,6 +16,7 @@ from gpuenv.images.accounts import (
     Identity,
     account_image,
     account_tag,
+    image_accounts,
     usable_account_image,
 )
 from gpuenv.images.service import collect, list_images
@@ -90,3 +91,35 @@ def test_images_leaves_account_images_out_and_gc_removes_them_with_their_image(
     removed: list[Any] = [args[0] for name, args in engine.calls if name == "remove_image"]
     assert removed == [f"{TAG}-u1000", TAG]  # the child first, then its image
     assert [row.info.tags for row in outcome.removed] == [(TAG,)]
+
+
+class _BrokenArchive(FakeEngine):
+    """An engine whose archive of one path fails as `failure`, after the other's."""
+
+    def __init__(self, path: str, failure: BaseException) -> None:
+        super().__init__()
+        self.path, self.failure = path, failure
+        self.removed_after: list[str] = []
+
+    def get_archive(self, container: str, path: str) -> bytes | None:
+        if path == self.path:
+            raise self.failure
+        return super().get_archive(container, path)
+
+    def remove(self, container: str) -> None:
+        self.removed_after.append(container)
+        super().remove(container)
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/etc/group"])
+def test_the_accounts_read_says_what_failed_in_either_thread(path: str) -> None:
+    """The two files are read at once; an engine refusal of either is "cannot say"
+    (None), anything else is raised as itself, and the probe is removed either way."""
+    from gpuenv.errors import EngineError
+
+    refused = _BrokenArchive(path, EngineError("no such container"))
+    assert image_accounts(refused, "gpuenv/demo:1") is None
+    broken = _BrokenArchive(path, ValueError("not a tar"))
+    with pytest.raises(ValueError, match="not a tar"):
+        image_accounts(broken, "gpuenv/demo:1")
+    assert refused.removed_after and broken.removed_after

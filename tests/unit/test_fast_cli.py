@@ -262,3 +262,29 @@ def test_a_quiet_view_loads_no_rich() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.split() == ["QuietView", "False"], out.stderr
+
+
+def test_a_bare_system_exit_ends_the_fast_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sys.exit()` (code None) is exit 0, never a hand-over to click, which would run
+    the command a second time."""
+    calls: list[str] = []
+
+    def launch_run(directory: str, quiet: bool, **options: Any) -> None:
+        calls.append(directory)
+        sys.exit()
+
+    monkeypatch.setattr("gpuenv.cli.running.launch_run", launch_run)
+    with pytest.raises(SystemExit) as ended:
+        fast.entry(["-C", str(tmp_path), "run", "--", "true"])
+    assert ended.value.code == 0 and len(calls) == 1
+
+
+def test_the_hard_exit_takes_a_closed_descriptor() -> None:
+    """`gpuenv run -- true >&-` (cron): no stdout at all is no failure."""
+    script = "import sys\nfrom gpuenv.cli import fast\nfast._exit(0, True)\n"
+    ended = subprocess.run(
+        ["sh", "-c", f'exec {sys.executable} -c "$0" >&-', script], capture_output=True
+    )
+    assert (ended.returncode, ended.stderr) == (0, b"")

@@ -342,6 +342,7 @@ def test_a_record_needs_no_dataclasses_and_the_run_path_does_not_load_them() -> 
         "gpuenv.sharing.claims",
         "gpuenv.sharing.usage",
         "gpuenv.engine.api",
+        "gpuenv.engine.podman",
     ]
     code = (
         "import sys, importlib\n"
