@@ -75,8 +75,10 @@ def data(value: Any, *, once: bool = False) -> None:
 
 
 def result(text: str) -> None:
-    """The command's answer (an image reference, a path) on stdout, plain."""
-    _console("out").print(text, markup=False)
+    """The command's answer (an image reference, a path) on stdout, plain: written as
+    it is, so a quiet command (`build -q`, `resolve`) need not load rich to say it."""
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
 
 
 def table(table: Table) -> None:
