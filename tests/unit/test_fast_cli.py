@@ -288,3 +288,28 @@ def test_the_hard_exit_takes_a_closed_descriptor() -> None:
         ["sh", "-c", f'exec {sys.executable} -c "$0" >&-', script], capture_output=True
     )
     assert (ended.returncode, ended.stderr) == (0, b"")
+
+
+def test_the_hard_exit_runs_the_atexit_handlers() -> None:
+    script = (
+        "import atexit\nfrom gpuenv.cli import fast\n"
+        "atexit.register(print, 'handled')\nfast._exit(4, True)\n"
+    )
+    ended = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (ended.returncode, ended.stdout) == (4, "handled\n")
+
+
+def test_the_click_path_exits_as_click_says(tmp_path: Path) -> None:
+    """Through the command tree (here: a usage error, and --version), gpuenv's own
+    process ends with click's code and output, without the teardown."""
+    wrong = subprocess.run(
+        [sys.executable, "-m", "gpuenv.cli", "resolve", "--no-such-option"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert wrong.returncode == 2 and "--no-such-option" in wrong.stderr
+    version = subprocess.run(
+        [sys.executable, "-m", "gpuenv.cli", "--version"], capture_output=True, text=True
+    )
+    assert version.returncode == 0 and version.stdout.strip()
