@@ -94,7 +94,7 @@ def test_images_leaves_account_images_out_and_gc_removes_them_with_their_image(
 
 
 class _BrokenArchive(FakeEngine):
-    """An engine whose archive of one path fails as `failure`, after the other's."""
+    """An engine whose archive of one path fails as `failure`."""
 
     def __init__(self, path: str, failure: BaseException) -> None:
         super().__init__()
@@ -112,9 +112,9 @@ class _BrokenArchive(FakeEngine):
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/etc/group"])
-def test_the_accounts_read_says_what_failed_in_either_thread(path: str) -> None:
-    """The two files are read at once; an engine refusal of either is "cannot say"
-    (None), anything else is raised as itself, and the probe is removed either way."""
+def test_the_accounts_read_says_what_failed(path: str) -> None:
+    """An engine refusal of either file is "cannot say" (None), anything else is raised
+    as itself, and the probe is removed either way."""
     from gpuenv.errors import EngineError
 
     refused = _BrokenArchive(path, EngineError("no such container"))
