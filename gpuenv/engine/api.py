@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.engine.failures import removal_done
@@ -252,24 +252,41 @@ class UnixSocketEngine:
         tty = bool((self.inspect(container).get("Config") or {}).get("Tty"))
         query = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
         url = f"{API}/containers/{container}/logs?{urlencode(query)}"
+        stream = self._stream("GET", url, None, {}, None if follow else 60)
+
+        def chunks() -> Iterator[bytes]:
+            with contextlib.suppress(OSError):  # the engine went away: the output ends
+                yield from stream
+
         try:
-            sock = send(self.path, "GET", url, None, {}, None if follow else 60)
+            yield from frames(chunks(), tty)
+        finally:
+            stream.close()
+
+    def _stream(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float | None,
+    ) -> Generator[bytes, None, None]:
+        """A request on a connection of its own, its body's chunks as they come: an
+        error status raises EngineRefused, a failed connection or head the engine's
+        error; the connection closes when the stream ends or is closed."""
+        try:
+            sock = send(self.path, method, url, body, headers, timeout)
         except OSError as exc:
             raise engine_error(exc, self.host) from None
         try:
             try:
-                status, headers, rest = read_head(sock)
+                status, response, rest = read_head(sock)
                 if status >= 400:
-                    data = read_body(sock, headers, rest)
+                    data = read_body(sock, response, rest)
                     raise EngineRefused(status, message(status, data))
             except OSError as exc:
                 raise engine_error(exc, self.host) from None
-
-            def chunks() -> Iterator[bytes]:
-                with contextlib.suppress(OSError):  # the engine went away: the output ends
-                    yield from body_chunks(sock, headers, rest)
-
-            yield from frames(chunks(), tty)
+            yield from body_chunks(sock, response, rest)
         finally:
             sock.close()
 
@@ -325,30 +342,21 @@ class UnixSocketEngine:
         the engine's messages, one JSON object a line, as they come."""
         query = {"t": tag, "rm": 1, "forcerm": 1, "pull": 0}
         url = f"{API}/build?{urlencode(query)}"
+        headers = {"Content-Type": "application/x-tar"}
+        stream = self._stream("POST", url, context, headers, None)  # builds take long
         try:
-            sock = send(
-                self.path, "POST", url, context, {"Content-Type": "application/x-tar"}, None
-            )
+            pending = b""
+            for chunk in stream:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                yield from _events(lines)
+            yield from _events([pending])
+        except EngineRefused as exc:
+            raise BuildError(f"the Docker engine refused the build: {exc.message}") from None
         except OSError as exc:
             raise engine_error(exc, self.host) from None
-        try:
-            try:
-                status, headers, rest = read_head(sock)
-                if status >= 400:
-                    data = read_body(sock, headers, rest)
-                    raise BuildError(
-                        f"the Docker engine refused the build: {message(status, data)}"
-                    )
-                pending = b""
-                for chunk in body_chunks(sock, headers, rest):
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    yield from _events(lines)
-                yield from _events([pending])
-            except OSError as exc:
-                raise engine_error(exc, self.host) from None
         finally:
-            sock.close()
+            stream.close()
 
     def tag(self, source: str, repository: str, tag: str) -> None:
         self._docker().tag(source, repository, tag)

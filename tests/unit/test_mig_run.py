@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -134,6 +135,23 @@ def test_doctor_lists_the_instances(mig_machine: str, nvml: ScriptedNvml) -> Non
 MIG_SPEC = {"mig": "1g.10gb", "count": 2}
 
 
+def _mig_limits(project: Any, gpus: int, mig: str) -> dict[str, Any]:
+    """The resource limits of the Job `gpuenv export kubernetes --mig MIG` writes."""
+    (job,) = kubernetes_manifests(
+        project,
+        IMAGE,
+        ["x"],
+        {},
+        gpus=gpus,
+        shm_size=2**30,
+        uid=1,
+        gid=1,
+        options=KubernetesOptions(mig=mig),
+    )
+    limits: dict[str, Any] = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    return limits
+
+
 def test_kubernetes_asks_for_the_specs_profile() -> None:
     project = spec(MIG_SPEC)
     assert job_gpus(project, None) == 2
@@ -143,19 +161,7 @@ def test_kubernetes_asks_for_the_specs_profile() -> None:
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": 2}}
     # --mig still wins over the spec
-    (job,) = kubernetes_manifests(
-        project,
-        IMAGE,
-        ["x"],
-        {},
-        gpus=1,
-        shm_size=2**30,
-        uid=1,
-        gid=1,
-        options=KubernetesOptions(mig="3g.40gb"),
-    )
-    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/mig-3g.40gb": 1}
+    assert _mig_limits(project, 1, "3g.40gb") == {"nvidia.com/mig-3g.40gb": 1}
 
 
 def test_compose_cannot_reserve_a_profile() -> None:
@@ -224,16 +230,4 @@ def test_kubernetes_refuses_instances_by_uuid() -> None:
     project = spec([M00, M01])
     with pytest.raises(UsageError, match="a Kubernetes Job cannot ask for devices by UUID"):
         kubernetes_manifests(project, IMAGE, ["x"], {}, gpus=2, shm_size=2**30, uid=1, gid=1)
-    (job,) = kubernetes_manifests(
-        project,
-        IMAGE,
-        ["x"],
-        {},
-        gpus=2,
-        shm_size=2**30,
-        uid=1,
-        gid=1,
-        options=KubernetesOptions(mig="1g.10gb"),
-    )
-    limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/mig-1g.10gb": 2}
+    assert _mig_limits(project, 2, "1g.10gb") == {"nvidia.com/mig-1g.10gb": 2}
