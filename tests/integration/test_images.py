@@ -243,6 +243,29 @@ def test_gc_removes_only_unreferenced_images(make_project, docker_host: str) -> 
         docker("rmi", "-f", derived, host=docker_host, check=False)
 
 
+def test_gc_keeps_an_image_a_stopped_container_uses(make_project, docker_host: str) -> None:
+    """`gc --yes` skips an unreferenced image that a container (a stopped one too) still
+    uses, names that container, and exits 0; once the container is gone, it removes it."""
+    project = make_project()
+    old = project.ok("build").stdout.strip()
+    project.write("requirements.txt", "--no-index\n--find-links /opt/wheelhouse\nsix\n")
+    project.ok("lock")
+    current = project.ok("build").stdout.strip()
+    holder = f"itest-holder-{project.name}"
+    docker("create", "--name", holder, old, "true", host=docker_host)
+    try:
+        kept = project.ok("gc", "--yes")  # exit 0, not 10
+        said = kept.stdout + kept.stderr
+        assert f"kept {old}" in said and f"used by container {holder}" in said, said
+        assert docker("image", "inspect", old, host=docker_host, check=False).returncode == 0
+    finally:
+        docker("rm", "-f", holder, host=docker_host, check=False)
+    removed = project.ok("gc", "--yes")
+    assert f"removed {old}" in removed.stdout + removed.stderr
+    assert docker("image", "inspect", old, host=docker_host, check=False).returncode != 0
+    assert docker("image", "inspect", current, host=docker_host, check=False).returncode == 0
+
+
 def test_no_engine(make_project) -> None:
     project = make_project()
     result = project.gpuenv("pull", DOCKER_HOST="unix:///tmp/gpuenv-no-such-engine.sock")
