@@ -63,7 +63,11 @@ def clear_leftovers(host: str) -> None:
     """Remove what an earlier run that was killed left on a test engine: containers with
     gpuenv's labels (a stopped one holds its image, which `gpuenv gc` then cannot remove)
     and the test projects' images. Only on the private engines of scripts/services.sh,
-    which carry the daemon label io.gpuenv.test-engine; any other engine is left alone."""
+    which carry the daemon label io.gpuenv.test-engine; any other engine is left alone.
+    GPUENV_TEST_SHARED=1 (several test sessions on the same services at once) skips it:
+    another session's containers and images are not leftovers."""
+    if os.environ.get("GPUENV_TEST_SHARED") == "1":
+        return
     info = docker("info", "--format", "{{json .Labels}}", host=host, check=False)
     if "io.gpuenv.test-engine=" not in info.stdout:
         return
