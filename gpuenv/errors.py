@@ -7,8 +7,7 @@ branch on them, so a code never changes meaning.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-
-from gpuenv.records import record
+from dataclasses import dataclass
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -34,7 +33,7 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
-@record
+@dataclass(frozen=True)
 class ExitCode:
     code: int
     meaning: str
@@ -82,7 +81,7 @@ def exit_codes_help() -> str:
     return "\b\nExit codes:\n" + "\n".join(rows) + f"\n  {COMMAND_EXIT_NOTE}\n"
 
 
-@record
+@dataclass(frozen=True)
 class Problem:
     """One located problem in a file: what is wrong, where, and (optionally) what to do.
 

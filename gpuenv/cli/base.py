@@ -1,9 +1,5 @@
 """What the commands share that needs no click: the one error path (an exception to its
-message and exit code), the engine and the progress view the CLI plugs into the core.
-
-The click command tree (`tree`, `app`) and the fast path (`fast`) both use these, so a
-command gives the same messages and exit codes whichever way it was parsed.
-"""
+message and exit code), the engine and the progress view the CLI plugs into the core."""
 
 from __future__ import annotations
 
@@ -157,11 +153,6 @@ def view_factory(quiet: bool) -> Callable[[], View]:
     happens."""
 
     def make() -> View:
-        # A pull or build takes long: the garbage collection the fast path holds off
-        # while a run starts comes back for it.
-        import gc
-
-        gc.enable()
         if quiet:
             from gpuenv.cli.quiet import QuietView
 

@@ -1,23 +1,18 @@
 """`gpuenv run` and `gpuenv shell` once parsed: the real services plugged into the
-launch policy, notices on stderr, the command's exit code as ours. No click here: the
-fast path (`fast`) calls this for the common forms of `gpuenv run` without loading it."""
+launch policy, notices on stderr, the command's exit code as ours."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from gpuenv.cli.base import engine, say, view_factory
 
 
-def launch_run(
-    directory: str, quiet: bool, started: Callable[[], None] = lambda: None, **options: Any
-) -> None:
+def launch_run(directory: str, quiet: bool, **options: Any) -> None:
     """Run the request to its end and exit with the command's code; a detached run
-    prints its container's name and returns. `started` is called once an attached
-    run's container runs."""
+    prints its container's name and returns."""
     from gpuenv.resolution.host import detect_host
     from gpuenv.run.container import invoking_identity
     from gpuenv.run.launch import RunRequest, Services, Terminal, launch, oom_advice
@@ -43,7 +38,6 @@ def launch_run(
             ClaimStore,
             invoking_identity,
             usage_log=lambda: UsageLog(state_dir()),
-            started=started,
         ),
         terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
         environ=os.environ,

@@ -1,9 +1,7 @@
 """The click command tree of `gpuenv` (`gpuenv.cli.main`).
 
 The tree is loaded lazily (one module per command group): `gpuenv --version` imports
-none of them, and `gpuenv run` only the run commands. Heavy modules (rich, docker, the
-core) are imported inside the commands. The plain forms of `gpuenv run` and the no-op
-build do not come here at all (`gpuenv.cli.fast`).
+none of them, and `gpuenv run` only the run commands.
 """
 
 from __future__ import annotations

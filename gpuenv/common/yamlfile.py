@@ -7,24 +7,24 @@ message asks for its line, so a file without problems costs one parse and no wal
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from gpuenv.errors import Problem
-from gpuenv.records import field, record
 
 Path = tuple[str | int, ...]
 
 _NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 
 
-@record
+@dataclass(frozen=True)
 class Position:
     line: int
     column: int
 
 
-@record
+@dataclass(frozen=True)
 class _Index:
     """Every path's position, found by walking the whole node tree."""
 
@@ -33,7 +33,7 @@ class _Index:
     number_text: dict[Path, str]
 
 
-@record
+@dataclass(frozen=True)
 class YamlDocument:
     """Parsed data, its duplicate keys, and the node tree positions are looked up in."""
 

@@ -19,10 +19,10 @@ import os
 import pwd
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import LABEL_PREFIX
-from gpuenv.records import record
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
@@ -33,7 +33,7 @@ ACCOUNT_BASE_LABEL = f"{LABEL_PREFIX}.account-base"  # the image it was made fro
 _USER_NAME = r"^[a-z_][a-z0-9_-]{0,31}$"
 
 
-@record
+@dataclass(frozen=True)
 class Identity:
     """Who the command runs as inside the container: the invoking user, by number."""
 

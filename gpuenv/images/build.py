@@ -5,10 +5,10 @@ needs, from the stamp when nothing changed (no YAML parsed, nothing rendered).""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import UsageError
-from gpuenv.records import record
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import Engine
@@ -136,7 +136,7 @@ def build_project(
     return project, planned.tag, result
 
 
-@record
+@dataclass(frozen=True)
 class RunImage:
     """What a run needs: the spec, the lock (as a run needs it), the image tag, the
     image's /etc/passwd and /etc/group (None when unknown), and the account image of

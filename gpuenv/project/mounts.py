@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv.errors import Problem, SpecError, UsageError
 from gpuenv.project.spec import Spec, display_path
-from gpuenv.records import field, record
 
 # Refused as a mount source, anything inside them, and anything that contains them.
 # The engines' sockets: whoever reaches one is root on the host (Docker's docs, "Docker
@@ -62,7 +62,7 @@ CREDENTIALS = {
 }
 
 
-@record
+@dataclass(frozen=True)
 class Bind:
     """A decided bind mount: the resolved host path, the container path, read-only."""
 
@@ -79,7 +79,7 @@ class Bind:
         }
 
 
-@record
+@dataclass(frozen=True)
 class MountRules:
     """What the user allows beyond the project: folders from the user config (`allow`,
     read-only; `writable`, read-write) and exact paths from --allow-mount."""
@@ -94,7 +94,7 @@ class MountRules:
         return MountRules(self.allow, self.writable, self.exact + resolved, self.config)
 
 
-@record(frozen=False)
+@dataclass
 class Decision:
     """One mount decided: a Bind, or why it is refused and what would let it through."""
 

@@ -11,9 +11,8 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-
-from gpuenv.records import field, record, replace
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
@@ -93,7 +92,7 @@ _SIZE = r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$"
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
-@record
+@dataclass(frozen=True)
 class GpuRequest:
     """What the spec asks for: every GPU, none, optional, a count, named devices (GPUs or
     MIG instances by UUID), or `count` MIG instances of one `profile` (mode "mig")."""
@@ -123,14 +122,14 @@ class GpuRequest:
         return self.mode
 
 
-@record
+@dataclass(frozen=True)
 class Mount:
     source: str
     target: str
     read_only: bool = False
 
 
-@record
+@dataclass(frozen=True)
 class Spec:
     """A validated gpuenv.yaml. Constraints keep their text for messages and the lock."""
 

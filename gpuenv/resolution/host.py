@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import HostError, UsageError, file_error
-from gpuenv.records import field, record
 
 # The data types live in gpuenv.resolution.machine; most callers import them from here.
 from gpuenv.resolution.machine import Gpu as Gpu
@@ -85,7 +85,6 @@ def detect_nvidia_smi() -> Host | str:
 def detect_host() -> Host:
     """This machine, or the one described by GPUENV_HOST_FILE. Never raises for "no GPU"."""
     from gpuenv.common.platforms import this_platform
-    from gpuenv.records import replace
 
     described = os.environ.get(HOST_FILE_ENV)
     if described:
@@ -297,7 +296,7 @@ def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> 
     return Host(checked, tuple(gpus), "flags")
 
 
-@record
+@dataclass(frozen=True)
 class HostOverride:
     """The host flags a command was given (empty: detect this machine)."""
 
@@ -316,7 +315,7 @@ def host_for(override: HostOverride, matrix: Matrix) -> Host:
     return detect_host()
 
 
-@record
+@dataclass(frozen=True)
 class HostPlan:
     """The host to plan for: --driver/--gpu when given, else this machine."""
 
@@ -329,7 +328,6 @@ class HostPlan:
         return self.driver is not None or bool(self.gpu_models) or self.platform is not None
 
     def host(self, matrix: Matrix) -> Host:
-        from gpuenv.records import replace
 
         host = host_for(HostOverride(self.driver, self.gpu_models), matrix)
         if self.platform is not None:

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from gpuenv.records import field, record
 
 if TYPE_CHECKING:
     from gpuenv.resolution.lock import Lock
 
 
-@record
+@dataclass(frozen=True)
 class Locked:
     """What a run needs of gpuenv.lock (kept in the build stamp, so a run reads no YAML)."""
 

@@ -3,12 +3,11 @@ come from (NVML, nvidia-smi, a host file, flags) is gpuenv.resolution.host's bus
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuenv.records import asdict, record
 
-
-@record
+@dataclass(frozen=True)
 class GpuProcess:
     """A process using a GPU, by host PID (NVML's view)."""
 
@@ -16,7 +15,7 @@ class GpuProcess:
     used_memory_mib: int | None = None
 
 
-@record
+@dataclass(frozen=True)
 class MigDevice:
     """A MIG instance of a GPU, as NVML (or the host file) lists it.
 
@@ -37,7 +36,7 @@ class MigDevice:
     processes: tuple[GpuProcess, ...] = ()  # NVML's, through the MIG device's own handle
 
 
-@record
+@dataclass(frozen=True)
 class Gpu:
     index: int
     name: str
@@ -81,7 +80,7 @@ class Gpu:
         return next((m for m in self.mig_devices if m.uuid == key), None)
 
 
-@record
+@dataclass(frozen=True)
 class Host:
     """A driver (None when there is none) and the GPUs; `source` says how we know."""
 

@@ -28,9 +28,9 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.records import field, record
 from gpuenv.resolution.mig import cdi_mig_names
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def numeric(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in match.group(1).split(".")) if match else None
 
 
-@record
+@dataclass(frozen=True)
 class CdiSpec:
     """One CDI spec file as far as gpuenv reads it (cdiVersion, kind, devices[].name,
     the host paths its containerEdits need), or why it could not be read."""
@@ -168,7 +168,7 @@ def read_cdi_specs(directories: Iterable[str]) -> list[CdiSpec]:
     return specs
 
 
-@record
+@dataclass(frozen=True)
 class EngineFacts:
     """What the engine says of itself (GET /version and /info), as gpu path detection
     needs it."""
@@ -236,7 +236,7 @@ class EngineFacts:
         return None
 
 
-@record
+@dataclass(frozen=True)
 class GpuPath:
     """The way a run's GPUs reach the container, and what is wrong with the other."""
 

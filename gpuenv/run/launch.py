@@ -13,11 +13,11 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
-from gpuenv.records import field, record
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
 
-@record
+@dataclass(frozen=True)
 class RunRequest:
     """What the user asked for on the command line."""
 
@@ -53,7 +53,7 @@ class RunRequest:
     name: str | None = None
 
 
-@record
+@dataclass(frozen=True)
 class Terminal:
     """The invoking process's side: a terminal for both ends, stdin worth attaching,
     its uid (0 runs as root anyway)."""
@@ -63,7 +63,7 @@ class Terminal:
     uid: int = 0
 
 
-@record
+@dataclass(frozen=True)
 class Services:
     """Where a run gets its host and its claims store (real ones in the CLI)."""
 
@@ -71,8 +71,6 @@ class Services:
     claim_store: Callable[[], ClaimStore]
     identity: Callable[[], Any] = field(default=lambda: None)
     usage_log: Callable[[], UsageLog | None] = field(default=lambda: None)
-    # Told once an attached run's container runs (the CLI collects garbage again then).
-    started: Callable[[], None] = field(default=lambda: None)
 
 
 def memory_limit(memory: str | None) -> int | None:
@@ -389,7 +387,6 @@ def launch(
                 notice=notice,
                 second_interrupt_kills=not request.shell,
                 before_start=verdict if check is not None else None,
-                after_start=services.started,
             )
 
         try:

@@ -14,6 +14,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -21,7 +22,6 @@ from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
-from gpuenv.records import record
 from gpuenv.run.container import (
     Identity,
     accounts_archive,
@@ -32,7 +32,7 @@ from gpuenv.sharing.procfs import process_gone
 _NO_DRIVER = "could not select device driver"
 
 
-@record
+@dataclass(frozen=True)
 class Outcome:
     exit_code: int
     oom_killed: bool

@@ -24,9 +24,9 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuenv.records import asdict, record
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import (
     STATE_ENV,
@@ -52,7 +52,7 @@ TICKET_PREFIX = "queue."
 ContainerCheck = Callable[[str, int], bool]
 
 
-@record
+@dataclass(frozen=True)
 class Claim:
     gpu: str  # the GPU's UUID, or its index where UUIDs are unknown
     user: str
@@ -70,7 +70,7 @@ class Claim:
         return f"{self.user} ({self.project}, {holder}, since {held})"
 
 
-@record
+@dataclass(frozen=True)
 class Waiter:
     user: str
     pid: int

@@ -7,20 +7,20 @@ order), by index otherwise; the container is told exactly what was granted.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuenv.errors import GpusBusy, UsageError
 from gpuenv.project.checker import Checker
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_gpus_value
-from gpuenv.records import record
 
 if TYPE_CHECKING:
     from gpuenv.resolution.host import Gpu, GpuProcess, Host, MigDevice
     from gpuenv.sharing.claims import Claim
 
 
-@record
+@dataclass(frozen=True)
 class Grant:
     """What a container gets: every GPU, none, or these devices."""
 

@@ -21,9 +21,9 @@ import stat
 import struct
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from gpuenv.errors import LockHeld, StateUnsafe, UsageError
-from gpuenv.records import record
 from gpuenv.sharing.procfs import process_owner
 
 STATE_ENV = "GPUENV_STATE_DIR"
@@ -47,7 +47,7 @@ def owner_name(uid: int) -> str:
         return str(uid)
 
 
-@record(frozen=False)
+@dataclass
 class Folder:
     """An open, validated state folder."""
 

@@ -17,10 +17,10 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuenv.errors import UsageError
-from gpuenv.records import field, record, replace
 from gpuenv.sharing import usage_files as files
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import open_state, owner_name
@@ -28,7 +28,7 @@ from gpuenv.sharing.statedir import open_state, owner_name
 LOCK_TIMEOUT = 10.0  # seconds to wait for another writer
 
 
-@record
+@dataclass(frozen=True)
 class UsageRun:
     """One run as its records tell it; `end` None while it runs or when never recorded."""
 
@@ -233,7 +233,7 @@ def _run(owner: int, start: dict[str, Any], end: dict[str, Any] | None) -> Usage
     return replace(base, state="unrecorded")
 
 
-@record(frozen=False)
+@dataclass
 class UsageRow:
     key: str
     runs: int = 0
@@ -302,7 +302,7 @@ HOST_CONFIG_ENV = "GPUENV_HOST_CONFIG"
 DEFAULT_HOST_CONFIG = "/etc/gpuenv/host.yaml"
 
 
-@record
+@dataclass(frozen=True)
 class Prices:
     currency: str
     per_gpu_hour: dict[str, float]

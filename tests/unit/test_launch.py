@@ -98,30 +98,6 @@ def test_a_run_gets_its_grant_identity_and_exit_code(project: Path, state: str) 
     assert ClaimStore(state).claims() == []  # released
 
 
-def test_the_started_hook_is_told_once_the_container_runs(project: Path, state: str) -> None:
-    """The CLI holds off garbage collection while a run starts and restarts it here."""
-    engine = FakeEngine()
-    told: list[int] = []
-    launch(
-        str(project),
-        RunRequest(("train.py",), gpus="1"),
-        engine,  # type: ignore[arg-type]
-        services=Services(
-            lambda: HOST,
-            lambda: ClaimStore(state),
-            lambda: ALICE,
-            started=lambda: told.append(len(engine.calls)),
-        ),
-        terminal=Terminal(tty=False, stdin=False, uid=1000),
-        environ={},
-        view=lambda: _NullView(),
-        notice=lambda text: None,
-    )
-    [at] = told
-    assert engine.calls[at - 1] == ("start", ("c1",))  # after the start, before the wait
-    assert ("wait", ("c1",)) in engine.calls[at:]
-
-
 @pytest.mark.parametrize(
     "spoil",
     [

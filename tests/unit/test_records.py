@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -314,46 +312,3 @@ def test_asdict_and_replace_take_dataclasses_too() -> None:
     sample = _sample(made)
     assert asdict(sample) == dataclasses.asdict(sample)
     assert replace(sample, index=7) == dataclasses.replace(sample, index=7)
-
-
-def test_a_record_needs_no_dataclasses_and_the_run_path_does_not_load_them() -> None:
-    """Importing dataclasses imports inspect, ast and dis: ~10 ms a run does not spend.
-    The modules a plain `gpuenv run` imports, and using their records, load neither."""
-    run_path = [
-        "gpuenv.cli.fast",
-        "gpuenv.cli.running",
-        "gpuenv.run.launch",
-        "gpuenv.run.session",
-        "gpuenv.run.container",
-        "gpuenv.run.devices",
-        "gpuenv.run.preflight",
-        "gpuenv.images.build",
-        "gpuenv.images.accounts",
-        "gpuenv.project.stamp",
-        "gpuenv.project.spec",
-        "gpuenv.project.mounts",
-        "gpuenv.resolution.host",
-        "gpuenv.resolution.locked",
-        "gpuenv.resolution.cache",
-        "gpuenv.resolution.matrix_files",
-        "gpuenv.sharing.gpus",
-        "gpuenv.sharing.reserve",
-        "gpuenv.sharing.holders",
-        "gpuenv.sharing.claims",
-        "gpuenv.sharing.usage",
-        "gpuenv.engine.api",
-        "gpuenv.engine.podman",
-    ]
-    code = (
-        "import sys, importlib\n"
-        f"for name in {run_path!r}:\n    importlib.import_module(name)\n"
-        "from gpuenv.resolution.machine import Gpu, GpuProcess, Host\n"
-        "host = Host('550.54.15', (Gpu(0, 'A100', processes=(GpuProcess(1, 10),)),), 'test')\n"
-        "host.describe()\n"
-        "from gpuenv.records import replace\n"
-        "replace(host, driver='560.35.03')\n"
-        "print(sorted({'dataclasses', 'inspect', 'ast'} & set(sys.modules)))\n"
-    )
-    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == "[]"
