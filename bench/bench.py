@@ -249,9 +249,9 @@ def synthetic_matrix(rows: int, folder: Path) -> None:
 
 
 def core_rows() -> tuple[list[Row], str]:
+    from gpuenv.host.machine import Gpu, Host
+    from gpuenv.matrix.load import load_matrix
     from gpuenv.project.spec import default_spec
-    from gpuenv.resolution.host import Gpu, Host
-    from gpuenv.resolution.matrix import load_matrix
     from gpuenv.resolution.resolve import resolve
 
     rows = []

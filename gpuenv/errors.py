@@ -166,6 +166,16 @@ class HostError(GpuenvError):
     exit_code = EXIT_HOST
 
 
+class HostFileError(ProblemsError, HostError):
+    """A host file (GPUENV_HOST_FILE) is invalid: every problem, located."""
+
+    exit_code = EXIT_HOST
+
+    @classmethod
+    def single(cls, where: str, message: str) -> HostFileError:
+        return cls([Problem(where, None, None, None, message)])
+
+
 class LockError(GpuenvError):
     """gpuenv.lock is missing, unreadable, or no longer matches the spec."""
 

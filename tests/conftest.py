@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.resolution.host import Gpu, Host
-from gpuenv.resolution.matrix import Matrix, load_matrix
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.matrix.load import Matrix, load_matrix
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATRICES = os.path.join(REPO, "matrices")
@@ -19,9 +19,18 @@ def matrix() -> Matrix:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Tests never see the developer's host file, matrix override or matrix overlay."""
-    monkeypatch.setenv("GPUENV_DATA_DIR", str(tmp_path / "gpuenv-data"))
+def _isolated_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Tests never see the developer's host file, matrix override, matrix overlay or
+    config, and never write into their cache: every user folder is the test's own (in
+    a folder apart from tmp_path, which is often the project)."""
+    home = tmp_path_factory.mktemp("home")
+    for name in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        monkeypatch.setenv(name, str(home / name.lower()))
+    monkeypatch.setenv("GPUENV_CACHE_DIR", str(home / "gpuenv-cache"))
+    monkeypatch.setenv("GPUENV_DATA_DIR", str(home / "gpuenv-data"))
+    monkeypatch.delenv("GPUENV_CONFIG", raising=False)
     monkeypatch.delenv("GPUENV_HOST_FILE", raising=False)
     monkeypatch.delenv("GPUENV_MATRIX_DIR", raising=False)
     monkeypatch.delenv("GPUENV_DEBUG", raising=False)
@@ -43,7 +52,7 @@ def reseal(lock_path: Path) -> None:
     written the edit (tests that simulate what `pull` or `push` write)."""
     import yaml
 
-    from gpuenv.resolution.lock import HEADER, INTEGRITY_KEY, integrity
+    from gpuenv.lock.lockfile import HEADER, INTEGRITY_KEY, integrity
 
     data = yaml.safe_load(lock_path.read_text())
     data.pop(INTEGRITY_KEY, None)

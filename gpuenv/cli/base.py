@@ -11,9 +11,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.errors import (
-    EXIT_BROKEN_PIPE,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
     GpuenvError,
     GpuenvWarning,
     file_error,
@@ -70,26 +67,6 @@ def as_gpuenv_error(exc: BaseException) -> GpuenvError | None:
     if exc.filename is not None or exc.errno in FILE_ERRNOS:
         return file_error(exc)
     return None
-
-
-def exit_code_for(exc: BaseException, debug: bool) -> int:
-    """Tell the user about an exception that ended a command; the exit code to end with.
-    Every gpuenv error is one message and its code; a traceback only with --debug; a
-    closed stdout is SIGPIPE's code, with no message."""
-    if isinstance(exc, BrokenPipeError):
-        stdout_closed()
-        return EXIT_BROKEN_PIPE
-    if isinstance(exc, KeyboardInterrupt):
-        say("interrupted")
-        return EXIT_INTERRUPTED
-    error = as_gpuenv_error(exc)
-    if error is not None:
-        report(error)
-        if debug:
-            print_traceback()
-        return error.exit_code
-    internal(exc, debug)
-    return EXIT_INTERNAL
 
 
 def internal(exc: BaseException, debug: bool) -> None:

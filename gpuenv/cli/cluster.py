@@ -7,6 +7,7 @@ import os
 import click
 
 from gpuenv.cli.app import Context, apply
+from gpuenv.common.dirs import user_cache_dir
 
 cluster_options = apply(
     [
@@ -45,8 +46,8 @@ def _pushed_platform(project: object) -> str | None:
 
 
 def _warn_if_pushed_is_stale(project: object) -> None:
+    from gpuenv.app.build import pushed_is_stale
     from gpuenv.cli import ui
-    from gpuenv.images.build import pushed_is_stale
     from gpuenv.images.service import Project
 
     assert isinstance(project, Project)
@@ -85,7 +86,8 @@ def _warn_if_pushed_is_stale(project: object) -> None:
     metavar="DIR",
     envvar="GPUENV_SIF_CACHE",
     help="Apptainer: the folder of SIF files, by digest, on a file system every node "
-    "sees (default: $GPUENV_SIF_CACHE, else ~/.cache/gpuenv/sif).",
+    "sees (default: $GPUENV_SIF_CACHE, else sif/ in gpuenv's cache folder, "
+    "~/.cache/gpuenv/sif).",
 )
 @rendezvous_option
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script; submit nothing.")
@@ -154,7 +156,7 @@ def submit(
             launcher,
             nodes,
             rendezvous_timeout,
-            os.path.abspath(os.path.expanduser(sif_cache or "~/.cache/gpuenv/sif")),
+            os.path.abspath(os.path.expanduser(sif_cache or os.path.join(user_cache_dir(), "sif"))),
         ),
         time_limit=time_limit,
         partition=partition,
@@ -347,11 +349,11 @@ def export_compose(
     the environment it runs in."""
     import yaml
 
+    from gpuenv.app.build import image_for_run
     from gpuenv.cli import ui
     from gpuenv.cli.app import engine, view_factory
     from gpuenv.cluster.manifests import compose_file
     from gpuenv.cluster.submit import exported_environment, job_gpus
-    from gpuenv.images.build import image_for_run
     from gpuenv.images.service import load_project
     from gpuenv.project.mounts import run_binds
     from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
@@ -362,7 +364,7 @@ def export_compose(
     image = (project.lock.extra.get("pushed") or {}).get("image")
     platform = _pushed_platform(project)
     if not image:
-        from gpuenv.images.build import engine_platform
+        from gpuenv.app.build import engine_platform
 
         connected = engine()
         image = image_for_run(obj.directory, connected, view_factory(True)).tag

@@ -13,7 +13,7 @@ import click
 from gpuenv.cli.app import engine
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.nvml import NvmlListener
+    from gpuenv.host.nvml import NvmlListener
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 
@@ -42,8 +42,8 @@ class GpuCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         from gpuenv.errors import GpuenvError
-        from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
-        from gpuenv.resolution.nvml import detect_nvml
+        from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+        from gpuenv.host.nvml import detect_nvml
         from gpuenv.sharing.claims import ClaimStore
         from gpuenv.sharing.metrics import families, holders
         from gpuenv.sharing.monitor import list_runs
@@ -100,7 +100,7 @@ def exporter(listen: str) -> None:
 
     from gpuenv.cli import ui
     from gpuenv.errors import ExporterError
-    from gpuenv.resolution.nvml import NvmlListener
+    from gpuenv.host.nvml import NvmlListener
 
     address, port = parse_listen(listen)
     listener = NvmlListener()

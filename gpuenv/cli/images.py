@@ -23,7 +23,7 @@ def render(obj: Context, bake: bool) -> None:
     The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
     in gpuenv.lock; with a registry mirror, FROM names the mirror.
     """
-    from gpuenv.images.build import configured_mirror
+    from gpuenv.app.build import configured_mirror
     from gpuenv.images.service import load_project, plan
 
     project = load_project(obj.directory)
@@ -41,8 +41,8 @@ def pull(obj: Context, quiet: bool) -> None:
     GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
     nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
     """
+    from gpuenv.app.build import configured_mirror
     from gpuenv.cli import ui
-    from gpuenv.images.build import configured_mirror
     from gpuenv.images.service import ensure_base, load_project
 
     project = load_project(obj.directory)
@@ -75,8 +75,8 @@ def build(
     like credentials stop the build (exit 12) unless .dockerignore leaves them out or
     --allow-secret names them, and so does a project over 2 GiB unless --allow-large.
     """
+    from gpuenv.app.build import build_project, up_to_date_tag
     from gpuenv.cli.base import up_to_date
-    from gpuenv.images.build import build_project, up_to_date_tag
 
     # The no-op path: nothing changed since the last build, and the engine has the image.
     connected = engine()
@@ -127,9 +127,9 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
     from, or of a project in FOLDERS (a project folder, or a folder of projects). With
     FOLDERS, only images built from projects inside them are listed.
     """
+    from gpuenv.app.build import configured_mirror
     from gpuenv.cli import ui
     from gpuenv.cli.views import images_table
-    from gpuenv.images.build import configured_mirror
     from gpuenv.images.service import list_images
 
     rows = list_images(engine(), configured_mirror(), folders)
@@ -154,8 +154,8 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
     what it would remove; --yes removes. Base images and images built FROM gpuenv images
     are never touched.
     """
+    from gpuenv.app.build import configured_mirror
     from gpuenv.cli import ui
-    from gpuenv.images.build import configured_mirror
     from gpuenv.images.service import collect, list_images
 
     connected = engine()
@@ -197,9 +197,9 @@ def push(
     submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
     argument, pushes to the repository of the last push. The baked project is checked
     as for `gpuenv build --bake` (credentials, size) before anything is built."""
+    from gpuenv.app.build import configured_mirror
     from gpuenv.cli import ui
     from gpuenv.errors import UsageError
-    from gpuenv.images.build import configured_mirror
     from gpuenv.images.registry import parse_reference
     from gpuenv.images.service import load_project
     from gpuenv.images.service import push as do_push
@@ -214,7 +214,7 @@ def push(
         repository = parse_reference(str(previous)).repository
     if not quiet:
         ui.step(f"pushing the project image, code baked in, to {repository}")
-    from gpuenv.images.build import engine_platform
+    from gpuenv.app.build import engine_platform
 
     view = view_factory(quiet)()
     connected = engine()

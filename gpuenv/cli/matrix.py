@@ -42,8 +42,8 @@ def matrix(ctx: click.Context, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from gpuenv.cli.matrix_view import show_matrix
-    from gpuenv.resolution import overlay
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix import overlay
+    from gpuenv.matrix.load import load_matrix
 
     loaded = load_matrix()
     source = overlay.read_source()
@@ -79,10 +79,10 @@ def sync(repositories: tuple[str, ...], registry: str | None, as_json: bool) -> 
     from gpuenv.engine.distribution import DistributionClient
     from gpuenv.errors import MatrixError
     from gpuenv.images import registry as images_registry
-    from gpuenv.resolution import overlay
-    from gpuenv.resolution.matrix import load_matrix
-    from gpuenv.resolution.sync import repositories_of
-    from gpuenv.resolution.sync import sync as do_sync
+    from gpuenv.matrix import overlay
+    from gpuenv.matrix.load import load_matrix
+    from gpuenv.matrix.sync import repositories_of
+    from gpuenv.matrix.sync import sync as do_sync
 
     try:
         host = (

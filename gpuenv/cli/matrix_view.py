@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from gpuenv.cli import ui
-from gpuenv.resolution.matrix import FRAMEWORK_NAMES, Matrix
-from gpuenv.resolution.overlay import OverlayRow, disagreements, origin, overlay_path
+from gpuenv.matrix.load import FRAMEWORK_NAMES, Matrix
+from gpuenv.matrix.overlay import OverlayRow, disagreements, origin, overlay_path
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.sync import SyncReport
+    from gpuenv.matrix.sync import SyncReport
 
 EVIDENCE_STYLE = {"primary": "green", "image": "cyan", "secondary": "yellow", "unverified": "red"}
 

@@ -11,8 +11,8 @@ from gpuenv.cli.app import Context, host_options, json_option, spec_options
 
 
 def _notify(note: object) -> None:
+    from gpuenv.app.policy import Note
     from gpuenv.cli import ui
-    from gpuenv.resolution.policy import Note
 
     assert isinstance(note, Note)
     {"info": ui.info, "warn": ui.warn, "step": ui.step}[note.kind](note.text)
@@ -70,9 +70,9 @@ def resolve(
     """
     from gpuenv.cli import ui
     from gpuenv.errors import ResolutionError
+    from gpuenv.matrix.load import load_matrix
     from gpuenv.project.overrides import checked_overrides, spec_for
-    from gpuenv.resolution.host import HostPlan
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.resolution.hostplan import HostPlan
     from gpuenv.resolution.resolve import resolve as do_resolve
 
     spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
@@ -132,12 +132,12 @@ def lock(
     newest that fits otherwise. --upgrade always takes the newest. --check fails
     (exit 5) when the lock is missing or out of date, and lists what changed.
     """
+    from gpuenv.app.policy import update_lock, verify_lock
     from gpuenv.cli import ui
     from gpuenv.cli.views import show_resolution
     from gpuenv.errors import UsageError
-    from gpuenv.resolution.host import HostPlan
-    from gpuenv.resolution.lock import LOCK_FILENAME
-    from gpuenv.resolution.policy import update_lock, verify_lock
+    from gpuenv.lock.lockfile import LOCK_FILENAME
+    from gpuenv.resolution.hostplan import HostPlan
 
     if check_only and upgrade:
         raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
@@ -204,13 +204,13 @@ def init(
     host's driver and GPUs. Shows what it found and where. Flags win over what is
     detected. Never asks questions; refuses to overwrite without --force.
     """
+    from gpuenv.app.policy import Note, init_project
     from gpuenv.cli import ui
     from gpuenv.cli.views import show_resolution
+    from gpuenv.lock.lockfile import LOCK_FILENAME
     from gpuenv.project.overrides import checked_overrides
     from gpuenv.project.spec import SPEC_FILENAME
-    from gpuenv.resolution.host import HostPlan
-    from gpuenv.resolution.lock import LOCK_FILENAME
-    from gpuenv.resolution.policy import Note, init_project
+    from gpuenv.resolution.hostplan import HostPlan
 
     notes: list[Note] = []
 
@@ -255,10 +255,10 @@ def check(obj: Context, as_json: bool) -> None:
     Exits with the code of the first kind of problem found (8 a file that cannot be
     read, 6 matrix, 3 spec, 5 lock, 7 host file), 0 when all is well.
     """
+    from gpuenv.app.policy import check_project
     from gpuenv.cli import ui
     from gpuenv.cli.app import report
     from gpuenv.cli.failure import error_fields
-    from gpuenv.resolution.policy import check_project
 
     outcome = check_project(obj.directory, os.environ)
     if as_json:

@@ -198,7 +198,7 @@ def ps(show_all: bool, as_json: bool) -> None:
     (`gpuenv run -d`). --all adds ended detached runs."""
     from gpuenv.cli import ui
     from gpuenv.cli.views import health_lines, runs_table
-    from gpuenv.resolution.host import detect_host
+    from gpuenv.host.detect import detect_host
     from gpuenv.sharing.monitor import run_health
 
     runs = _with_idle(_runs(show_all))

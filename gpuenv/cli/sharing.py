@@ -10,7 +10,7 @@ import click
 from gpuenv.cli.app import Context, engine
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Host
+    from gpuenv.host.machine import Host
     from gpuenv.sharing.monitor import GpuRow
 
 
@@ -18,7 +18,7 @@ def _top_data() -> tuple[Host, list[GpuRow]]:
     import time
 
     from gpuenv.errors import GpuenvError
-    from gpuenv.resolution.host import detect_host
+    from gpuenv.host.detect import detect_host
     from gpuenv.sharing.claims import ClaimStore
     from gpuenv.sharing.idle import idle_for, known_state
     from gpuenv.sharing.monitor import container_check, gpu_rows, list_runs
@@ -141,7 +141,7 @@ def idle(enforce: bool, as_json: bool) -> None:
 
     from gpuenv.cli import ui
     from gpuenv.errors import UsageError
-    from gpuenv.resolution.host import detect_host
+    from gpuenv.host.detect import detect_host
     from gpuenv.sharing.claims import ClaimStore
     from gpuenv.sharing.idle import duration, idle_for, load_policy, record_name, update
     from gpuenv.sharing.idle import enforce as apply_policy

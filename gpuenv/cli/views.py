@@ -13,7 +13,7 @@ from gpuenv.cli import ui
 from gpuenv.resolution.explain import evidence_text
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Host
+    from gpuenv.host.machine import Host
     from gpuenv.resolution.resolve import Resolution
 
 

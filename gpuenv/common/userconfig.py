@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
 from typing import Any
-
-CONFIG_ENV = "GPUENV_CONFIG"
 
 
 class UserConfigError(ValueError):
     """The user config file cannot be read or is not trustworthy."""
-
-
-def config_path(env: Mapping[str, str] | None = None) -> str:
-    """The user config file: GPUENV_CONFIG, else $XDG_CONFIG_HOME/gpuenv/config.yaml."""
-    env = os.environ if env is None else env
-    if env.get(CONFIG_ENV):
-        return env[CONFIG_ENV]
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "gpuenv", "config.yaml")
 
 
 def read_trusted(path: str) -> dict[str, Any]:

@@ -7,9 +7,12 @@ message asks for its line, so a file without problems costs one parse and no wal
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
+
+import yaml
 
 from gpuenv.errors import Problem
 
@@ -106,8 +109,6 @@ def _pos(node: Any) -> Position:
 
 
 def _number_text(node: Any) -> str | None:
-    import yaml
-
     if isinstance(node, yaml.ScalarNode) and not node.style and node.tag in _NUMBER_TAGS:
         return str(node.value)
     return None
@@ -116,8 +117,6 @@ def _number_text(node: Any) -> str | None:
 def _child(node: Any, part: str | int) -> tuple[Any, Any] | None:
     """(the node that locates `part`, its value node) in a mapping or sequence node:
     the first of duplicate keys, as the walk records them."""
-    import yaml
-
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.value == part:
@@ -140,8 +139,6 @@ def _walk(
     # Aliases share nodes: visiting each node once keeps "billion laughs" documents linear.
     if id(node) in seen:
         return
-    import yaml
-
     seen.add(id(node))
     if isinstance(node, yaml.ScalarNode):
         text = _number_text(node)
@@ -194,8 +191,6 @@ def _index(node: Any, filename: str) -> _Index:
 def _loader() -> Any:
     """PyYAML's safe loader (libyaml's parser when PyYAML has it: every wheel does,
     several times faster) that notes whether any mapping repeats a key."""
-    import yaml
-
     base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class Loader(base):  # type: ignore[misc]
@@ -213,8 +208,6 @@ def _loader() -> Any:
 
 def parse_yaml(text: str, filename: str) -> YamlDocument:
     """Parse one YAML document; raise YamlSyntaxError with the parser's line and column."""
-    import yaml  # here, not at import: `gpuenv run` and `--version` never parse YAML
-
     loader = _loader()(text)
     try:
         node = loader.get_single_node()
@@ -247,6 +240,23 @@ def parse_yaml(text: str, filename: str) -> YamlDocument:
         index = _index(node, filename)
         return YamlDocument(filename, data, index.duplicates, node, index)
     return YamlDocument(filename, data, (), node)
+
+
+def parse_json(text: str, filename: str) -> YamlDocument:
+    """Parse one JSON document: its values as `json` reads them, located through YAML's
+    node tree (JSON is YAML's flow style; a tab, in JSON only ever whitespace, becomes a
+    space, column for column). Invalid JSON raises YamlSyntaxError with its line."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise YamlSyntaxError(
+            Problem(filename, exc.lineno, exc.colno, None, f"invalid JSON: {exc.msg}")
+        ) from None
+    try:
+        located = parse_yaml(text.replace("\t", " "), filename)
+    except YamlSyntaxError:  # JSON that YAML 1.1 does not take: problems name fields only
+        return YamlDocument(filename, data)
+    return replace(located, data=data)
 
 
 def read_yaml(path: str, display_name: str | None = None) -> YamlDocument:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuenv.common.userconfig import config_path
+from gpuenv.common.dirs import user_config_file
 from gpuenv.engine.failures import NGC_KEY_ENV
 
 NGC_REGISTRY = "nvcr.io"
@@ -80,7 +80,7 @@ def registry_mirror(env: Mapping[str, str] | None = None) -> tuple[str | None, s
     env = os.environ if env is None else env
     if env.get(MIRROR_ENV):
         return check_mirror(env[MIRROR_ENV]), MIRROR_ENV
-    path = config_path(env)
+    path = user_config_file(env)
     if not os.path.isfile(path):
         return None, ""
     import yaml

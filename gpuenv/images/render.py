@@ -26,8 +26,8 @@ from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
 from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
+from gpuenv.lock.lockfile import Lock
 from gpuenv.project.spec import Spec
-from gpuenv.resolution.lock import Lock
 
 if TYPE_CHECKING:
     from gpuenv.project.dependencies import InstallPlan

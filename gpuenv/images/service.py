@@ -23,9 +23,9 @@ from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.progress import BuildProgress, PullProgress
 from gpuenv.images.registry import credentials, parse_reference, pull_repository
 from gpuenv.images.render import BuildPlan, plan_build
+from gpuenv.lock.lockfile import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
 from gpuenv.project.spec import Spec
 from gpuenv.project.validate import load_spec
-from gpuenv.resolution.lock import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
 
 if TYPE_CHECKING:
     from gpuenv.images.bake import BakePolicy
@@ -68,8 +68,8 @@ def load_project(directory: str) -> Project:
             f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
             hint="run `gpuenv lock` (gpuenv never re-resolves on its own), then try again",
         )
-    from gpuenv.resolution.lock import check_locked_row
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.lock.lockfile import check_locked_row
+    from gpuenv.matrix.load import load_matrix
 
     check_locked_row(lock, spec, load_matrix())
     return Project(spec, lock, path)

@@ -120,9 +120,10 @@ def _within(path: str, folder: str) -> bool:
 
 def user_rules(env: Mapping[str, str] | None = None) -> MountRules:
     """The `mounts:` section of the user config (UsageError when it is malformed)."""
-    from gpuenv.common.userconfig import UserConfigError, config_path, read_trusted
+    from gpuenv.common.dirs import user_config_file
+    from gpuenv.common.userconfig import UserConfigError, read_trusted
 
-    path = config_path(env)
+    path = user_config_file(env)
     try:
         data = read_trusted(path)
     except UserConfigError as exc:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuenv import __version__
+from gpuenv.common.dirs import user_cache_dir
 
 STAMP_FORMAT = 2
 # The bytes a stamp's file name keeps as they are; any other is written %XX.
@@ -23,10 +24,9 @@ _KEPT = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 _LONGEST = 200  # bytes of a name; a longer one is hashed (names stop at 255)
 
 
-def cache_dir(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpuenv", "builds")
+def stamp_dir() -> str:
+    """The build stamps' folder, in the user cache."""
+    return os.path.join(user_cache_dir(), "builds")
 
 
 def _path(project_dir: str, bake: bool) -> str:
@@ -44,7 +44,7 @@ def _path(project_dir: str, bake: bool) -> str:
         import hashlib
 
         name = hashlib.sha256(raw + (b"\0bake" if bake else b"")).hexdigest()  # never "%2F…"
-    return os.path.join(cache_dir(), f"{name}.json")
+    return os.path.join(stamp_dir(), f"{name}.json")
 
 
 def _stat(path: str) -> list[int] | None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuenv.common.checker import Checker, describe, did_you_mean
+from gpuenv.common.yamlfile import Path as YamlPath
+from gpuenv.common.yamlfile import YamlDocument
 from gpuenv.errors import Problem, SpecError, file_error
-from gpuenv.project.checker import Checker, describe, did_you_mean
 from gpuenv.project.spec import (
+    ALIASES,
     FAMILIES,
     FIELDS,
     FRAMEWORKS,
@@ -32,9 +35,28 @@ from gpuenv.project.spec import (
     parse_size,
 )
 
-if TYPE_CHECKING:
-    from gpuenv.common.yamlfile import Path as YamlPath
-    from gpuenv.common.yamlfile import YamlDocument
+
+class SpecChecker(Checker):
+    """The checker of one gpuenv.yaml: text fields take what YAML read as a number
+    (`version: 2.4`) as written, and the project folder is where paths must stay."""
+
+    def __init__(self, doc: YamlDocument, project_dir: str) -> None:
+        super().__init__(doc)
+        self.project_dir = project_dir
+        self.seen_requirements: tuple[str, ...] = ()  # the valid `requirements` entries
+
+    def text(
+        self,
+        path: YamlPath,
+        value: Any,
+        what: str = "text",
+        *,
+        nullable: bool = False,
+        numbers: bool = True,
+    ) -> str | None:
+        return super().text(path, value, what, nullable=nullable, numbers=numbers)
+
+
 # Patterns as text: re compiles (and keeps) each on its first use, not at import.
 _NAME = r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$"
 _APT = r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$"
@@ -76,7 +98,7 @@ def parse_spec_text(text: str, project_dir: str, filename: str = SPEC_FILENAME) 
 
 def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = None) -> Spec:
     """Validate a parsed gpuenv.yaml; every problem is collected before raising."""
-    check = Checker(doc, project_dir)
+    check = SpecChecker(doc, project_dir)
     data = doc.data
     if data is None:
         check.add((), "the file is empty; it needs at least 'framework:' (run `gpuenv init`)")
@@ -93,7 +115,7 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
         if not isinstance(key, str):
             check.add((), f"field names must be text, got {describe(key)}")
         elif key not in FIELDS:
-            check.add((key,), f"unknown field '{key}'{did_you_mean(key, FIELDS)}")
+            check.add((key,), f"unknown field '{key}'{did_you_mean(key, FIELDS, ALIASES)}")
 
     def field_of(key: str, parse: Callable[[Any], Any]) -> None:
         if key in data and data[key] is not None:
@@ -106,11 +128,11 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     field_of("name", lambda v: _name(check, v))
     if "framework" not in data:
         check.add((), f"missing required field 'framework' (one of {', '.join(FRAMEWORKS)})")
-    field_of("framework", lambda v: check.choice("framework", v, FRAMEWORKS))
-    field_of("version", lambda v: check.constraint("version", v))
-    field_of("python", lambda v: check.constraint("python", v))
-    field_of("cuda", lambda v: check.constraint("cuda", v))
-    field_of("base", lambda v: check.choice("base", v, FAMILIES))
+    field_of("framework", lambda v: check.choice(("framework",), v, FRAMEWORKS, ALIASES))
+    field_of("version", lambda v: check.constraint(("version",), v))
+    field_of("python", lambda v: check.constraint(("python",), v))
+    field_of("cuda", lambda v: check.constraint(("cuda",), v))
+    field_of("base", lambda v: check.choice(("base",), v, FAMILIES, ALIASES))
     field_of("requirements", lambda v: _requirements(check, v))
     field_of("extras", lambda v: _extras(check, v))
     field_of("packages", lambda v: _packages(check, v))
@@ -118,7 +140,7 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     field_of("env", lambda v: _env(check, v))
     field_of("gpus", lambda v: parse_gpus_value(check, v))
     field_of("shm_size", lambda v: _size(check, v))
-    field_of("ipc", lambda v: check.choice("ipc", v, IPC_MODES))
+    field_of("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES))
     field_of("mounts", lambda v: _mounts(check, v))
 
     if values.get("ipc") == "host" and "shm_size" in values:
@@ -136,7 +158,7 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     return Spec(project_dir=project_dir, path=path, **values)
 
 
-def _name(check: Checker, value: Any) -> str | None:
+def _name(check: SpecChecker, value: Any) -> str | None:
     text = check.text(("name",), value, "a project name")
     if text is None:
         return None
@@ -150,9 +172,9 @@ def _name(check: Checker, value: Any) -> str | None:
     return text
 
 
-def _requirements(check: Checker, value: Any) -> tuple[str, ...] | None:
+def _requirements(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
     out = []
-    for path, text in check.string_list(("requirements",), value, "requirements file paths"):
+    for path, text in check.located_texts(("requirements",), value, "requirements file paths"):
         if os.path.isabs(text) or text.startswith("~"):
             check.add(path, f"'{text}' must be a path relative to the project folder")
         elif not inside_project(check.project_dir, text):
@@ -173,12 +195,12 @@ def _requirements(check: Checker, value: Any) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def _extras(check: Checker, value: Any) -> tuple[str, ...] | None:
+def _extras(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
     """Names of optional dependency groups (PEP 621 extras, PEP 735 groups, Poetry)."""
     from packaging.utils import canonicalize_name
 
     out = []
-    for path, text in check.string_list(("extras",), value, "optional dependency group names"):
+    for path, text in check.located_texts(("extras",), value, "optional dependency group names"):
         if not re.match(_NAME, text.lower()):
             check.add(path, f"'{text}' is not an optional dependency group name")
         else:
@@ -188,8 +210,8 @@ def _extras(check: Checker, value: Any) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def _packages(check: Checker, value: Any) -> tuple[str, ...] | None:
-    items = check.string_list(("packages",), value, "pip requirements")
+def _packages(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
+    items = check.located_texts(("packages",), value, "pip requirements")
     if not items:
         return ()
     # Imported here: reading a spec without `packages` (the hot paths) skips the parser.
@@ -207,9 +229,9 @@ def _packages(check: Checker, value: Any) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def _apt(check: Checker, value: Any) -> tuple[str, ...] | None:
+def _apt(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
     out = []
-    for path, text in check.string_list(("apt",), value, "Debian package names"):
+    for path, text in check.located_texts(("apt",), value, "Debian package names"):
         if not re.match(_APT, text):
             check.add(
                 path,
@@ -221,7 +243,7 @@ def _apt(check: Checker, value: Any) -> tuple[str, ...] | None:
     return tuple(out)
 
 
-def _env(check: Checker, value: Any) -> tuple[tuple[str, str], ...] | None:
+def _env(check: SpecChecker, value: Any) -> tuple[tuple[str, str], ...] | None:
     if not isinstance(value, dict):
         check.add(("env",), f"expected a mapping of NAME: value, got {describe(value)}")
         return None
@@ -242,7 +264,7 @@ def _env(check: Checker, value: Any) -> tuple[tuple[str, str], ...] | None:
     return tuple(sorted(out))
 
 
-def _mig_request(check: Checker, value: dict[Any, Any]) -> GpuRequest | None:
+def _mig_request(check: SpecChecker, value: dict[Any, Any]) -> GpuRequest | None:
     """`gpus: {mig: 1g.10gb, count: 2}`: MIG instances of one profile (count 1 if left out)."""
     path: YamlPath = ("gpus",)
     unknown = sorted(str(k) for k in value if k not in ("mig", "count"))
@@ -268,7 +290,7 @@ def _mig_request(check: Checker, value: dict[Any, Any]) -> GpuRequest | None:
     return GpuRequest("mig", count=count, profile=profile) if ok else None
 
 
-def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
+def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
     """The spec's `gpus`: all | none | optional | a count | indices or GPU/MIG UUIDs |
     {mig: PROFILE, count: N}."""
     path: YamlPath = ("gpus",)
@@ -325,7 +347,7 @@ def parse_gpus_value(check: Checker, value: Any) -> GpuRequest | None:
     return GpuRequest("devices", devices=tuple(devices)) if devices else None
 
 
-def _size(check: Checker, value: Any) -> int | None:
+def _size(check: SpecChecker, value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         size: int | None = value
     else:
@@ -342,7 +364,7 @@ def _size(check: Checker, value: Any) -> int | None:
     return size
 
 
-def _mounts(check: Checker, value: Any) -> tuple[Mount, ...] | None:
+def _mounts(check: SpecChecker, value: Any) -> tuple[Mount, ...] | None:
     if not isinstance(value, list):
         check.add(("mounts",), f"expected a list of mounts, got {describe(value)}")
         return None
@@ -358,7 +380,7 @@ def _mounts(check: Checker, value: Any) -> tuple[Mount, ...] | None:
     return tuple(out)
 
 
-def _mount(check: Checker, path: YamlPath, item: Any) -> Mount | None:
+def _mount(check: SpecChecker, path: YamlPath, item: Any) -> Mount | None:
     if isinstance(item, str):
         parts = item.split(":")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):

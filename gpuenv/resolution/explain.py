@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from gpuenv.common.versions import driver_branch, driver_tuple, parse_version, series
 from gpuenv.errors import ResolutionError
-from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow
+from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow
 
 if TYPE_CHECKING:
+    from gpuenv.host.machine import Host
     from gpuenv.project.spec import Spec
-    from gpuenv.resolution.host import Host
     from gpuenv.resolution.resolve import Candidate, HostGpu
 
 

@@ -13,8 +13,8 @@ from gpuenv.errors import ResolutionError
 from gpuenv.project.packages import ngc_satisfies
 
 if TYPE_CHECKING:
+    from gpuenv.matrix.model import ImageRow
     from gpuenv.project.spec import Spec
-    from gpuenv.resolution.matrix_model import ImageRow
     from gpuenv.resolution.resolve import Candidate
 
 

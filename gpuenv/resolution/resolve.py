@@ -31,6 +31,8 @@ from gpuenv.common.versions import (
     selects_builds,
     sm,
 )
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow, Matrix
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.explain import (
     SPEC_FIELDS,
@@ -40,14 +42,12 @@ from gpuenv.resolution.explain import (
     unresolvable,
     warnings_for,
 )
-from gpuenv.resolution.host import Gpu, Host
-from gpuenv.resolution.matrix import FRAMEWORK_NAMES, ImageRow, Matrix
 from gpuenv.resolution.pins import Pin, pin_reasons, pins_unsatisfiable
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
-    from gpuenv.resolution.matrix_model import DriveFloor
+    from gpuenv.matrix.model import DriveFloor
 
 
 @dataclass(frozen=True)

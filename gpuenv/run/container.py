@@ -24,9 +24,9 @@ from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.procfs import process_start
 
 if TYPE_CHECKING:
+    from gpuenv.host.machine import Host
+    from gpuenv.lock.locked import Locked
     from gpuenv.project.mounts import Bind
-    from gpuenv.resolution.host import Host
-    from gpuenv.resolution.locked import Locked
 
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
@@ -103,8 +103,8 @@ def environment(
 
 def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
     """Refuse (ResolutionError) when this host cannot run the locked image; warnings else."""
+    from gpuenv.matrix.load import ImageRow
     from gpuenv.project.spec import default_spec
-    from gpuenv.resolution.matrix import ImageRow
     from gpuenv.resolution.resolve import classify_gpus, evaluate
 
     if host.driver is None or grant.mode == "none":

@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuenv.resolution.mig import cdi_mig_names
+from gpuenv.host.mig import cdi_mig_names
 
 if TYPE_CHECKING:
     from gpuenv.engine.protocol import ContainerEngine
-    from gpuenv.resolution.host import Host
+    from gpuenv.host.machine import Host
     from gpuenv.sharing.gpus import Grant
 
 CDI_KIND = "nvidia.com/gpu"

@@ -77,7 +77,7 @@ def _engine(connect: Callable[[], Engine], checks: list[Check]) -> object:
 
 def _gpu_path(facts: EngineFacts, host: object, checks: list[Check]) -> GpuPath | None:
     """Which way GPUs reach containers here (legacy or CDI), and what is wrong with it."""
-    from gpuenv.resolution.host import Host
+    from gpuenv.host.machine import Host
     from gpuenv.run.devices import GPU_PATH_ENV, cdi_dirs, choose_path, read_cdi_specs
 
     known = host if isinstance(host, Host) else Host(None)
@@ -247,7 +247,7 @@ def _disk(info: dict[str, Any], checks: list[Check]) -> None:
 
 
 def _driver(checks: list[Check]) -> object:
-    from gpuenv.resolution.host import detect_host
+    from gpuenv.host.detect import detect_host
 
     try:
         host = detect_host()
@@ -325,7 +325,7 @@ def _health(gpus: Any, checks: list[Check]) -> None:
 
 def _lock(directory: str, host: object, checks: list[Check]) -> None:
     from gpuenv.images.service import load_project
-    from gpuenv.resolution.locked import Locked
+    from gpuenv.lock.locked import Locked
     from gpuenv.run.container import preflight
 
     if not os.path.exists(os.path.join(directory, "gpuenv.lock")):
@@ -340,7 +340,7 @@ def _lock(directory: str, host: object, checks: list[Check]) -> None:
             Check("gpuenv.lock", "ok", f"{project.lock.image} (no driver here to check against)")
         )
         return
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix.load import load_matrix
     from gpuenv.sharing.gpus import Grant
 
     try:

@@ -7,7 +7,7 @@ matrix model, the resolver and `packaging` (~40 ms of CPU on a busy 2-core serve
 learn again what it learned last time. The key is everything the verdict is made from:
 the locked image's facts, the driver and the granted GPUs' models (not their indices:
 claims move a run from GPU to GPU), the host's description that the refusal quotes,
-the matrix files, the overlay, and the code that judges. A refusal is kept as well, so
+the matrix files, the overlay, and gpuenv's version. A refusal is kept as well, so
 it reads the same every time. Anything unexpected in the cache is a miss (`cache`).
 """
 
@@ -19,36 +19,24 @@ from typing import TYPE_CHECKING, Any
 from gpuenv.errors import ResolutionError
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.locked import Locked
-    from gpuenv.resolution.machine import Gpu, Host
+    from gpuenv.host.machine import Gpu, Host
+    from gpuenv.lock.locked import Locked
     from gpuenv.sharing.gpus import Grant
 
 KIND = "preflight"
-# The code a verdict is made by (besides the matrix's own, in matrix_files), relative
-# to the gpuenv package.
-_CODE = (
-    "run/preflight.py",
-    "run/container.py",
-    "resolution/resolve.py",
-    "resolution/explain.py",
-    "resolution/machine.py",
-    "resolution/pins.py",
-    "project/spec.py",
-    "common/versions.py",
-)
 
 
 def judge(locked: Locked, host: Host, grant: Grant) -> list[str]:
     """The preflight's warnings, or its refusal (ResolutionError), from the cache when
     this verdict was reached before."""
-    from gpuenv.resolution import cache
+    from gpuenv.common import cache
 
     key = verdict_key(locked, host, grant)
     stored = cache.load(KIND, key) if key else None
     verdict = _verdict(stored)
     if verdict is not None:
         return verdict
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix.load import load_matrix
     from gpuenv.run.container import preflight
 
     try:
@@ -105,8 +93,8 @@ def _granted(host: Host, grant: Grant) -> list[Gpu]:
 def verdict_key(locked: Locked, host: Host, grant: Grant) -> str | None:
     """The verdict's cache key; None when the matrix files cannot be read (the
     preflight then loads the matrix, and says what is wrong with it)."""
-    from gpuenv.resolution import cache
-    from gpuenv.resolution.matrix_files import code_sources, default_matrix_dir, matrix_key
+    from gpuenv.common import cache
+    from gpuenv.matrix.files import default_matrix_dir, matrix_key
 
     try:
         matrix, _, _ = matrix_key(default_matrix_dir())
@@ -127,5 +115,5 @@ def verdict_key(locked: Locked, host: Host, grant: Grant) -> str | None:
         ),
     }
     facts_bytes = json.dumps(facts, sort_keys=True, default=str).encode()
-    # The matrix's key covers the matrix files, the overlay and the matrix's own code.
-    return cache.digest([("matrix", matrix.encode()), *code_sources(_CODE), ("facts", facts_bytes)])
+    # The matrix's key covers the matrix files, the overlay and gpuenv's version.
+    return cache.digest([("matrix", matrix.encode()), ("facts", facts_bytes)])

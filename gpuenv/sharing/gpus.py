@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpuenv.common.yamlfile import YamlDocument
 from gpuenv.errors import GpusBusy, UsageError
-from gpuenv.project.checker import Checker
 from gpuenv.project.spec import GpuRequest
-from gpuenv.project.validate import parse_gpus_value
+from gpuenv.project.validate import SpecChecker, parse_gpus_value
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Gpu, GpuProcess, Host, MigDevice
+    from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
     from gpuenv.sharing.claims import Claim
 
 
@@ -57,9 +57,7 @@ def parse_gpus_option(text: str) -> GpuRequest:
             "--gpus 0: a GPU count must be at least 1",
             hint="for the GPU with index 0 write --gpus device=0; for no GPU, --gpus none",
         )
-    from gpuenv.common.yamlfile import YamlDocument
-
-    check = Checker(YamlDocument("--gpus", None), ".")
+    check = SpecChecker(YamlDocument("--gpus", None), ".")
     value: object = stripped.removeprefix("device=")
     if stripped.isdigit():
         value = int(stripped)
@@ -74,7 +72,6 @@ def parse_gpus_option(text: str) -> GpuRequest:
 
 def _mig_option(text: str) -> GpuRequest:
     """`mig=1g.10gb` or `mig=1g.10gb,count=2`: the spec's {mig, count} on the command line."""
-    from gpuenv.common.yamlfile import YamlDocument
 
     fields: dict[str, object] = {}
     for part in text.strip().split(","):
@@ -85,7 +82,7 @@ def _mig_option(text: str) -> GpuRequest:
                 hint="e.g. --gpus mig=1g.10gb,count=2 (`gpuenv doctor` lists this host's profiles)",
             )
         fields[key] = int(value) if key == "count" and value.isdigit() else value
-    check = Checker(YamlDocument("--gpus", None), ".")
+    check = SpecChecker(YamlDocument("--gpus", None), ".")
     request = parse_gpus_value(check, fields)
     if check.problems or request is None:
         message = check.problems[0].message if check.problems else "invalid value"

@@ -6,7 +6,7 @@ Sources: the clock event reason bits and what each means are NVML's
 meanings and actions follow NVIDIA's Xid catalog
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
 
->>> from gpuenv.resolution.host import Gpu
+>>> from gpuenv.host.detect import Gpu
 >>> [f.line for f in assess(Gpu(3, "A100", temperature_c=87, slowdown_temperature_c=85,
 ...                                 clocks_event_reasons=0x20))]
 ['thermal slowdown on GPU 3 at 87 °C: check the airflow and fans (it slows down at 85 °C)']
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.host import Gpu
+    from gpuenv.host.machine import Gpu
 
 SEVERITIES = ("info", "warn", "fail")
 NEAR_SLOWDOWN_C = 5  # within this many degrees of the slowdown threshold: say so

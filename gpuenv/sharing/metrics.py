@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from gpuenv.sharing.health import assess
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.machine import Gpu, Host
+    from gpuenv.host.machine import Gpu, Host
     from gpuenv.sharing.claims import Claim
     from gpuenv.sharing.monitor import RunInfo
 

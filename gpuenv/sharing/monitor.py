@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import UsageError
-from gpuenv.resolution.host import GpuProcess, Host, MigDevice
+from gpuenv.host.machine import GpuProcess, Host, MigDevice
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
 from gpuenv.sharing.holders import container_check as container_check

@@ -11,8 +11,8 @@ from gpuenv.errors import GpusBusy
 from gpuenv.sharing.gpus import Grant, choose
 
 if TYPE_CHECKING:
+    from gpuenv.host.machine import Host
     from gpuenv.project.spec import GpuRequest
-    from gpuenv.resolution.host import Host
     from gpuenv.sharing.claims import ClaimStore
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.images.service import load_project
-from gpuenv.resolution.lock import write_lock
+from gpuenv.lock.lockfile import write_lock
 
 from .conftest import _missing, registry_digest, wait_for_job
 from .test_cluster import OtherUser, tester

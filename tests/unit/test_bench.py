@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from gpuenv.resolution.host import load_host_file
+from gpuenv.host.hostfile import load_host_file
 
 from ..conftest import REPO
 

@@ -9,17 +9,15 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpuenv.common import cache, dirs
 from gpuenv.errors import MatrixError
-from gpuenv.resolution import cache
-from gpuenv.resolution import matrix as matrix_module
-from gpuenv.resolution.matrix import Matrix, load_matrix, matrix_sources, validate_matrix
+from gpuenv.matrix import load as matrix_module
+from gpuenv.matrix.load import Matrix, load_matrix, matrix_sources, validate_matrix
 
 from ..conftest import MATRICES
 
@@ -27,7 +25,7 @@ from ..conftest import MATRICES
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "cache"
-    monkeypatch.setenv(cache.CACHE_ENV, str(folder))
+    monkeypatch.setenv(dirs.CACHE_ENV, str(folder))
     return folder
 
 
@@ -199,7 +197,7 @@ def test_another_gpuenv_version_misses(
     cache_dir: Path, matrices: Path, parses: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     load_matrix(str(matrices))
-    monkeypatch.setattr("gpuenv.__version__", "999.0")
+    monkeypatch.setattr("gpuenv.matrix.files.__version__", "999.0")
     load_matrix(str(matrices))
     assert len(parses) == 2
 
@@ -227,7 +225,7 @@ def test_a_linked_cache_folder_is_not_used(
     real.mkdir(mode=0o700)
     link = tmp_path / "link"
     link.symlink_to(real)
-    monkeypatch.setenv(cache.CACHE_ENV, str(link))
+    monkeypatch.setenv(dirs.CACHE_ENV, str(link))
     load_matrix(str(matrices))
     load_matrix(str(matrices))
     assert len(parses) == 2 and list(real.iterdir()) == []
@@ -264,7 +262,7 @@ def test_no_usable_folder_means_no_cache(
 ) -> None:
     (tmp_path / "file").write_text("not a folder")
     path = tmp_path / "file" if blocked == "a file" else tmp_path / "file" / "cache"
-    monkeypatch.setenv(cache.CACHE_ENV, str(path))
+    monkeypatch.setenv(dirs.CACHE_ENV, str(path))
     assert values(load_matrix(str(matrices)))[:-1] == values(load_matrix(str(matrices)))[:-1]
     assert len(parses) == 2
 
@@ -273,7 +271,7 @@ def test_an_unwritable_folder_means_no_cache(
     monkeypatch: pytest.MonkeyPatch, matrices: Path, parses: list[str]
 ) -> None:
     """/proc takes no files, for root either (CI runs as root): no cache, no error."""
-    monkeypatch.setenv(cache.CACHE_ENV, "/proc")
+    monkeypatch.setenv(dirs.CACHE_ENV, "/proc")
     load_matrix(str(matrices))
     load_matrix(str(matrices))
     assert len(parses) == 2
@@ -308,51 +306,26 @@ def test_digest_frames_each_source(
 
 
 def test_default_folder_is_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    assert cache.cache_dir({"GPUENV_CACHE_DIR": "/somewhere"}) == "/somewhere"
+    from gpuenv.common.dirs import user_cache_dir
+
+    assert user_cache_dir({"GPUENV_CACHE_DIR": "/somewhere"}) == "/somewhere"
+    monkeypatch.delenv("GPUENV_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert cache.cache_dir() == str(tmp_path / "gpuenv")
-    assert cache.cache_dir({"XDG_CACHE_HOME": "/x"}) == "/x/gpuenv"
+    assert user_cache_dir() == str(tmp_path / "gpuenv")
 
 
 @pytest.mark.parametrize("xdg", [None, "", "   ", "/srv/cache", "relative/cache"])
 def test_the_folder_is_the_one_platformdirs_names(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, xdg: str | None
 ) -> None:
-    """The Linux shortcut (no platformdirs import on every command) follows its rule."""
     import platformdirs
 
+    from gpuenv.common.dirs import user_cache_dir
+
+    monkeypatch.delenv("GPUENV_CACHE_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     if xdg is None:
         monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     else:
         monkeypatch.setenv("XDG_CACHE_HOME", xdg)
-    assert cache.cache_dir() == platformdirs.user_cache_dir("gpuenv", appauthor=False)
-
-
-def test_the_key_covers_the_code_that_validates() -> None:
-    from gpuenv.resolution import matrix_files
-    from gpuenv.run import preflight
-
-    package = Path(matrix_module.__file__).parents[1]
-    assert all((package / name).is_file() for name in matrix_files._CODE)
-    assert {"resolution/matrix.py", "resolution/matrix_files.py", "common/yamlfile.py"} <= set(
-        matrix_files._CODE
-    )
-    # The preflight verdict's key covers the code that judges, file by file.
-    assert all((package / name).is_file() for name in preflight._CODE)
-    assert {"run/container.py", "resolution/resolve.py"} <= set(preflight._CODE)
-
-
-def test_a_hit_imports_no_yaml(cache_dir: Path) -> None:
-    code = (
-        "import sys\n"
-        "from gpuenv.resolution.matrix import load_matrix\n"
-        "load_matrix()\n"
-        "print(sorted(m for m in ('yaml', 'gpuenv.common.yamlfile') if m in sys.modules))\n"
-    )
-    runs = [
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        for _ in range(2)
-    ]
-    assert runs[0].stdout.strip() == "['gpuenv.common.yamlfile', 'yaml']"  # parsed
-    assert runs[1].stdout.strip() == "[]"  # from the cache
+    assert user_cache_dir() == platformdirs.user_cache_dir("gpuenv", appauthor=False)

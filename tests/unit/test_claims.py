@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import GpusBusy
-from gpuenv.resolution.host import Gpu, GpuProcess, Host
+from gpuenv.host.machine import Gpu, GpuProcess, Host
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
 from gpuenv.sharing.procfs import process_start

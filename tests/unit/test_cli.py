@@ -268,7 +268,7 @@ def test_bad_host_file_exit_7(project: Path, tmp_path_factory: pytest.TempPathFa
         project, "resolve", "--framework", "pytorch", env={"GPUENV_HOST_FILE": str(host_file)}
     )
     assert result.exit_code == 7
-    assert "must be a quoted version" in result.stderr
+    assert "expected a quoted driver version" in result.stderr
 
 
 def test_nvml_host_is_used(project: Path, nvml: ScriptedNvml) -> None:

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from gpuenv.cli import main
 from gpuenv.errors import SpecError
+from gpuenv.lock.lockfile import requirements_hashes
 from gpuenv.project.dependencies import plan_install, read_dependencies
 from gpuenv.project.validate import load_spec
-from gpuenv.resolution.lock import requirements_hashes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -367,7 +367,7 @@ def test_what_an_image_ships_steers_resolution(tmp_path: Path) -> None:
     from gpuenv.resolution.pins import Pin, pin_reasons
 
     write(tmp_path, {}, "")
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix.load import load_matrix
 
     row = next(r for r in load_matrix().images_for("pytorch") if r.release == "24.10")
     shipping = replace(row, ships=(("torchvision", "0.20.0a0+afc54f7"),))
@@ -388,7 +388,7 @@ def test_what_an_image_ships_steers_resolution(tmp_path: Path) -> None:
 def test_the_matrix_reads_ships(tmp_path: Path) -> None:
     import shutil
 
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix.load import load_matrix
 
     folder = tmp_path / "m"
     shutil.copytree(REPO / "matrices", folder)

@@ -13,7 +13,7 @@ import pytest
 from gpuenv.engine.hosts import engine_choice
 from gpuenv.engine.podman import RLIM_INFINITY, libpod_spec
 from gpuenv.errors import GpuRuntimeMissing, UsageError
-from gpuenv.resolution.host import Gpu, Host
+from gpuenv.host.machine import Gpu, Host
 from gpuenv.run.devices import (
     LEGACY,
     CdiSpec,

@@ -9,9 +9,9 @@ import pytest
 
 from gpuenv.common.versions import driver_branch, driver_tuple
 from gpuenv.errors import ResolutionError
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.matrix.load import Matrix
 from gpuenv.project.spec import default_spec
-from gpuenv.resolution.host import Gpu, Host
-from gpuenv.resolution.matrix import Matrix
 from gpuenv.resolution.resolve import classify_gpus, resolve
 
 

@@ -65,7 +65,7 @@ def _preload() -> None:
 def readable_matrices() -> str:
     """The shipped matrices where nobody can read them: the checkout may be a private
     folder (a clone in `mktemp -d`, as CI makes it)."""
-    from gpuenv.resolution.matrix import default_matrix_dir
+    from gpuenv.matrix.load import default_matrix_dir
 
     folder = Path(tempfile.mkdtemp(prefix="gpuenv-matrices-"))
     copy = folder / "matrices"
@@ -317,7 +317,7 @@ def test_an_os_error_anywhere_is_a_file_error_not_a_bug(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The one error path turns an OSError no command caught into exit 8 with its path."""
-    import gpuenv.resolution.policy as policy
+    import gpuenv.app.policy as policy
 
     def refuse(*args: object, **kwargs: object) -> object:
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/shared/gpuenv.yaml")

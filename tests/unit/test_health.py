@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuenv.resolution.host import Gpu
+from gpuenv.host.machine import Gpu
 from gpuenv.sharing.health import assess
 
 BUSY = {"utilization": 95}

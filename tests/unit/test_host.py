@@ -8,16 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import HostError, UsageError
-from gpuenv.resolution.host import (
-    HostOverride,
-    describe_host,
-    detect_host,
-    detect_nvidia_smi,
-    host_for,
-    load_host_file,
-    parse_nvidia_smi,
-)
-from gpuenv.resolution.matrix import Matrix
+from gpuenv.host.detect import detect_host, detect_nvidia_smi, parse_nvidia_smi
+from gpuenv.host.hostfile import load_host_file
+from gpuenv.matrix.load import Matrix
+from gpuenv.resolution.hostplan import HostPlan, describe_host
 
 SMI_OUTPUT = """\
 0, GPU-1a2b3c4d-0000-0000-0000-000000000000, NVIDIA A100-SXM4-80GB, 8.0, 81920, 535.104.05
@@ -130,28 +124,40 @@ def test_host_file_health_readings(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ("{not json", "not valid JSON"),
+        ("{not json", r":1:2: invalid JSON: Expecting property name"),
         ([], "expected a JSON object"),
-        ({"driver": 535}, "must be a quoted version"),
+        (
+            {"driver": 535},
+            r":1:2: field 'driver': expected a quoted driver version like \"535.104.05\", got the number 535 \(write it in quotes\)",
+        ),
         ({"driver": "latest"}, "'latest' is not a driver version"),
-        ({"driver": "535.1", "gpus": {}}, "'gpus' must be a list"),
+        ({"driver": "535.1", "gpus": {}}, "field 'gpus': expected a list of GPUs"),
         ({"driver": "535.1", "gpus": [{"nme": "A100"}]}, "expected a GPU name or an object"),
-        ({"driver": "535.1", "gpus": [{"name": "A100", "cc": "8.0"}]}, "unknown keys cc"),
+        (
+            {"driver": "535.1", "gpus": [{"name": "A100", "cc": "8.0"}]},
+            r"field 'gpus\[0\].cc': unknown field 'cc'",
+        ),
         (
             {"driver": "535.1", "gpus": [{"name": "A100", "compute_capability": "eight"}]},
             "is not a compute capability",
         ),
         (
             {"driver": "535.1", "gpus": ["A100", {"name": "A100", "index": 0}]},
-            "two GPUs have the same index",
+            r"field 'gpus\[1\]': has the index 0 of gpus\[0\]",
         ),
         ({"gpus": ["A100"]}, "GPUs are listed but no 'driver'"),
-        ({"driver": "535.1", "gpu": []}, "unknown keys gpu"),
-        ({"driver": "535.1", "gpus": [{"name": "A100", "lost": True}]}, "'lost' must be a text"),
-        ({"driver": "535.1", "gpus": [{"name": "A100", "xids": "79"}]}, "'xids' must be a list"),
+        ({"driver": "535.1", "gpu": []}, "unknown field 'gpu'; did you mean 'gpus'"),
+        (
+            {"driver": "535.1", "gpus": [{"name": "A100", "lost": True}]},
+            "'gpus\\[0\\].lost': expected a text saying why",
+        ),
+        (
+            {"driver": "535.1", "gpus": [{"name": "A100", "xids": "79"}]},
+            "expected a list of XID numbers",
+        ),
         (
             {"driver": "535.1", "gpus": [{"name": "A100", "pcie_width": "x16"}]},
-            "'pcie_width' must be a number",
+            "'gpus\\[0\\].pcie_width': expected a number, got 'x16'",
         ),
     ],
 )
@@ -160,6 +166,22 @@ def test_bad_host_files(tmp_path: Path, data: object, message: str) -> None:
         load_host_file(write(tmp_path, data))
     assert info.value.exit_code == 7
     assert "GPUENV_HOST_FILE=" in info.value.message
+
+
+def test_a_host_file_says_every_problem_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "host.json"
+    path.write_text(
+        '{\n\t"driver": "latest",\n\t"gpus": [\n\t\t{"name": "A100", "index": -1}\n\t]\n}\n'
+    )
+    with pytest.raises(HostError) as info:
+        load_host_file(str(path))
+    assert info.value.message.splitlines() == [
+        f"2 problems in GPUENV_HOST_FILE={path}:",
+        f"  GPUENV_HOST_FILE={path}:2:2: field 'driver': 'latest' is not a driver version"
+        " (expected numbers like 535.104.05)",
+        f"  GPUENV_HOST_FILE={path}:4:20: field 'gpus[0].index': expected a whole number ≥ 0,"
+        " got the number -1",
+    ]
 
 
 def test_missing_host_file(tmp_path: Path) -> None:
@@ -196,6 +218,6 @@ def test_flags_win_over_host_file(
     matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUENV_HOST_FILE", write(tmp_path, {"driver": "470.82.01"}))
-    assert host_for(HostOverride("580.95.05"), matrix).driver == "580.95.05"
-    assert host_for(HostOverride(), matrix).driver == "470.82.01"
+    assert HostPlan("580.95.05").host(matrix).driver == "580.95.05"
+    assert HostPlan().host(matrix).driver == "470.82.01"
     assert os.environ["GPUENV_HOST_FILE"]

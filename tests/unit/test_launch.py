@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.app.policy import init_project
+from gpuenv.app.run import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
 from gpuenv.errors import GpuPathBroken, GpuRuntimeMissing, GpusBusy, UsageError
+from gpuenv.host.machine import Gpu, Host
 from gpuenv.project.overrides import Overrides
-from gpuenv.resolution.host import Gpu, Host, HostPlan
-from gpuenv.resolution.policy import init_project
+from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.run.container import Identity
-from gpuenv.run.launch import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
 from gpuenv.sharing.claims import ClaimStore
 from tests.unit.fake_engine import FakeEngine
 

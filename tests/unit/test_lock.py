@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import LockError, SpecError
-from gpuenv.project.validate import load_spec
-from gpuenv.resolution.lock import (
+from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
     lock_differences,
     lock_from_resolution,
@@ -16,7 +15,8 @@ from gpuenv.resolution.lock import (
     requirements_hashes,
     write_lock,
 )
-from gpuenv.resolution.matrix import Matrix
+from gpuenv.matrix.load import Matrix
+from gpuenv.project.validate import load_spec
 from gpuenv.resolution.resolve import resolve
 
 from ..conftest import make_host, reseal
@@ -225,7 +225,7 @@ def test_a_lock_that_pins_what_gpuenv_would_not_is_refused(
 
     from gpuenv.cli import main
     from gpuenv.images.service import load_project
-    from gpuenv.resolution.lock import check_locked_row
+    from gpuenv.lock.lockfile import check_locked_row
 
     path = locked(project, matrix)
     text = path.read_text()

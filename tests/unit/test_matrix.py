@@ -7,7 +7,7 @@ import pytest
 
 from gpuenv.common.versions import driver_tuple, is_version
 from gpuenv.errors import MatrixError
-from gpuenv.resolution.matrix import Matrix, load_matrix
+from gpuenv.matrix.load import Matrix, load_matrix
 
 from ..conftest import MATRICES
 
@@ -132,7 +132,8 @@ def test_broken_matrix_is_located(tmp_path: Path) -> None:
         load_matrix(str(folder))
     messages = [str(p) for p in info.value.problems]
     assert any(
-        "ngc-pytorch.yaml:" in m and "expected text, got 12.4 (quote version numbers)" in m
+        "ngc-pytorch.yaml:" in m
+        and "expected a version, got the number 12.4 (write it in quotes)" in m
         for m in messages
     )
     assert any("'five' is not a driver version" in m for m in messages)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpuenv.common.versions import parse_version
-from gpuenv.resolution.matrix import ImageRow, Matrix, load_matrix
+from gpuenv.matrix.load import ImageRow, Matrix, load_matrix
 
 REPOSITORIES = {
     "pytorch": "nvcr.io/nvidia/pytorch",
@@ -353,7 +353,7 @@ def test_every_row_of_every_matrix_file_names_its_source() -> None:
     import os
 
     from gpuenv.common.yamlfile import parse_yaml
-    from gpuenv.resolution.matrix import default_matrix_dir
+    from gpuenv.matrix.load import default_matrix_dir
 
     kinds = ("images", "minor_version_compat", "toolkits", "compute_capabilities", "models")
     missing = []

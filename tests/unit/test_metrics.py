@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from gpuenv.resolution.host import Gpu, Host
+from gpuenv.host.machine import Gpu, Host
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.metrics import Holder, families, holders
 from gpuenv.sharing.monitor import runs_from
@@ -86,7 +86,7 @@ def test_the_collector_serves_nvml_readings(nvml: ScriptedNvml, monkeypatch) -> 
     from prometheus_client.core import CollectorRegistry
 
     from gpuenv.cli.exporter import GpuCollector
-    from gpuenv.resolution.nvml import NvmlListener
+    from gpuenv.host.nvml import NvmlListener
 
     monkeypatch.setenv("GPUENV_STATE_DIR", str(nvml.path.parent / "state"))
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # no engine: claims only

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from gpuenv.errors import GpusBusy, HostError, SpecError, UsageError
+from gpuenv.host.hostfile import load_host_file
+from gpuenv.host.machine import Gpu, Host, MigDevice
+from gpuenv.host.nvml import detect_nvml, mig_profile
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_spec_text
-from gpuenv.resolution.host import Gpu, Host, MigDevice, load_host_file
-from gpuenv.resolution.nvml import detect_nvml, mig_profile
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
 from gpuenv.sharing.procfs import process_start
@@ -132,14 +133,14 @@ def test_the_host_file_lists_instances(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("instances", "message"),
     [
-        ({"uuid": "MIG-1"}, "'mig' must be a list of MIG instances"),
-        (["MIG-1"], r"gpus\[0\].mig\[0\]: expected an object with at least 'uuid'"),
-        ([{"profile": "1g.10gb"}], "'uuid' must be a MIG UUID"),
-        ([{"uuid": "GPU-1"}], "'uuid' must be a MIG UUID"),
+        ({"uuid": "MIG-1"}, r"field 'gpus\[0\].mig': expected a list of MIG instances"),
+        (["MIG-1"], r"field 'gpus\[0\].mig\[0\]': expected an object with at least 'uuid'"),
+        ([{"profile": "1g.10gb"}], r"mig\[0\].uuid': expected a MIG UUID \(MIG-…\), got None"),
+        ([{"uuid": "GPU-1"}], "expected a MIG UUID"),
         ([{"uuid": "MIG-1"}, {"uuid": "MIG-1"}], "MIG-1 is listed twice"),
         ([{"uuid": "MIG-1", "profile": "small"}], "'small' is not a MIG profile like 1g.10gb"),
-        ([{"uuid": "MIG-1", "memory_total_mib": "10g"}], "'memory_total_mib' must be a whole"),
-        ([{"uuid": "MIG-1", "slices": 1}], "unknown keys slices"),
+        ([{"uuid": "MIG-1", "memory_total_mib": "10g"}], "memory_total_mib': expected a whole"),
+        ([{"uuid": "MIG-1", "slices": 1}], "unknown field 'slices'"),
     ],
 )
 def test_host_file_instances_are_checked(tmp_path: Path, instances: Any, message: str) -> None:
@@ -295,7 +296,7 @@ def test_a_profile_request_avoids_instances_in_use() -> None:
     instance named by UUID is taken anyway, as a named GPU is."""
     from dataclasses import replace
 
-    from gpuenv.resolution.host import GpuProcess
+    from gpuenv.host.machine import GpuProcess
 
     host = mig_host()
     first = replace(host.gpus[0].mig_devices[0], processes=(GpuProcess(4242),))
@@ -378,7 +379,7 @@ def test_preflight_judges_the_granted_instances_gpu(matrix) -> None:  # type: ig
     from dataclasses import replace
 
     from gpuenv.errors import ResolutionError
-    from gpuenv.resolution.locked import Locked
+    from gpuenv.lock.locked import Locked
     from gpuenv.run.container import preflight
     from tests.conftest import make_host
 
@@ -401,7 +402,7 @@ def test_preflight_judges_the_granted_instances_gpu(matrix) -> None:  # type: ig
 def test_a_gpu_whose_instances_run_processes_is_not_free_whole() -> None:
     """NVML lists a MIG GPU's processes per instance (its own list needs a privileged
     user): a GPU whose instance runs a process from outside gpuenv is not given whole."""
-    from gpuenv.resolution.host import GpuProcess
+    from gpuenv.host.machine import GpuProcess
 
     busy = Gpu(
         0,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import time
 
-from gpuenv.resolution.host import Gpu, GpuProcess, Host
+from gpuenv.host.machine import Gpu, GpuProcess, Host
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.monitor import container_of, gpu_rows, runs_from
 from gpuenv.sharing.procfs import process_start

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from gpuenv.resolution.host import detect_host
-from gpuenv.resolution.nvml import NvmlListener, detect_nvml
+from gpuenv.host.detect import detect_host
+from gpuenv.host.nvml import NvmlListener, detect_nvml
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.gpus import choose, parse_gpus_option
 from gpuenv.sharing.monitor import gpu_rows, runs_from
@@ -205,7 +205,7 @@ def test_the_library_is_found_through_the_search_path(tmp_path) -> None:  # type
     LD_LIBRARY_PATH there is none on this machine, with it there is ours."""
     scripted = ScriptedNvml(tmp_path)
     scripted.write(scenario(gpu(0)))
-    code = "from gpuenv.resolution.nvml import detect_nvml; h = detect_nvml(); print(h if isinstance(h, str) else h.describe())"
+    code = "from gpuenv.host.nvml import detect_nvml; h = detect_nvml(); print(h if isinstance(h, str) else h.describe())"
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     found = subprocess.run(
         [sys.executable, "-c", code],

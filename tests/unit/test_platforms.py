@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.app.build import check_platform, engine_platform
 from gpuenv.common.platforms import platform_of_machine, this_platform
 from gpuenv.errors import HostError, ResolutionError
-from gpuenv.images.build import check_platform, engine_platform
+from gpuenv.host.hostfile import load_host_file
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.lock.lockfile import lock_from_resolution, recorded_host
+from gpuenv.matrix.load import Matrix
 from gpuenv.project.spec import default_spec
-from gpuenv.resolution.host import Gpu, Host, load_host_file
-from gpuenv.resolution.lock import lock_from_resolution, recorded_host
-from gpuenv.resolution.matrix import Matrix
 from gpuenv.resolution.resolve import resolve
 from tests.unit.fake_engine import FakeEngine
 
@@ -95,7 +96,7 @@ def test_the_host_file_names_a_platform(tmp_path: Path) -> None:
     assert load_host_file(str(path)).platform == "linux/arm64"
     path.write_text(json.dumps({"driver": "570.124.06", "platform": "arm64"}))
     with pytest.raises(
-        HostError, match="'platform' 'arm64' is not one of linux/amd64, linux/arm64"
+        HostError, match="field 'platform': 'arm64' is not one of linux/amd64, linux/arm64"
     ):
         load_host_file(str(path))
 

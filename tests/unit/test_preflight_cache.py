@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.app.policy import init_project
+from gpuenv.common import cache
 from gpuenv.errors import ResolutionError
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.lock.locked import Locked
+from gpuenv.lock.lockfile import read_lock
+from gpuenv.matrix.load import load_matrix
 from gpuenv.project.overrides import Overrides
-from gpuenv.resolution import cache
-from gpuenv.resolution.host import Gpu, Host, HostPlan
-from gpuenv.resolution.lock import read_lock
-from gpuenv.resolution.locked import Locked
-from gpuenv.resolution.matrix import load_matrix
-from gpuenv.resolution.policy import init_project
+from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.run import preflight
 from gpuenv.run.container import preflight as fresh_preflight
 from gpuenv.sharing.gpus import Grant
@@ -73,7 +74,7 @@ def test_a_verdict_read_back_is_the_fresh_one(
     fresh = _fresh(locked, host, grant)
     assert _same(_judged(locked, host, grant), fresh)  # judged, and stored
     # Read back: the matrix is not loaded again.
-    monkeypatch.setattr("gpuenv.resolution.matrix.load_matrix", _no_matrix)
+    monkeypatch.setattr("gpuenv.matrix.load.load_matrix", _no_matrix)
     assert _same(_judged(locked, host, grant), fresh)
     assert isinstance(fresh, ResolutionError) == what.startswith("refused")
 
@@ -106,7 +107,7 @@ def test_what_the_verdict_is_made_from_is_in_its_key(
     elif change == "image":
         locked = Locked(locked.image + "-other", locked.lock_hash, locked.resolved, locked.requires)
     else:
-        from gpuenv.resolution.matrix_files import default_matrix_dir
+        from gpuenv.matrix.files import default_matrix_dir
 
         copy = tmp_path / "matrices"
         shutil.copytree(default_matrix_dir(), copy)
@@ -143,7 +144,7 @@ def test_a_stored_value_of_another_shape_is_a_miss() -> None:
 def test_a_mig_instance_is_judged_by_its_gpu(locked: Locked) -> None:
     """Two GPUs of different models, each with an instance: the verdict for one
     instance is not the other's (the key names the instance's GPU model)."""
-    from gpuenv.resolution.machine import MigDevice
+    from gpuenv.host.machine import MigDevice
 
     host = Host(
         "550.54.15",

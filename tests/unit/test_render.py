@@ -10,9 +10,9 @@ import pytest
 
 from gpuenv.images.context import project_files
 from gpuenv.images.render import label_value, plan_build
+from gpuenv.lock.lockfile import lock_from_resolution
+from gpuenv.matrix.load import Matrix
 from gpuenv.project.validate import load_spec
-from gpuenv.resolution.lock import lock_from_resolution
-from gpuenv.resolution.matrix import Matrix
 from gpuenv.resolution.resolve import resolve
 
 from ..conftest import make_host
@@ -201,7 +201,7 @@ def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> 
 
 def test_requirements_files_decide_rebuilds(project: Path, matrix: Matrix) -> None:
     from gpuenv.images.service import Project, build_inputs
-    from gpuenv.resolution.lock import read_lock, write_lock
+    from gpuenv.lock.lockfile import read_lock, write_lock
 
     spec = load_spec(str(project))
     lock = lock_from_resolution(
@@ -228,8 +228,8 @@ def test_a_file_added_to_a_baked_project_makes_its_build_stamp_stale(
     """`build --bake` said "✓ up to date" after a file was added: no recorded file changed."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
     from gpuenv.images.service import Project, build_inputs
+    from gpuenv.lock.lockfile import read_lock, write_lock
     from gpuenv.project import stamp
-    from gpuenv.resolution.lock import read_lock, write_lock
 
     (project / "src").mkdir()
     (project / "src" / "train.py").write_text("print('hi')\n")

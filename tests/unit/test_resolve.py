@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 
 from gpuenv.errors import ResolutionError
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.matrix.load import Matrix
 from gpuenv.project.spec import GpuRequest, Spec, default_spec
-from gpuenv.resolution.host import Gpu, Host
-from gpuenv.resolution.matrix import Matrix
 from gpuenv.resolution.resolve import _cuda_supports, resolve
 
 from ..conftest import make_host

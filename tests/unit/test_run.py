@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import UsageError
+from gpuenv.host.machine import Gpu, Host
 from gpuenv.project.mounts import MountRules, spec_binds
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_spec_text
-from gpuenv.resolution.host import Gpu, Host
 from gpuenv.run.container import (
     Identity,
     command_for,

@@ -44,7 +44,7 @@ def test_damaged_stamp_is_ignored(tmp_path: Path) -> None:
     spec = tmp_path / "gpuenv.yaml"
     spec.write_text("a")
     stamp.record(str(tmp_path), False, "gpuenv/x:1", [str(spec)])
-    (path,) = Path(stamp.cache_dir()).glob("*.json")
+    (path,) = Path(stamp.stamp_dir()).glob("*.json")
     path.write_text("{not json")
     assert stamp.fresh_tag(str(tmp_path), False) is None
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from gpuenv.cli import main
 from gpuenv.engine.protocol import Manifest, UnknownRepository
 from gpuenv.errors import MatrixError
-from gpuenv.resolution import overlay
-from gpuenv.resolution.matrix import Matrix, load_matrix
-from gpuenv.resolution.overlay import OverlayRow, disagreements, merge
-from gpuenv.resolution.sync import derive, parse_requirement, platforms_of, sync
+from gpuenv.matrix import overlay
+from gpuenv.matrix.load import Matrix, load_matrix
+from gpuenv.matrix.overlay import OverlayRow, disagreements, merge
+from gpuenv.matrix.sync import derive, parse_requirement, platforms_of, sync
 
 PYTORCH = "nvcr.io/nvidia/pytorch"
 DIGEST = "sha256:" + "d" * 64
@@ -158,7 +158,7 @@ def test_the_overlay_lives_where_platformdirs_puts_user_data(
 ) -> None:
     import platformdirs
 
-    monkeypatch.delenv("GPUENV_DATA_DIR")
+    monkeypatch.delenv("GPUENV_DATA_DIR", raising=False)
     for base in (str(tmp_path), "relative/is/ignored", ""):
         monkeypatch.setenv("XDG_DATA_HOME", base)
         expected = os.path.join(

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from gpuenv.images.accounts import Identity
     from gpuenv.images.bake import BakePolicy
     from gpuenv.images.service import BuildResult, Project, View
+    from gpuenv.lock.locked import Locked
     from gpuenv.project.spec import Spec
-    from gpuenv.resolution.locked import Locked
 
 ViewFactory = Callable[[], "View"]
 
@@ -79,7 +79,7 @@ def _stamp_project(
     """What `gpuenv run` needs of the validated spec and lock, of the image's accounts,
     and the account image made for the user who built it, kept in the build stamp."""
     from gpuenv.common.files import file_hash
-    from gpuenv.resolution.locked import Locked
+    from gpuenv.lock.locked import Locked
 
     data: dict[str, Any] = {
         "spec": project.spec.to_data(),
@@ -167,9 +167,9 @@ def image_for_run(
     and checks out, else the image).
     """
     from gpuenv.images.accounts import usable_account_image
+    from gpuenv.lock.locked import Locked
     from gpuenv.project import stamp
     from gpuenv.project.spec import spec_from_data
-    from gpuenv.resolution.locked import Locked
 
     known = stamp.fresh(directory, False)
     if known and known.get("project"):

@@ -6,8 +6,8 @@ entry is named by a digest of everything it was made from, and carries that dige
 a checksum of its body; anything unexpected (truncated, corrupt, another format, another
 key, a link, a file someone else owns) is a miss, and the caller rebuilds it.
 
-Safe when several users share a machine: the folder is per user (platformdirs'
-user_cache_dir, or GPUENV_CACHE_DIR), created 0700 and used only while it is ours and
+Safe when several users share a machine: the folder is per user (`dirs.user_cache_dir`:
+GPUENV_CACHE_DIR, else ~/.cache/gpuenv), created 0700 and used only while it is ours and
 nobody else can write to it; files are opened without following links and written
 atomically (a temporary file in the same folder, then os.replace). A folder we cannot
 use means no cache, never an error.
@@ -20,12 +20,12 @@ import hashlib
 import json
 import os
 import stat
-import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-CACHE_ENV = "GPUENV_CACHE_DIR"
+from gpuenv.common.dirs import user_cache_dir
+
 FORMAT = 1
 KEEP = 8  # entries of one kind kept; older ones are removed when a new one is written
 MAX_BYTES = 64 << 20
@@ -33,23 +33,6 @@ _STALE_TEMP_SECONDS = 600
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _Plain = TypeVar("_Plain", str, int, list[Any])
-
-
-def cache_dir(env: Mapping[str, str] | None = None) -> str:
-    """GPUENV_CACHE_DIR, else the user cache folder (``~/.cache/gpuenv`` on Linux)."""
-    env = os.environ if env is None else env
-    if env.get(CACHE_ENV):
-        return env[CACHE_ENV]
-    if sys.platform == "linux":
-        # platformdirs' own rule on Linux (an absolute XDG_CACHE_HOME, else ~/.cache;
-        # a test pins the two together), without its ~12 ms import on every command.
-        base = env.get("XDG_CACHE_HOME", "").strip()
-        if not os.path.isabs(base):
-            base = os.path.expanduser("~/.cache")
-        return os.path.join(base, "gpuenv")
-    import platformdirs
-
-    return platformdirs.user_cache_dir("gpuenv", appauthor=False)
 
 
 def digest(sources: Iterable[tuple[str, bytes]]) -> str:
@@ -66,7 +49,7 @@ def digest(sources: Iterable[tuple[str, bytes]]) -> str:
 def load(kind: str, key: str, directory: str | None = None) -> Any | None:
     """The data stored for `key`, or None when there is none we can trust."""
     try:
-        folder = _open_folder(directory or cache_dir(), create=False)
+        folder = _open_folder(directory or user_cache_dir(), create=False)
     except OSError:
         return None
     try:
@@ -98,7 +81,7 @@ def store(kind: str, key: str, data: Any, directory: str | None = None) -> bool:
         {"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}
     ).encode()
     try:
-        folder = _open_folder(directory or cache_dir(), create=True)
+        folder = _open_folder(directory or user_cache_dir(), create=True)
     except OSError:
         return False
     temp = f".{kind}.{os.getpid()}.{os.urandom(6).hex()}.tmp"

@@ -16,21 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuenv.common.versions import (
-    InvalidComputeCapability,
-    InvalidDriverVersion,
-    compute_capability,
-    driver_branch,
-    driver_tuple,
-    is_version,
-)
+from gpuenv.common.checker import Checker
+from gpuenv.common.versions import compute_capability, driver_branch
+from gpuenv.common.yamlfile import Path as YamlPath
+from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
-from gpuenv.resolution.matrix_files import DATA_ENV as DATA_ENV
-from gpuenv.resolution.matrix_files import FILENAME as FILENAME
-from gpuenv.resolution.matrix_files import key_parts as key_parts
-from gpuenv.resolution.matrix_files import overlay_path as overlay_path
-from gpuenv.resolution.matrix_files import read_source as read_source
-from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES, ImageRow, Matrix
+from gpuenv.matrix.files import FILENAME as FILENAME
+from gpuenv.matrix.files import key_parts as key_parts
+from gpuenv.matrix.files import overlay_path as overlay_path
+from gpuenv.matrix.files import read_source as read_source
+from gpuenv.matrix.model import FRAMEWORK_NAMES, ImageRow, Matrix
 
 SCHEMA = 1
 KIND = "image-overlay"
@@ -120,80 +115,60 @@ def _broken(problems: list[Problem], path: str) -> MatrixError:
 
 def parse_rows(data: bytes, path: str) -> tuple[OverlayRow, ...]:
     """The overlay's rows, validated; MatrixError listing every problem with its line."""
-    from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
-
     try:
         doc = parse_yaml(data.decode("utf-8", errors="replace"), path)
     except YamlSyntaxError as exc:
         raise _broken([exc.problem], path) from None
-    problems: list[Problem] = list(doc.duplicates)
+    check = Checker(doc)
     rows: list[OverlayRow] = []
     top = doc.data if isinstance(doc.data, dict) else {}
     if not top or top.get("schema") != SCHEMA or top.get("kind") != KIND:
-        problems.append(doc.problem((), f"expected schema: {SCHEMA} and kind: {KIND}"))
+        check.add((), f"expected schema: {SCHEMA} and kind: {KIND}")
     images = top.get("images", [])
     if not isinstance(images, list):
-        problems.append(doc.problem(("images",), "expected a list of images"))
+        check.add(("images",), "expected a list of images")
         images = []
     seen: set[tuple[str, str]] = set()
     for index, raw in enumerate(images):
-        row = _row(raw, ("images", index), doc, problems)
+        row = _row(check, ("images", index), raw)
         if row is not None:
             if (row.repository, row.tag) in seen:
-                problems.append(doc.problem(("images", index, "tag"), "listed twice"))
+                check.add(("images", index, "tag"), "listed twice")
             seen.add((row.repository, row.tag))
             rows.append(row)
-    if problems:
-        raise _broken(problems, path)
+    if check.problems:
+        raise _broken(check.problems, path)
     return tuple(rows)
 
 
-def _row(raw: Any, path: tuple[Any, ...], doc: Any, problems: list[Problem]) -> OverlayRow | None:
-    def bad(name: str, message: str) -> None:
-        problems.append(doc.problem((*path, name), message))
-
-    if not isinstance(raw, dict):
-        problems.append(doc.problem(path, "expected a mapping"))
+def _row(check: Checker, path: YamlPath, raw: Any) -> OverlayRow | None:
+    """One overlay row, or None (with its problems recorded)."""
+    entry = check.mapping(path, raw, (), ROW_FIELDS)
+    if entry is None:
         return None
-    for name in raw:
-        if name not in ROW_FIELDS:
-            bad(str(name), f"unknown field '{name}'")
-    count = len(problems)
+    count = len(check.problems)
+    fields: dict[str, Any] = {name: entry.get(name) for name in ROW_FIELDS}
     for name in ("repository", "tag", "digest"):
-        if not isinstance(raw.get(name), str) or not raw[name]:
-            bad(name, "expected text")
-    if raw.get("framework") not in FRAMEWORK_NAMES:
-        bad("framework", f"expected one of {', '.join(FRAMEWORK_NAMES)}")
-    if not str(raw.get("digest", "")).startswith("sha256:"):
-        bad("digest", "expected a sha256: digest")
-    for name in ("platforms", "forward_compat"):
-        value = raw.get(name)
-        if not (value is None and name == "forward_compat") and not (
-            isinstance(value, list) and all(isinstance(item, str) for item in value)
-        ):
-            bad(name, "expected a list of text")
-    for name in (*VERSION_FIELDS, *DRIVER_FIELDS, "min_compute_capability"):
-        value = raw.get(name)
-        if value is not None and not isinstance(value, str):
-            bad(name, f"expected quoted text, got {value!r}")
-        elif value is not None and name in VERSION_FIELDS and not is_version(value):
-            bad(name, f"'{value}' is not a version")
-    try:
-        for name in DRIVER_FIELDS:
-            if isinstance(raw.get(name), str):
-                driver_tuple(raw[name])
-        for item in raw.get("forward_compat") or []:
-            driver_tuple(str(item))
-        if isinstance(raw.get("min_compute_capability"), str):
-            compute_capability(raw["min_compute_capability"])
-    except (InvalidDriverVersion, InvalidComputeCapability) as exc:
-        problems.append(doc.problem(path, str(exc)))
-    if len(problems) > count:
+        check.text((*path, name), entry.get(name))
+    check.choice((*path, "framework"), entry.get("framework"), tuple(FRAMEWORK_NAMES))
+    if not str(entry.get("digest", "")).startswith("sha256:"):
+        check.add((*path, "digest"), "expected a sha256: digest")
+    fields["platforms"] = check.text_list((*path, "platforms"), entry.get("platforms"))
+    if entry.get("forward_compat") is not None:
+        fields["forward_compat"] = tuple(
+            driver
+            for i, driver in enumerate(
+                check.text_list((*path, "forward_compat"), entry["forward_compat"])
+            )
+            if check.driver((*path, "forward_compat", i), driver, nullable=False)
+        )
+    for name in VERSION_FIELDS:
+        check.version((*path, name), entry.get(name))
+    for name in DRIVER_FIELDS:
+        check.driver((*path, name), entry.get(name))
+    check.compute_capability((*path, "min_compute_capability"), entry.get("min_compute_capability"))
+    if len(check.problems) > count:
         return None
-    fields: dict[str, Any] = {name: raw.get(name) for name in ROW_FIELDS}
-    fields["platforms"] = tuple(fields["platforms"])
-    if fields["forward_compat"] is not None:
-        fields["forward_compat"] = tuple(fields["forward_compat"])
     return OverlayRow(**fields)
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpuenv.resolution.machine import Gpu, GpuProcess, Host, MigDevice
+from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
 
 # Errors that mean "this GPU is unusable", not "this reading is unsupported".
 _GONE = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED")

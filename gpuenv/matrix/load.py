@@ -13,18 +13,21 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.common import cache
+from gpuenv.common.checker import Checker
+
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.common.platforms import PLATFORMS
 from gpuenv.errors import MatrixError, Problem
-from gpuenv.resolution import cache, overlay
-from gpuenv.resolution.matrix_files import Source as Source
-from gpuenv.resolution.matrix_files import default_matrix_dir as default_matrix_dir
-from gpuenv.resolution.matrix_files import matrix_key
-from gpuenv.resolution.matrix_files import matrix_sources as matrix_sources
+from gpuenv.matrix import overlay
+from gpuenv.matrix.files import Source as Source
+from gpuenv.matrix.files import default_matrix_dir as default_matrix_dir
+from gpuenv.matrix.files import matrix_key
+from gpuenv.matrix.files import matrix_sources as matrix_sources
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
-from gpuenv.resolution.matrix_model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
-from gpuenv.resolution.matrix_model import (
+from gpuenv.matrix.model import FRAMEWORK_NAMES as FRAMEWORK_NAMES
+from gpuenv.matrix.model import (
     IMAGE_FIELDS,
     OPTIONAL_IMAGE_FIELDS,
     Architecture,
@@ -34,9 +37,8 @@ from gpuenv.resolution.matrix_model import (
     matrix_to_data,
     name_tokens,
 )
-from gpuenv.resolution.matrix_model import ImageRow as ImageRow
-from gpuenv.resolution.matrix_model import Matrix as Matrix
-from gpuenv.resolution.matrix_rows import MatrixRows
+from gpuenv.matrix.model import ImageRow as ImageRow
+from gpuenv.matrix.model import Matrix as Matrix
 
 if TYPE_CHECKING:
     from gpuenv.common.yamlfile import Path as YamlPath
@@ -47,9 +49,9 @@ EVIDENCE_LEVELS = ("primary", "image", "secondary", "unverified")
 GPU_CLASSES = ("datacenter", "workstation", "consumer", "embedded")
 
 
-def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
+def _framework_images(doc: YamlDocument, rows: Checker) -> list[ImageRow]:
     data = doc.data
-    framework = rows.choice(("framework",), data.get("framework"), tuple(FRAMEWORK_NAMES))
+    framework = _choice(rows, ("framework",), data.get("framework"), tuple(FRAMEWORK_NAMES))
     family = rows.text(("family",), data.get("family"), nullable=False) or "ngc"
     repository = rows.text(("repository",), data.get("repository"), nullable=False) or ""
     images = data.get("images")
@@ -69,7 +71,7 @@ def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
         if tag in tags:
             rows.add((*path, "tag"), f"tag '{tag}' is listed twice (first as image {tags[tag]})")
         tags[tag] = index
-        release = rows.text((*path, "release"), entry.get("release"))
+        release = rows.text((*path, "release"), entry.get("release"), nullable=True)
         if release is not None and not re.match(r"^\d\d\.\d\d$", release):
             rows.add((*path, "release"), f"'{release}' is not an NGC release (YY.MM)")
             release = None
@@ -100,12 +102,12 @@ def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
                 ubuntu=rows.version((*path, "ubuntu"), entry.get("ubuntu")),
                 min_driver=rows.driver((*path, "min_driver"), entry.get("min_driver")),
                 forward_compat=forward_compat,
-                min_compute_capability=rows.cc(
+                min_compute_capability=rows.compute_capability(
                     (*path, "min_compute_capability"), entry.get("min_compute_capability")
                 ),
-                evidence=rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS),
+                evidence=_choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS),
                 unverified=unverified,
-                note=rows.text((*path, "note"), entry.get("note")) or "",
+                note=rows.text((*path, "note"), entry.get("note"), nullable=True) or "",
                 source=_where(doc, path),
                 platforms=_platforms(rows, path, entry.get("platforms", [])),
                 ships=_ships(rows, path, entry.get("ships", {})),
@@ -114,14 +116,20 @@ def _framework_images(doc: YamlDocument, rows: MatrixRows) -> list[ImageRow]:
     return out
 
 
-def _platforms(rows: MatrixRows, path: YamlPath, value: Any) -> tuple[str, ...]:
+def _choice(rows: Checker, path: YamlPath, value: Any, choices: tuple[str, ...]) -> str:
+    """One of `choices`; the last stands in for a wrong one (the problem is recorded,
+    and the matrix is refused once every file is read)."""
+    return rows.choice(path, value, choices) or choices[-1]
+
+
+def _platforms(rows: Checker, path: YamlPath, value: Any) -> tuple[str, ...]:
     listed = rows.text_list((*path, "platforms"), value)
     for bad in (p for p in listed if p not in PLATFORMS):
         rows.add((*path, "platforms"), f"'{bad}' is not one of {', '.join(PLATFORMS)}")
     return tuple(p for p in listed if p in PLATFORMS)
 
 
-def _ships(rows: MatrixRows, path: YamlPath, value: Any) -> tuple[tuple[str, ...], ...]:
+def _ships(rows: Checker, path: YamlPath, value: Any) -> tuple[tuple[str, ...], ...]:
     """``ships: {torchvision: 0.20.0a0+afc54f7}`` -> (name, version) pairs (names normalized)."""
     from packaging.utils import canonicalize_name
 
@@ -143,7 +151,7 @@ def _where(doc: YamlDocument, path: YamlPath) -> str:
 
 
 def _cuda(
-    doc: YamlDocument, rows: MatrixRows
+    doc: YamlDocument, rows: Checker
 ) -> tuple[list[tuple[int, str]], list[Toolkit], list[Architecture]]:
     data = doc.data
     compat: list[tuple[int, str]] = []
@@ -154,7 +162,7 @@ def _cuda(
             continue
         major = entry.get("major")
         driver = rows.driver((*path, "min_driver"), entry.get("min_driver"), nullable=False)
-        rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        _choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if not isinstance(major, int) or isinstance(major, bool):
             rows.add((*path, "major"), "expected a CUDA major version number")
         elif driver:
@@ -168,7 +176,7 @@ def _cuda(
         version = rows.version((*path, "version"), entry.get("version"), nullable=False)
         driver = rows.driver((*path, "min_driver"), entry.get("min_driver"), nullable=False)
         label = rows.text((*path, "label"), entry.get("label"), nullable=False)
-        evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        evidence = _choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if version and driver and label:
             toolkits.append(Toolkit(version, label, driver, evidence))
     architectures: list[Architecture] = []
@@ -178,12 +186,14 @@ def _cuda(
         entry = rows.mapping(path, raw, fields.split(), optional=("min_driver",))
         if entry is None:
             continue
-        cc = rows.cc((*path, "compute_capability"), entry.get("compute_capability"), nullable=False)
+        cc = rows.compute_capability(
+            (*path, "compute_capability"), entry.get("compute_capability"), nullable=False
+        )
         arch = rows.text((*path, "architecture"), entry.get("architecture"), nullable=False)
         added = rows.version((*path, "added_in"), entry.get("added_in"))
         removed = rows.version((*path, "removed_in"), entry.get("removed_in"))
         floor = rows.driver((*path, "min_driver"), entry.get("min_driver"))
-        evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        evidence = _choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if cc and arch:
             architectures.append(Architecture(cc, arch, added, removed, evidence, floor))
     if not compat or not toolkits or not architectures:
@@ -191,7 +201,7 @@ def _cuda(
     return compat, toolkits, architectures
 
 
-def _gpus(doc: YamlDocument, rows: MatrixRows) -> list[GpuModel]:
+def _gpus(doc: YamlDocument, rows: Checker) -> list[GpuModel]:
     out: list[GpuModel] = []
     seen: dict[tuple[str, ...], str] = {}
     fields = "name match compute_capability class architecture evidence note"
@@ -206,11 +216,13 @@ def _gpus(doc: YamlDocument, rows: MatrixRows) -> list[GpuModel]:
             continue
         name = rows.text((*path, "name"), entry.get("name"), nullable=False)
         match = [name_tokens(m) for m in rows.text_list((*path, "match"), entry.get("match"))]
-        cc = rows.cc((*path, "compute_capability"), entry.get("compute_capability"), nullable=False)
-        gpu_class = rows.choice((*path, "class"), entry.get("class"), GPU_CLASSES)
+        cc = rows.compute_capability(
+            (*path, "compute_capability"), entry.get("compute_capability"), nullable=False
+        )
+        gpu_class = _choice(rows, (*path, "class"), entry.get("class"), GPU_CLASSES)
         arch = rows.text((*path, "architecture"), entry.get("architecture"), nullable=False)
         floor = rows.driver((*path, "min_driver"), entry.get("min_driver"))
-        evidence = rows.choice((*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
+        evidence = _choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if not match:
             rows.add((*path, "match"), "needs at least one name to match")
         for sequence in match:
@@ -263,8 +275,7 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         except YamlSyntaxError as exc:
             problems.append(exc.problem)
             continue
-        rows = MatrixRows(doc, problems)
-        problems.extend(doc.duplicates)
+        rows = Checker(doc, problems)
         if not isinstance(doc.data, dict):
             rows.add((), "expected a mapping with schema, kind and data")
             continue
@@ -281,7 +292,7 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         kind = doc.data.get("kind")
         if kind == "framework-images":
             images.extend(_framework_images(doc, rows))
-            notice = rows.text(("notice",), doc.data.get("notice"))
+            notice = rows.text(("notice",), doc.data.get("notice"), nullable=True)
             if notice and isinstance(doc.data.get("framework"), str):
                 notices.append((doc.data["framework"], " ".join(notice.split())))
         elif kind == "cuda":

@@ -23,13 +23,13 @@ from gpuenv.errors import (
     file_error,
 )
 from gpuenv.project.overrides import Overrides, spec_for
-from gpuenv.resolution.host import HostPlan
+from gpuenv.resolution.hostplan import HostPlan
 
 if TYPE_CHECKING:
+    from gpuenv.lock.lockfile import Lock
+    from gpuenv.matrix.load import Matrix
     from gpuenv.project.sources import Collected
     from gpuenv.project.spec import Spec
-    from gpuenv.resolution.lock import Lock
-    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 NoteKind = Literal["info", "warn", "step"]
@@ -61,7 +61,7 @@ class LockUpdate:
 
 def verify_lock(directory: str) -> Lock:
     """`gpuenv lock --check`: the lock, or LockError listing what changed."""
-    from gpuenv.resolution.lock import LOCK_FILENAME, lock_differences, read_lock
+    from gpuenv.lock.lockfile import LOCK_FILENAME, lock_differences, read_lock
 
     spec = spec_for(directory, Overrides(), need_file=True)
     current = read_lock(os.path.join(directory, LOCK_FILENAME))
@@ -71,8 +71,8 @@ def verify_lock(directory: str) -> Lock:
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
             hint="run `gpuenv lock` and commit gpuenv.lock",
         )
-    from gpuenv.resolution.lock import check_locked_row
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.lock.lockfile import check_locked_row
+    from gpuenv.matrix.load import load_matrix
 
     check_locked_row(current, spec, load_matrix())
     return current
@@ -85,14 +85,14 @@ def update_lock(
     still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
     the host the lock recorded. One writer at a time (LockHeld, exit 9, names another)."""
     from gpuenv.common.filelock import exclusive
-    from gpuenv.resolution.lock import LOCK_FILENAME
+    from gpuenv.lock.lockfile import LOCK_FILENAME
 
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
         return _update_lock(directory, plan, upgrade=upgrade, notify=notify)
 
 
 def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notify) -> LockUpdate:
-    from gpuenv.resolution.lock import (
+    from gpuenv.lock.lockfile import (
         LOCK_FILENAME,
         lock_differences,
         lock_from_resolution,
@@ -101,7 +101,7 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
         recorded_host,
         write_lock,
     )
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix.load import load_matrix
     from gpuenv.resolution.resolve import resolve
 
     spec = spec_for(directory, Overrides(), need_file=True)
@@ -172,7 +172,7 @@ def init_project(
     """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
     lock. When no image fits, the spec is still written (to edit) and no lock is."""
     from gpuenv.common.filelock import exclusive
-    from gpuenv.resolution.lock import LOCK_FILENAME
+    from gpuenv.lock.lockfile import LOCK_FILENAME
 
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
         return _init_project(directory, overrides, plan, force=force, notify=notify)
@@ -182,11 +182,11 @@ def _init_project(
     directory: str, overrides: Overrides, plan: HostPlan, *, force: bool, notify: Notify
 ) -> Resolution:
     from gpuenv.common.files import atomic_write
+    from gpuenv.lock.lockfile import LOCK_FILENAME, lock_from_resolution, write_lock
+    from gpuenv.matrix.load import load_matrix
     from gpuenv.project.detect import detect_project, render_spec
     from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
     from gpuenv.project.validate import parse_spec_text
-    from gpuenv.resolution.lock import LOCK_FILENAME, lock_from_resolution, write_lock
-    from gpuenv.resolution.matrix import load_matrix
     from gpuenv.resolution.resolve import resolve
 
     spec_path = os.path.join(directory, SPEC_FILENAME)
@@ -309,18 +309,18 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
     """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
     problem collected. The lock and every dependency file are read once: the files'
     hashes (is the lock up to date?) and the install plan come from the same reading."""
-    from gpuenv.project.dependencies import read_dependencies
-    from gpuenv.project.spec import SPEC_FILENAME
-    from gpuenv.project.validate import load_spec
-    from gpuenv.resolution.host import HOST_FILE_ENV, load_host_file
-    from gpuenv.resolution.lock import (
+    from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+    from gpuenv.lock.lockfile import (
         LOCK_FILENAME,
         check_locked_row,
         lock_differences,
         read_lock,
         requirements_hashes,
     )
-    from gpuenv.resolution.matrix import load_matrix
+    from gpuenv.matrix.load import load_matrix
+    from gpuenv.project.dependencies import read_dependencies
+    from gpuenv.project.spec import SPEC_FILENAME
+    from gpuenv.project.validate import load_spec
 
     items: list[CheckItem] = []
     matrix: Matrix | None = None

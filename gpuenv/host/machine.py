@@ -1,5 +1,5 @@
 """What a host is, as data: the driver, the GPUs and their live readings. Where they
-come from (NVML, nvidia-smi, a host file, flags) is gpuenv.resolution.host's business."""
+come from (NVML, nvidia-smi, a host file, flags) is gpuenv.host.detect's business."""
 
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageEr
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
 
 if TYPE_CHECKING:
+    from gpuenv.app.build import ViewFactory
     from gpuenv.engine.protocol import Engine
-    from gpuenv.images.build import ViewFactory
-    from gpuenv.resolution.host import Host
-    from gpuenv.resolution.locked import Locked
+    from gpuenv.host.machine import Host
+    from gpuenv.lock.locked import Locked
     from gpuenv.run.devices import EngineFacts
     from gpuenv.run.session import Outcome
     from gpuenv.sharing.claims import ClaimStore
@@ -247,8 +247,8 @@ def launch(
 ) -> Outcome:
     """Run the request to its end; the Outcome carries the command's exit code. GPU
     claims made here are released whatever happens."""
-    from gpuenv.images.build import image_for_run
-    from gpuenv.resolution.host import Host
+    from gpuenv.app.build import image_for_run
+    from gpuenv.host.machine import Host
     from gpuenv.run.container import (
         command_for,
         container_config,

@@ -16,8 +16,8 @@ from typing import Any
 from gpuenv.common.versions import compute_capability, is_version
 from gpuenv.engine.protocol import RegistryReader, UnknownRepository
 from gpuenv.errors import PullError
-from gpuenv.resolution.matrix_model import Matrix
-from gpuenv.resolution.overlay import (
+from gpuenv.matrix.model import Matrix
+from gpuenv.matrix.overlay import (
     MERGED_FIELDS,
     Disagreement,
     OverlayRow,

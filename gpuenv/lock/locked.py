@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuenv.resolution.lock import Lock
+    from gpuenv.lock.lockfile import Lock
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from gpuenv.project.spec import Spec
 if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
     from collections.abc import Mapping
 
+    from gpuenv.host.machine import Host
+    from gpuenv.matrix.load import Matrix
     from gpuenv.project.sources import Collected
-    from gpuenv.resolution.host import Host
-    from gpuenv.resolution.matrix import Matrix
     from gpuenv.resolution.resolve import Resolution
 
 LOCK_FILENAME = "gpuenv.lock"
@@ -260,7 +260,7 @@ def lock_differences(lock: Lock, spec: Spec, current: Mapping[str, str] | None =
 
 def recorded_host(lock: Lock) -> Host | None:
     """The host a lock was resolved for, to plan for it again from a machine without GPUs."""
-    from gpuenv.resolution.host import Gpu, Host
+    from gpuenv.host.machine import Gpu, Host
 
     record = lock.resolved_for
     driver = record.get("driver")
@@ -283,7 +283,7 @@ def locked_row_problems(lock: Lock, spec: Spec, matrix: Matrix) -> list[str]:
     """Why the locked image is not one gpuenv would pin for this spec: it is in no
     matrix (shipped or synced), or it fails the spec or the host the lock was resolved
     for. Empty when the lock is honest."""
-    from gpuenv.resolution.host import Host
+    from gpuenv.host.machine import Host
     from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
 
     row = next((r for r in matrix.images if r.image == lock.image), None)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from gpuenv.common import cache
 from gpuenv.common.versions import compute_capability, driver_tuple, parse_version
-from gpuenv.resolution import cache
 
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
 

@@ -1,21 +1,21 @@
 """The files the matrix is made of, read without loading the matrix: the shipped (or
-GPUENV_MATRIX_DIR) matrices, the user's overlay, and the code that validates them.
-Their bytes are the matrix cache's key (`matrix.load_matrix`) and a part of the key of
-anything judged against the matrix (`run.preflight`), so a cache hit needs neither the
-matrix model nor YAML."""
+GPUENV_MATRIX_DIR) matrices and the user's overlay. Their bytes, with gpuenv's version,
+are the matrix cache's key (`load.load_matrix`) and a part of the key of anything judged
+against the matrix (`run.preflight`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-from collections.abc import Mapping, Sequence
+import pwd
+import warnings
 from typing import NamedTuple
 
+from gpuenv import __version__
+from gpuenv.common import cache
+from gpuenv.common.dirs import DATA_ENV, user_data_dir
 from gpuenv.common.resources import data_dir
 from gpuenv.errors import GpuenvWarning, MatrixError, Problem, file_error
 
-DATA_ENV = "GPUENV_DATA_DIR"
 FILENAME = "matrix-overlay.yaml"
 
 
@@ -56,49 +56,9 @@ def matrix_sources(directory: str) -> list[Source]:
     return sources
 
 
-# The code a Matrix is made by, relative to the gpuenv package: part of the cache key,
-# so that after an upgrade or an edit of the validation a matrix validated by the old
-# code is not served. Read, not imported: a cache hit needs no YAML module.
-_CODE = (
-    "resolution/matrix.py",
-    "resolution/matrix_files.py",
-    "resolution/matrix_model.py",
-    "resolution/matrix_rows.py",
-    "resolution/cache.py",
-    "resolution/overlay.py",
-    "common/versions.py",
-    "common/yamlfile.py",
-)
-
-
-def code_sources(names: Sequence[str] = _CODE) -> list[tuple[str, bytes]]:
-    """gpuenv's version and the bytes of `names` (files relative to the package; the
-    matrix's own code by default): a part of a cache key, so that what older code made
-    is not served after an upgrade or an edit."""
-    from gpuenv import __version__
-
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = [("gpuenv", __version__.encode())]
-    for name in names:
-        with contextlib.suppress(OSError), open(os.path.join(package, name), "rb") as handle:
-            out.append((name, handle.read()))
-    return out
-
-
-def overlay_path(env: Mapping[str, str] | None = None) -> str:
-    """GPUENV_DATA_DIR, else the user data folder (``~/.local/share/gpuenv`` on Linux)."""
-    env = os.environ if env is None else env
-    if env.get(DATA_ENV):
-        return os.path.join(env[DATA_ENV], FILENAME)
-    if sys.platform == "linux":
-        # platformdirs' rule on Linux, without its import on every command (as cache_dir).
-        base = env.get("XDG_DATA_HOME", "").strip()
-        if not os.path.isabs(base):
-            base = os.path.expanduser("~/.local/share")
-        return os.path.join(base, "gpuenv", FILENAME)
-    import platformdirs
-
-    return os.path.join(platformdirs.user_data_dir("gpuenv", appauthor=False), FILENAME)
+def overlay_path() -> str:
+    """The user's overlay: in the user data folder (`dirs.user_data_dir`)."""
+    return os.path.join(user_data_dir(), FILENAME)
 
 
 def read_source(path: str | None = None) -> tuple[str, bytes] | None:
@@ -114,8 +74,6 @@ def read_source(path: str | None = None) -> tuple[str, bytes] | None:
         if owner is not None and owner != os.getuid():
             # Another user's data folder (a GPUENV_DATA_DIR inherited through sudo or
             # setpriv): the overlay is per user, so theirs is not ours to use or repair.
-            import warnings
-
             warnings.warn(
                 f"the matrix overlay {path} belongs to another user ({_user_name(owner)}) "
                 f"and cannot be read: using the shipped matrix; point {DATA_ENV} at a "
@@ -142,8 +100,6 @@ def _owner(path: str) -> int | None:
 
 
 def _user_name(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -160,9 +116,7 @@ def matrix_key(
 ) -> tuple[str, list[Source], tuple[str, bytes] | None]:
     """The matrix cache's key for the matrices in `directory` (and the overlay), with the
     sources and the overlay read for it (parsed only on a miss)."""
-    from gpuenv.resolution import cache
-
     sources = matrix_sources(directory)
     extra = read_source() if with_overlay else None
     named = [*((s.name, s.data) for s in sources), *key_parts(extra)]
-    return cache.digest([*code_sources(), *named]), sources, extra
+    return cache.digest([("gpuenv", __version__.encode()), *named]), sources, extra
