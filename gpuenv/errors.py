@@ -6,6 +6,8 @@ branch on them, so a code never changes meaning.
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -319,9 +321,6 @@ def file_error(
     >>> error.message, error.exit_code
     ('cannot read /p/a.txt: permission denied', 8)
     """
-    import errno
-    import os
-
     where = path or exc.filename
     where = os.fsdecode(where) if where is not None else None
     name = errno.errorcode.get(exc.errno or 0, "")

@@ -6,17 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpuenv.errors import UsageError
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import Engine
-    from gpuenv.images.accounts import Identity
-    from gpuenv.images.bake import BakePolicy
-    from gpuenv.images.service import BuildResult, Project, View
-    from gpuenv.lock.locked import Locked
-    from gpuenv.project.spec import Spec
+from gpuenv.common.files import file_hash
+from gpuenv.common.platforms import platform_of_machine, this_platform
+from gpuenv.engine.protocol import Engine
+from gpuenv.errors import GpuenvError, ResolutionError, UsageError
+from gpuenv.images.accounts import Identity, account_image, image_accounts, usable_account_image
+from gpuenv.images.bake import BakePolicy, check_bake
+from gpuenv.images.registry import InvalidMirror, registry_mirror
+from gpuenv.images.service import (
+    BuildResult,
+    Project,
+    View,
+    build,
+    build_inputs,
+    ensure_base,
+    load_project,
+    plan,
+)
+from gpuenv.lock.locked import Locked
+from gpuenv.project import stamp
+from gpuenv.project.spec import Spec, spec_from_data
 
 ViewFactory = Callable[[], "View"]
 
@@ -24,8 +35,6 @@ ViewFactory = Callable[[], "View"]
 def configured_mirror() -> str | None:
     """GPUENV_REGISTRY_MIRROR (or the user config's registry_mirror); a bad value is a
     usage error."""
-    from gpuenv.images.registry import InvalidMirror, registry_mirror
-
     try:
         return registry_mirror()[0]
     except InvalidMirror as exc:
@@ -35,9 +44,6 @@ def configured_mirror() -> str | None:
 def engine_platform(engine: Engine) -> str | None:
     """The platform the engine runs containers on: this machine's for a local socket,
     else what the engine says (one request)."""
-    from gpuenv.common.platforms import platform_of_machine, this_platform
-    from gpuenv.errors import GpuenvError
-
     if engine.endpoint.startswith("unix://"):
         return this_platform()
     try:
@@ -54,7 +60,6 @@ def check_platform(image: str, platforms: Sequence[str], engine: Engine) -> None
     here = engine_platform(engine)
     if here is None or here in platforms:
         return
-    from gpuenv.errors import ResolutionError
 
     listed = ", ".join(platforms)
     raise ResolutionError(
@@ -67,8 +72,6 @@ def check_platform(image: str, platforms: Sequence[str], engine: Engine) -> None
 
 def up_to_date_tag(directory: str, bake: bool, engine: Engine) -> str | None:
     """The tag of the last build when nothing changed since and the engine still has it."""
-    from gpuenv.project import stamp
-
     known = stamp.fresh_tag(directory, bake)
     return known if known and engine.has_image(known) else None
 
@@ -78,9 +81,6 @@ def _stamp_project(
 ) -> dict[str, Any]:
     """What `gpuenv run` needs of the validated spec and lock, of the image's accounts,
     and the account image made for the user who built it, kept in the build stamp."""
-    from gpuenv.common.files import file_hash
-    from gpuenv.lock.locked import Locked
-
     data: dict[str, Any] = {
         "spec": project.spec.to_data(),
         "spec_path": project.spec.path,
@@ -108,11 +108,6 @@ def build_project(
     runs it, None for root); record the build stamp. Returns the project, the tag and
     the BuildResult (None when the image was already there). A baked image is first
     checked for credentials and size (gpuenv.images.bake); `notice` gets the size."""
-    from gpuenv.images.accounts import account_image, image_accounts
-    from gpuenv.images.bake import BakePolicy, check_bake
-    from gpuenv.images.service import build, build_inputs, ensure_base, load_project, plan
-    from gpuenv.project import stamp
-
     project = load_project(directory)
     check_platform(project.lock.image, project.lock.resolved.get("platforms") or (), engine)
     mirror = configured_mirror()
@@ -166,11 +161,6 @@ def image_for_run(
     one request finds the image (the account image of `identity` where it is recorded
     and checks out, else the image).
     """
-    from gpuenv.images.accounts import usable_account_image
-    from gpuenv.lock.locked import Locked
-    from gpuenv.project import stamp
-    from gpuenv.project.spec import spec_from_data
-
     known = stamp.fresh(directory, False)
     if known and known.get("project"):
         saved, tag = known["project"], str(known["tag"])
@@ -180,8 +170,6 @@ def image_for_run(
             locked = Locked(**saved["locked"])
             check_platform(locked.image, locked.resolved.get("platforms") or (), engine)
             return RunImage(spec, locked, tag, _accounts(saved), account)
-
-    from gpuenv.common.files import file_hash
 
     project, tag, _ = build_project(directory, engine, view, identity=identity)
     locked = Locked.from_lock(project.lock, file_hash(project.lock_path))
@@ -193,8 +181,6 @@ def image_for_run(
 def pushed_is_stale(project: Project) -> bool:
     """Whether the project changed since the last `gpuenv push` (the pushed image carries
     the code and requirements as they were)."""
-    from gpuenv.images.service import plan
-
     pushed = project.lock.extra.get("pushed") or {}
     reference = str(pushed.get("reference", ""))
     if not reference or project.lock.digest == "":

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from gpuenv.common.filelock import exclusive
+from gpuenv.common.files import atomic_write
 from gpuenv.errors import (
     FileAccessError,
     GpuenvError,
@@ -22,15 +24,31 @@ from gpuenv.errors import (
     UsageError,
     file_error,
 )
+from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+from gpuenv.lock.lockfile import (
+    LOCK_FILENAME,
+    Lock,
+    check_locked_row,
+    lock_differences,
+    lock_from_resolution,
+    locked_row_problems,
+    read_lock,
+    recorded_host,
+    requirements_hashes,
+    write_lock,
+)
+from gpuenv.matrix.load import Matrix, load_matrix
+from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
+from gpuenv.project.detect import detect_project, render_spec
+from gpuenv.project.mounts import check_mounts
 from gpuenv.project.overrides import Overrides, spec_for
+from gpuenv.project.sources import Collected
+from gpuenv.project.spec import SPEC_FILENAME, GpuRequest, Spec
+from gpuenv.project.validate import load_spec, parse_spec_text
 from gpuenv.resolution.hostplan import HostPlan
-
-if TYPE_CHECKING:
-    from gpuenv.lock.lockfile import Lock
-    from gpuenv.matrix.load import Matrix
-    from gpuenv.project.sources import Collected
-    from gpuenv.project.spec import Spec
-    from gpuenv.resolution.resolve import Resolution
+from gpuenv.resolution.pins import project_pins
+from gpuenv.resolution.resolve import resolve
+from gpuenv.resolution.verdicts import Resolution
 
 NoteKind = Literal["info", "warn", "step"]
 
@@ -61,8 +79,6 @@ class LockUpdate:
 
 def verify_lock(directory: str) -> Lock:
     """`gpuenv lock --check`: the lock, or LockError listing what changed."""
-    from gpuenv.lock.lockfile import LOCK_FILENAME, lock_differences, read_lock
-
     spec = spec_for(directory, Overrides(), need_file=True)
     current = read_lock(os.path.join(directory, LOCK_FILENAME))
     changes = lock_differences(current, spec)
@@ -71,8 +87,6 @@ def verify_lock(directory: str) -> Lock:
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
             hint="run `gpuenv lock` and commit gpuenv.lock",
         )
-    from gpuenv.lock.lockfile import check_locked_row
-    from gpuenv.matrix.load import load_matrix
 
     check_locked_row(current, spec, load_matrix())
     return current
@@ -84,26 +98,11 @@ def update_lock(
     """`gpuenv lock`: keep an up-to-date lock; on a change keep the locked image while it
     still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
     the host the lock recorded. One writer at a time (LockHeld, exit 9, names another)."""
-    from gpuenv.common.filelock import exclusive
-    from gpuenv.lock.lockfile import LOCK_FILENAME
-
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
         return _update_lock(directory, plan, upgrade=upgrade, notify=notify)
 
 
 def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notify) -> LockUpdate:
-    from gpuenv.lock.lockfile import (
-        LOCK_FILENAME,
-        lock_differences,
-        lock_from_resolution,
-        locked_row_problems,
-        read_lock,
-        recorded_host,
-        write_lock,
-    )
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.resolution.resolve import resolve
-
     spec = spec_for(directory, Overrides(), need_file=True)
     path = os.path.join(directory, LOCK_FILENAME)
     existing: Lock | None = None
@@ -136,7 +135,6 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
                 )
             )
     prefer = existing.image if existing is not None and not upgrade else None
-    from gpuenv.resolution.pins import project_pins
 
     resolution = resolve(spec, matrix, host, prefer=prefer, pins=project_pins(spec))
     same_image = existing is not None and existing.image == resolution.row.image
@@ -171,9 +169,6 @@ def init_project(
 ) -> Resolution:
     """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
     lock. When no image fits, the spec is still written (to edit) and no lock is."""
-    from gpuenv.common.filelock import exclusive
-    from gpuenv.lock.lockfile import LOCK_FILENAME
-
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
         return _init_project(directory, overrides, plan, force=force, notify=notify)
 
@@ -181,14 +176,6 @@ def init_project(
 def _init_project(
     directory: str, overrides: Overrides, plan: HostPlan, *, force: bool, notify: Notify
 ) -> Resolution:
-    from gpuenv.common.files import atomic_write
-    from gpuenv.lock.lockfile import LOCK_FILENAME, lock_from_resolution, write_lock
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.project.detect import detect_project, render_spec
-    from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
-    from gpuenv.project.validate import parse_spec_text
-    from gpuenv.resolution.resolve import resolve
-
     spec_path = os.path.join(directory, SPEC_FILENAME)
     lock_path = os.path.join(directory, LOCK_FILENAME)
     existing = [p for p in (spec_path, lock_path) if os.path.exists(p)]
@@ -231,7 +218,6 @@ def _init_project(
         )
     for note in detected.also:
         notify(Note("warn", note))
-    from gpuenv.resolution.pins import project_pins
 
     pins = project_pins(spec)
     try:
@@ -286,8 +272,6 @@ def _locked_python(lock: Lock | None) -> str | None:
 def _dependencies_item(spec: Spec, lock: Lock | None, collected: Collected) -> CheckItem:
     """What the build will install, what it leaves to the image and what it will not do,
     for the locked image (or the spec alone without a lock)."""
-    from gpuenv.project.dependencies import needs_python, plan_install
-
     python = _locked_python(lock)
     version = lock.resolved.get("framework_version") if lock is not None else None
     try:
@@ -309,19 +293,6 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
     """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
     problem collected. The lock and every dependency file are read once: the files'
     hashes (is the lock up to date?) and the install plan come from the same reading."""
-    from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
-    from gpuenv.lock.lockfile import (
-        LOCK_FILENAME,
-        check_locked_row,
-        lock_differences,
-        read_lock,
-        requirements_hashes,
-    )
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.project.dependencies import read_dependencies
-    from gpuenv.project.spec import SPEC_FILENAME
-    from gpuenv.project.validate import load_spec
-
     items: list[CheckItem] = []
     matrix: Matrix | None = None
     try:
@@ -364,8 +335,6 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
         spec = None
         items.append(CheckItem(SPEC_FILENAME, error=file_error(exc, "read")))
     if spec is not None and spec.mounts:
-        from gpuenv.project.mounts import check_mounts
-
         try:
             items.append(CheckItem("mounts", ok=check_mounts(spec, env)))
         except GpuenvError as exc:

@@ -14,22 +14,38 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuenv.app.build import ViewFactory, image_for_run
 from gpuenv.common.labels import USAGE_LABEL
+from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
-from gpuenv.sharing.claims import HEARTBEAT_INTERVAL
-
-if TYPE_CHECKING:
-    from gpuenv.app.build import ViewFactory
-    from gpuenv.engine.protocol import Engine
-    from gpuenv.host.machine import Host
-    from gpuenv.lock.locked import Locked
-    from gpuenv.run.devices import EngineFacts
-    from gpuenv.run.session import Outcome
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.gpus import Grant
-    from gpuenv.sharing.usage import UsageLog
+from gpuenv.host.machine import Host
+from gpuenv.lock.locked import Locked
+from gpuenv.project.mounts import run_binds
+from gpuenv.project.spec import parse_size
+from gpuenv.run.container import (
+    command_for,
+    container_config,
+    detached_labels,
+    environment,
+    labels,
+    without_gpus,
+)
+from gpuenv.run.devices import (
+    EngineFacts,
+    MissingCdiDevice,
+    detect_path,
+    device_requests,
+    engine_facts,
+)
+from gpuenv.run.preflight import judge
+from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
+from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, ClaimStore
+from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
+from gpuenv.sharing.holders import container_check
+from gpuenv.sharing.reserve import reserve
+from gpuenv.sharing.usage import UsageLog
 
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
@@ -77,7 +93,6 @@ def memory_limit(memory: str | None) -> int | None:
     """--memory SIZE in bytes (None without it); a usage error below what engines take."""
     if not memory:
         return None
-    from gpuenv.project.spec import parse_size
 
     limit = parse_size(memory)
     if limit is None or limit < MIN_MEMORY:
@@ -113,8 +128,6 @@ class _Preflight:
         self._thread.start()
 
     def _judge(self, locked: Locked, host: Host, granted: Grant) -> None:
-        from gpuenv.run.preflight import judge
-
         try:
             self._outcome = judge(locked, host, granted)
         except BaseException as exc:
@@ -142,8 +155,6 @@ class _Facts:
         self._thread.start()
 
     def _ask(self, engine: Engine) -> None:
-        from gpuenv.run.devices import engine_facts
-
         try:
             self._outcome = engine_facts(engine)
         except BaseException as exc:
@@ -158,8 +169,6 @@ class _Facts:
 
 
 def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
-    from gpuenv.run.session import reap_orphans
-
     def ended(label: str, exit_code: int | None, end: float | None) -> None:
         if log is not None:
             with contextlib.suppress(GpuenvError, OSError):
@@ -214,7 +223,6 @@ def gpu_requests(
     engine's facts when they were asked beforehand."""
     if granted.mode == "none":
         return []
-    from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 
     path = detect_path(engine, host, environ, facts() if facts else None)
     try:
@@ -247,19 +255,6 @@ def launch(
 ) -> Outcome:
     """Run the request to its end; the Outcome carries the command's exit code. GPU
     claims made here are released whatever happens."""
-    from gpuenv.app.build import image_for_run
-    from gpuenv.host.machine import Host
-    from gpuenv.run.container import (
-        command_for,
-        container_config,
-        detached_labels,
-        environment,
-        labels,
-        without_gpus,
-    )
-    from gpuenv.run.session import Outcome, run_container, start_detached
-    from gpuenv.sharing.gpus import grant, parse_gpus_option
-
     if request.shell and not terminal.tty:
         raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
     if request.name and not request.detach:
@@ -281,7 +276,6 @@ def launch(
     spec, locked, tag = image.spec, image.locked, image.tag
     # The user's account image has their passwd entry and HOME already: nothing to upload.
     upload_for = identity if image.account_tag is None else None
-    from gpuenv.project.mounts import run_binds
 
     binds = run_binds(spec, request.mounts, request.allow_mounts, env=environ, notice=notice)
     gpus = parse_gpus_option(request.gpus) if request.gpus else spec.gpus
@@ -292,8 +286,6 @@ def launch(
     claimed: list[str] = []
     if host.gpus and granted.mode != "none":
         # A shared host: claim the GPUs under the lock before anything starts on them.
-        from gpuenv.sharing.holders import container_check
-        from gpuenv.sharing.reserve import reserve
 
         store = services.claim_store()
         store.container_check = container_check(engine)

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import click
 
+from gpuenv.cli import output
 from gpuenv.cli.base import (
     as_gpuenv_error,
     debugging,
@@ -24,7 +25,14 @@ from gpuenv.cli.base import (
     stdout_closed,
     view_factory,
 )
-from gpuenv.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, GpuenvError, GpuenvWarning
+from gpuenv.cli.failure import error_data, internal_data, interrupted_data, usage_data
+from gpuenv.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    GpuenvError,
+    GpuenvWarning,
+)
 
 __all__ = ["Context", "LazyGroup", "apply", "engine", "report", "view_factory"]
 
@@ -96,8 +104,6 @@ class LazyGroup(click.Group):
         return command
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from gpuenv.errors import EXIT_BROKEN_PIPE
-
         original = list(args)  # click's parser consumes the list it is given
         try:
             rest = super().parse_args(ctx, args)
@@ -107,10 +113,7 @@ class LazyGroup(click.Group):
         except click.UsageError as exc:  # gpuenv's own options (-C): JSON too, if asked
             named = [i for i, word in enumerate(original) if word in self.lazy_subcommands]
             if named and json_requested(self, ctx, original[named[0] :]):
-                from gpuenv.cli import ui
-                from gpuenv.cli.failure import usage_data
-
-                ui.data(usage_data(exc), once=True)
+                output.data(usage_data(exc), once=True)
             raise
         # The command's words: its name (just before the rest) and its arguments.
         ctx.meta["gpuenv.args"] = original[max(0, len(original) - len(rest) - 1) :]
@@ -118,10 +121,7 @@ class LazyGroup(click.Group):
 
     def _fail(self, ctx: click.Context, exc: GpuenvError) -> NoReturn:
         if self._json(ctx):
-            from gpuenv.cli import ui
-            from gpuenv.cli.failure import error_data
-
-            ui.data(error_data(exc), once=True)
+            output.data(error_data(exc), once=True)
         report(exc)
         if _debug(ctx):
             print_traceback()
@@ -131,10 +131,7 @@ class LazyGroup(click.Group):
         return json_requested(self, ctx, ctx.meta.get("gpuenv.args", ()))
 
     def invoke(self, ctx: click.Context) -> Any:
-        from gpuenv.cli import ui
-        from gpuenv.errors import EXIT_BROKEN_PIPE
-
-        ui.reset()
+        output.reset()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("default", GpuenvWarning)
@@ -149,19 +146,14 @@ class LazyGroup(click.Group):
             ctx.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
             if self._json(ctx):
-                from gpuenv.cli.failure import interrupted_data
-
-                ui.data(interrupted_data(), once=True)
+                output.data(interrupted_data(), once=True)
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except click.ClickException as exc:  # a usage error: click prints it (stderr)
             if self._json(ctx):
-                from gpuenv.cli import ui
-                from gpuenv.cli.failure import usage_data
-
-                ui.data(usage_data(exc), once=True)
+                output.data(usage_data(exc), once=True)
             raise
         except OSError as exc:  # permissions, a full disk, a read-only folder
             error = as_gpuenv_error(exc)
@@ -173,10 +165,7 @@ class LazyGroup(click.Group):
 
     def _internal(self, ctx: click.Context, exc: Exception) -> NoReturn:
         if self._json(ctx):
-            from gpuenv.cli import ui
-            from gpuenv.cli.failure import internal_data
-
-            ui.data(internal_data(exc), once=True)
+            output.data(internal_data(exc), once=True)
         internal(exc, _debug(ctx))
         ctx.exit(EXIT_INTERNAL)
 

@@ -6,17 +6,22 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpuenv.cli.quiet import QuietView
+from gpuenv.engine import connect
 from gpuenv.errors import (
+    BuildError,
     GpuenvError,
     GpuenvWarning,
+    ResolutionError,
     file_error,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
     from gpuenv.engine.protocol import Engine
     from gpuenv.images.service import View
 
@@ -29,10 +34,7 @@ def say(text: str) -> None:
 
 def report(exc: GpuenvError) -> None:
     """An error as the user sees it: the message, its details, the hint (stderr)."""
-    from rich.markup import escape
-
-    from gpuenv.cli import ui
-    from gpuenv.errors import BuildError, ResolutionError
+    from gpuenv.cli import ui  # rich: loaded when there is something to say, not for --version
 
     ui.error(exc.message)
     if isinstance(exc, ResolutionError):
@@ -43,7 +45,7 @@ def report(exc: GpuenvError) -> None:
         for line in exc.output:
             ui.detail(line)
     if exc.hint:
-        ui.err.print(f"[cyan]hint:[/] {escape(exc.hint)}")
+        ui.hint(exc.hint)
 
 
 def debugging(flag: bool = False) -> bool:
@@ -92,7 +94,7 @@ def show_warning(
 ) -> None:
     """A GpuenvWarning from the core as `warning: ...` on stderr; others as Python's."""
     if issubclass(category, GpuenvWarning):
-        from gpuenv.cli import ui
+        from gpuenv.cli import ui  # rich: loaded when there is something to say
 
         ui.warn(str(message))
     else:
@@ -113,15 +115,11 @@ def stdout_closed() -> None:
 
 
 def print_traceback() -> None:
-    import traceback
-
     traceback.print_exc()
 
 
 def engine() -> Engine:
-    """The engine at DOCKER_HOST (the Unix-socket client, or docker-py for tcp/ssh)."""
-    from gpuenv.engine import connect
-
+    """The engine the environment names (DOCKER_HOST, CONTAINER_HOST, GPUENV_ENGINE)."""
     return connect()
 
 
@@ -131,10 +129,8 @@ def view_factory(quiet: bool) -> Callable[[], View]:
 
     def make() -> View:
         if quiet:
-            from gpuenv.cli.quiet import QuietView
-
             return QuietView()
-        from gpuenv.cli.live import make_view
+        from gpuenv.cli.live import make_view  # rich's live view: only when one is shown
 
         return make_view(quiet)
 

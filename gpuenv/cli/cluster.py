@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import os
+import shlex
 
 import click
+import yaml
 
-from gpuenv.cli.app import Context, apply
+from gpuenv.app.build import engine_platform, image_for_run, pushed_is_stale
+from gpuenv.cli import output, ui
+from gpuenv.cli.app import Context, apply, engine, view_factory
+from gpuenv.cluster import manifests as k8s
+from gpuenv.cluster.manifests import compose_file
+from gpuenv.cluster.slurm import Launch, job_name, pushed_image, sbatch_script
+from gpuenv.cluster.submit import (
+    exported_environment,
+    finished_jobs,
+    job_environment,
+    job_gpus,
+    project_jobs,
+    submit_script,
+)
 from gpuenv.common.dirs import user_cache_dir
+from gpuenv.errors import UsageError
+from gpuenv.images.service import Project, load_project
+from gpuenv.project.mounts import run_binds
+from gpuenv.project.validate import load_spec
+from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
 cluster_options = apply(
     [
@@ -38,18 +58,12 @@ rendezvous_option = click.option(
 
 def _pushed_platform(project: object) -> str | None:
     """The platform the pushed image was built for (recorded by `gpuenv push`)."""
-    from gpuenv.images.service import Project
-
     assert isinstance(project, Project)
     platform = (project.lock.extra.get("pushed") or {}).get("platform")
     return str(platform) if platform else None
 
 
 def _warn_if_pushed_is_stale(project: object) -> None:
-    from gpuenv.app.build import pushed_is_stale
-    from gpuenv.cli import ui
-    from gpuenv.images.service import Project
-
     assert isinstance(project, Project)
     if pushed_is_stale(project):
         ui.warn(
@@ -118,18 +132,10 @@ def submit(
     are never written: the script names each variable, and its value reaches the job
     through sbatch's environment.
     """
-    from gpuenv.cli import ui
-    from gpuenv.cluster.slurm import Launch, pushed_image, sbatch_script
-    from gpuenv.cluster.submit import job_environment, job_gpus, submit_script
-    from gpuenv.images.service import load_project
-    from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
-
     project = load_project(obj.directory)
     spec = project.spec
     variables = job_environment(spec, env, env_files)
     if variables.values and any(a.startswith("--export") for a in sbatch_args):
-        from gpuenv.errors import UsageError
-
         raise UsageError(
             "-e KEY=VALUE and --env-file values travel in sbatch's environment, which "
             "--sbatch-arg --export=... would not pass on",
@@ -167,7 +173,7 @@ def submit(
         click.echo(script, nl=False)
         return
     submitted = submit_script(obj.directory, output_dir, spec.name, script, variables.values)
-    ui.result(submitted.job)
+    output.result(submitted.job)
     ui.success(f"submitted job {submitted.job} ({submitted.script}); `gpuenv jobs` follows it")
 
 
@@ -179,11 +185,6 @@ def jobs(obj: Context, as_json: bool) -> None:
 
     Pending and running jobs come from squeue; those that ended in the last 7 days from
     sacct, where the cluster keeps Slurm accounting (gpuenv says so where it does not)."""
-    from gpuenv.cli import ui
-    from gpuenv.cluster.slurm import job_name
-    from gpuenv.cluster.submit import finished_jobs, project_jobs
-    from gpuenv.project.validate import load_spec
-
     name = job_name(load_spec(obj.directory))
     data = project_jobs(name)
     finished = finished_jobs(name)
@@ -191,7 +192,7 @@ def jobs(obj: Context, as_json: bool) -> None:
         current = {job["job"] for job in data}
         data += [job for job in finished.rows if job["job"] not in current]
     if as_json:
-        ui.data(data)
+        output.data(data)
     elif not data:
         ui.info(f"no jobs named {name}")
     else:
@@ -215,8 +216,6 @@ write_values_option = click.option(
 
 def _say_where_values_come_from(referenced: list[str], where: str) -> None:
     """Tell (on stderr, names only) which variables the file names without a value."""
-    from gpuenv.cli import ui
-
     if referenced:
         ui.info(f"{', '.join(referenced)}: no value written; {where}")
 
@@ -276,16 +275,6 @@ def export_kubernetes(
     (or MIG) limits, /dev/shm as a memory-backed emptyDir, a non-root user and no
     restarts; with --nodes N, an Indexed Job of N pods and its headless Service.
     Variables of -e and --env-file come from a Secret (--env-secret), not the file."""
-    import shlex
-
-    import yaml
-
-    from gpuenv.cluster import manifests as k8s
-    from gpuenv.cluster.slurm import pushed_image
-    from gpuenv.cluster.submit import exported_environment, job_gpus
-    from gpuenv.images.service import load_project
-    from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
-
     project = load_project(obj.directory)
     variables = exported_environment(project.spec, env, env_files, write_values=write_values)
     options = k8s.KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout, env_secret)
@@ -347,25 +336,12 @@ def export_compose(
     unless the user config or --mount allows more; read-only outside the project).
     Variables of -e and --env-file are named without a value: Compose takes them from
     the environment it runs in."""
-    import yaml
-
-    from gpuenv.app.build import image_for_run
-    from gpuenv.cli import ui
-    from gpuenv.cli.app import engine, view_factory
-    from gpuenv.cluster.manifests import compose_file
-    from gpuenv.cluster.submit import exported_environment, job_gpus
-    from gpuenv.images.service import load_project
-    from gpuenv.project.mounts import run_binds
-    from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
-
     project = load_project(obj.directory)
     variables = exported_environment(project.spec, env, env_files, write_values=write_values)
     binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
     image = (project.lock.extra.get("pushed") or {}).get("image")
     platform = _pushed_platform(project)
     if not image:
-        from gpuenv.app.build import engine_platform
-
         connected = engine()
         image = image_for_run(obj.directory, connected, view_factory(True)).tag
         platform = engine_platform(connected)

@@ -4,24 +4,29 @@ here only and only when the command runs; the samples come from gpuenv.sharing.m
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+from prometheus_client import start_http_server
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
+from gpuenv.cli import ui
 from gpuenv.cli.app import engine
-
-if TYPE_CHECKING:
-    from gpuenv.host.nvml import NvmlListener
+from gpuenv.errors import ExporterError, GpuenvError, UsageError
+from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+from gpuenv.host.nvml import NvmlListener, detect_nvml
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.metrics import families, holders
+from gpuenv.sharing.monitor import list_runs
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 
 
 def parse_listen(text: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets) -> (host, port); a usage error otherwise."""
-    from gpuenv.errors import UsageError
-
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -39,15 +44,6 @@ class GpuCollector:
         self.lock = threading.Lock()
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        from gpuenv.errors import GpuenvError
-        from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
-        from gpuenv.host.nvml import detect_nvml
-        from gpuenv.sharing.claims import ClaimStore
-        from gpuenv.sharing.metrics import families, holders
-        from gpuenv.sharing.monitor import list_runs
-
         with self.lock:
             self.listener.drain()
             described = os.environ.get(HOST_FILE_ENV)
@@ -93,15 +89,6 @@ def exporter(listen: str) -> None:
     Bound to 127.0.0.1 unless --listen says otherwise. Runs until Ctrl-C or SIGTERM.
     Exits 20 when it cannot listen there.
     """
-    import signal
-
-    from prometheus_client import start_http_server
-    from prometheus_client.core import CollectorRegistry
-
-    from gpuenv.cli import ui
-    from gpuenv.errors import ExporterError
-    from gpuenv.host.nvml import NvmlListener
-
     address, port = parse_listen(listen)
     listener = NvmlListener()
     listener.start()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
+from gpuenv.app.build import build_project, configured_mirror, engine_platform, up_to_date_tag
+from gpuenv.cli import output, ui
 from gpuenv.cli.app import (
     Context,
     bake_checks,
@@ -12,6 +16,14 @@ from gpuenv.cli.app import (
     quiet_option,
     view_factory,
 )
+from gpuenv.cli.base import up_to_date
+from gpuenv.cli.views import images_table
+from gpuenv.errors import UsageError
+from gpuenv.images.accounts import invoking_identity
+from gpuenv.images.bake import BakePolicy
+from gpuenv.images.registry import parse_reference
+from gpuenv.images.service import collect, ensure_base, list_images, load_project, plan
+from gpuenv.images.service import push as do_push
 
 
 @click.command()
@@ -23,9 +35,6 @@ def render(obj: Context, bake: bool) -> None:
     The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
     in gpuenv.lock; with a registry mirror, FROM names the mirror.
     """
-    from gpuenv.app.build import configured_mirror
-    from gpuenv.images.service import load_project, plan
-
     project = load_project(obj.directory)
     click.echo(plan(project, configured_mirror(), bake=bake).dockerfile, nl=False)
 
@@ -41,15 +50,11 @@ def pull(obj: Context, quiet: bool) -> None:
     GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
     nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
     """
-    from gpuenv.app.build import configured_mirror
-    from gpuenv.cli import ui
-    from gpuenv.images.service import ensure_base, load_project
-
     project = load_project(obj.directory)
     had_digest = bool(project.lock.digest)
     view = view_factory(quiet)()
     project, local = ensure_base(project, engine(), view, configured_mirror())
-    ui.result(local)
+    output.result(local)
     if had_digest:
         ui.success(f"{project.lock.image} is present (pinned at {project.lock.digest})")
     else:
@@ -75,8 +80,6 @@ def build(
     like credentials stop the build (exit 12) unless .dockerignore leaves them out or
     --allow-secret names them, and so does a project over 2 GiB unless --allow-large.
     """
-    from gpuenv.app.build import build_project, up_to_date_tag
-    from gpuenv.cli.base import up_to_date
 
     # The no-op path: nothing changed since the last build, and the engine has the image.
     connected = engine()
@@ -84,12 +87,6 @@ def build(
     if known:
         up_to_date(known, quiet)
         return
-
-    import os
-
-    from gpuenv.cli import ui
-    from gpuenv.images.accounts import invoking_identity
-    from gpuenv.images.bake import BakePolicy
 
     # The account image is made for whoever builds (not root: root runs as root).
     identity = None if os.getuid() == 0 else invoking_identity()
@@ -105,7 +102,7 @@ def build(
     if result is None:
         up_to_date(tag, quiet)
         return
-    ui.result(tag)
+    output.result(tag)
     if not quiet:
         if result.built:
             steps = "step" if result.cached_steps == 1 else "steps"
@@ -127,14 +124,9 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
     from, or of a project in FOLDERS (a project folder, or a folder of projects). With
     FOLDERS, only images built from projects inside them are listed.
     """
-    from gpuenv.app.build import configured_mirror
-    from gpuenv.cli import ui
-    from gpuenv.cli.views import images_table
-    from gpuenv.images.service import list_images
-
     rows = list_images(engine(), configured_mirror(), folders)
     if as_json:
-        ui.data([row.to_data() for row in rows])
+        output.data([row.to_data() for row in rows])
     elif not rows:
         ui.info("no gpuenv-built images")
     else:
@@ -154,10 +146,6 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
     what it would remove; --yes removes. Base images and images built FROM gpuenv images
     are never touched.
     """
-    from gpuenv.app.build import configured_mirror
-    from gpuenv.cli import ui
-    from gpuenv.images.service import collect, list_images
-
     connected = engine()
     rows = list_images(connected, configured_mirror(), folders)
     outcome = collect(connected, rows, yes)
@@ -197,13 +185,6 @@ def push(
     submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
     argument, pushes to the repository of the last push. The baked project is checked
     as for `gpuenv build --bake` (credentials, size) before anything is built."""
-    from gpuenv.app.build import configured_mirror
-    from gpuenv.cli import ui
-    from gpuenv.errors import UsageError
-    from gpuenv.images.registry import parse_reference
-    from gpuenv.images.service import load_project
-    from gpuenv.images.service import push as do_push
-
     project = load_project(obj.directory)
     if repository is None:
         previous = (project.lock.extra.get("pushed") or {}).get("reference")
@@ -214,11 +195,9 @@ def push(
         repository = parse_reference(str(previous)).repository
     if not quiet:
         ui.step(f"pushing the project image, code baked in, to {repository}")
-    from gpuenv.app.build import engine_platform
 
     view = view_factory(quiet)()
     connected = engine()
-    from gpuenv.images.bake import BakePolicy
 
     project, image = do_push(
         project,
@@ -230,7 +209,7 @@ def push(
         bake_policy=BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
     )
-    ui.result(image)
+    output.result(image)
     if not quiet:
         ui.success(
             f"pushed {project.lock.extra['pushed']['reference']}; gpuenv.lock records {image}"

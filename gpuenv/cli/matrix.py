@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import click
+
+from gpuenv.cli import ui
+from gpuenv.cli.matrix_view import show_matrix, show_sync
+from gpuenv.engine.distribution import DistributionClient
+from gpuenv.errors import MatrixError
+from gpuenv.images import registry as images_registry
+from gpuenv.matrix import overlay
+from gpuenv.matrix.load import load_matrix
+from gpuenv.matrix.sync import repositories_of
+from gpuenv.matrix.sync import sync as do_sync
 
 TABLES = ("pytorch", "tensorflow", "jax", "none", "cuda", "gpus")
 
@@ -41,9 +52,6 @@ def matrix(ctx: click.Context, as_json: bool) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from gpuenv.cli.matrix_view import show_matrix
-    from gpuenv.matrix import overlay
-    from gpuenv.matrix.load import load_matrix
 
     loaded = load_matrix()
     source = overlay.read_source()
@@ -72,18 +80,6 @@ def sync(repositories: tuple[str, ...], registry: str | None, as_json: bool) -> 
       gpuenv matrix sync
       gpuenv matrix sync pytorch --registry mirror.example:5000 --json
     """
-    import datetime
-
-    from gpuenv.cli import ui
-    from gpuenv.cli.matrix_view import show_sync
-    from gpuenv.engine.distribution import DistributionClient
-    from gpuenv.errors import MatrixError
-    from gpuenv.images import registry as images_registry
-    from gpuenv.matrix import overlay
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.matrix.sync import repositories_of
-    from gpuenv.matrix.sync import sync as do_sync
-
     try:
         host = (
             images_registry.check_mirror(registry)

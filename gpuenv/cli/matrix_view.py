@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.table import Table
 
-from gpuenv.cli import ui
+from gpuenv.cli import output, ui
 from gpuenv.matrix.load import FRAMEWORK_NAMES, Matrix
 from gpuenv.matrix.overlay import OverlayRow, disagreements, origin, overlay_path
-
-if TYPE_CHECKING:
-    from gpuenv.matrix.sync import SyncReport
+from gpuenv.matrix.sync import SyncReport
 
 EVIDENCE_STYLE = {"primary": "green", "image": "cyan", "secondary": "yellow", "unverified": "red"}
 
@@ -142,7 +140,7 @@ def show_matrix(
         origins = Counter(origin(row) for row in matrix.images)
         conflicts = disagreements(matrix, overlay)
         if as_json:
-            ui.data(
+            output.data(
                 {
                     "version": matrix.version,
                     "directory": matrix.directory,
@@ -172,14 +170,14 @@ def show_matrix(
     if table == "cuda":
         data, tables = _cuda(matrix)
         if as_json:
-            ui.data(data)
+            output.data(data)
         else:
             for item in tables:
                 ui.table(item)
         return
     payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay)
     if as_json:
-        ui.data(payload)
+        output.data(payload)
     else:
         ui.table(rendered)
     notice = matrix.notice(table)
@@ -197,7 +195,7 @@ def _origins(origins: Counter[str], conflicts: Sequence[object]) -> None:
 def show_sync(report: SyncReport, path: str, as_json: bool) -> None:
     """What `gpuenv matrix sync` found: one JSON object, or lines for people."""
     if as_json:
-        ui.data({**report.to_data(), "overlay": path})
+        output.data({**report.to_data(), "overlay": path})
         return
     ui.success(
         f"{len(report.rows)} images in {path} ({report.read} read, {report.reused} unchanged)"

@@ -7,13 +7,21 @@ import sys
 
 import click
 
-from gpuenv.cli.app import Context, host_options, json_option, spec_options
+from gpuenv.app.policy import Note, check_project, init_project, update_lock, verify_lock
+from gpuenv.cli import output, ui
+from gpuenv.cli.app import Context, host_options, json_option, report, spec_options
+from gpuenv.cli.failure import error_fields
+from gpuenv.cli.views import explain_table, show_resolution
+from gpuenv.errors import ResolutionError, UsageError
+from gpuenv.lock.lockfile import LOCK_FILENAME
+from gpuenv.matrix.load import load_matrix
+from gpuenv.project.overrides import checked_overrides, spec_for
+from gpuenv.project.spec import SPEC_FILENAME
+from gpuenv.resolution.hostplan import HostPlan
+from gpuenv.resolution.resolve import resolve as do_resolve
 
 
 def _notify(note: object) -> None:
-    from gpuenv.app.policy import Note
-    from gpuenv.cli import ui
-
     assert isinstance(note, Note)
     {"info": ui.info, "warn": ui.warn, "step": ui.step}[note.kind](note.text)
 
@@ -68,13 +76,6 @@ def resolve(
       gpuenv resolve --framework pytorch --version 2.4 --driver 535.104.05 --gpu 'RTX 4090'
       gpuenv resolve --json | jq -r .image
     """
-    from gpuenv.cli import ui
-    from gpuenv.errors import ResolutionError
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.project.overrides import checked_overrides, spec_for
-    from gpuenv.resolution.hostplan import HostPlan
-    from gpuenv.resolution.resolve import resolve as do_resolve
-
     spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
     matrix = load_matrix()
     host = HostPlan(driver, gpu_models, platform).host(matrix)
@@ -82,21 +83,18 @@ def resolve(
         resolution = do_resolve(spec, matrix, host)
     except ResolutionError as exc:
         if explain:
-            from gpuenv.cli.views import explain_table
-
             explain_table(exc.candidates, None, host)
         raise exc from None
     if as_json:
         # Warnings are in the object (`warnings`); stdout carries nothing else.
         payload = resolution.to_data()
         payload["matrix_version"] = matrix.version
-        ui.data(payload)
+        output.data(payload)
         return
-    from gpuenv.cli.views import explain_table, show_resolution
 
     if explain:
         explain_table(resolution.candidates, resolution.candidate, host)
-    ui.result(resolution.row.image)
+    output.result(resolution.row.image)
     show_resolution(resolution)
 
 
@@ -132,27 +130,20 @@ def lock(
     newest that fits otherwise. --upgrade always takes the newest. --check fails
     (exit 5) when the lock is missing or out of date, and lists what changed.
     """
-    from gpuenv.app.policy import update_lock, verify_lock
-    from gpuenv.cli import ui
-    from gpuenv.cli.views import show_resolution
-    from gpuenv.errors import UsageError
-    from gpuenv.lock.lockfile import LOCK_FILENAME
-    from gpuenv.resolution.hostplan import HostPlan
-
     if check_only and upgrade:
         raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
     lock_path = os.path.join(obj.directory, LOCK_FILENAME)
     if check_only:
         current = verify_lock(obj.directory)
         if as_json:
-            ui.data(_lock_data("up-to-date", current.pinned_image, lock_path))
+            output.data(_lock_data("up-to-date", current.pinned_image, lock_path))
         ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
         return
     update = update_lock(
         obj.directory, HostPlan(driver, gpu_models, platform), upgrade=upgrade, notify=_notify
     )
     if as_json:
-        ui.data(
+        output.data(
             _lock_data(
                 update.status,
                 update.pinned,
@@ -166,7 +157,7 @@ def lock(
         return
     image = update.resolution.row.image
     if not as_json:
-        ui.result(image)
+        output.result(image)
     if update.status == "written":
         ui.success(f"wrote {LOCK_FILENAME}")
     elif update.status == "updated-same-image":
@@ -204,14 +195,6 @@ def init(
     host's driver and GPUs. Shows what it found and where. Flags win over what is
     detected. Never asks questions; refuses to overwrite without --force.
     """
-    from gpuenv.app.policy import Note, init_project
-    from gpuenv.cli import ui
-    from gpuenv.cli.views import show_resolution
-    from gpuenv.lock.lockfile import LOCK_FILENAME
-    from gpuenv.project.overrides import checked_overrides
-    from gpuenv.project.spec import SPEC_FILENAME
-    from gpuenv.resolution.hostplan import HostPlan
-
     notes: list[Note] = []
 
     def notify(note: object) -> None:
@@ -227,7 +210,7 @@ def init(
         notify=notify,
     )
     if as_json:
-        ui.data(
+        output.data(
             {
                 "ok": True,
                 "exit_code": 0,
@@ -239,7 +222,7 @@ def init(
             }
         )
     else:
-        ui.result(resolution.row.image)
+        output.result(resolution.row.image)
     ui.success(f"wrote {SPEC_FILENAME} and {LOCK_FILENAME}")
     show_resolution(resolution)
     ui.info("next: review gpuenv.yaml, then commit gpuenv.yaml and gpuenv.lock")
@@ -255,16 +238,11 @@ def check(obj: Context, as_json: bool) -> None:
     Exits with the code of the first kind of problem found (8 a file that cannot be
     read, 6 matrix, 3 spec, 5 lock, 7 host file), 0 when all is well.
     """
-    from gpuenv.app.policy import check_project
-    from gpuenv.cli import ui
-    from gpuenv.cli.app import report
-    from gpuenv.cli.failure import error_fields
-
     outcome = check_project(obj.directory, os.environ)
     if as_json:
         errors = [item.error for item in outcome.items if item.error is not None]
         first = next((e for e in errors if e.exit_code == outcome.exit_code), None)
-        ui.data(
+        output.data(
             {
                 "ok": outcome.exit_code == 0,
                 "exit_code": outcome.exit_code,

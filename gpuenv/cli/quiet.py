@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
     from gpuenv.images.progress import BuildProgress, PullProgress
 
 

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
+from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, apply, engine, quiet_option
-
-if TYPE_CHECKING:
-    from gpuenv.sharing.monitor import RunInfo
+from gpuenv.cli.running import launch_run
+from gpuenv.cli.views import health_lines, runs_table
+from gpuenv.errors import GpuenvError
+from gpuenv.host.detect import detect_host
+from gpuenv.run.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.idle import known_state, run_idle
+from gpuenv.sharing.monitor import RunInfo, find_run, list_runs, run_health, stop_run
+from gpuenv.sharing.statedir import state_dir
+from gpuenv.sharing.usage import UsageLog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,8 +96,6 @@ run_options = apply(
 
 
 def _launch(obj: Context, quiet: bool, **options: Any) -> None:
-    from gpuenv.cli.running import launch_run
-
     launch_run(obj.directory, quiet, **options)
 
 
@@ -152,20 +160,11 @@ def shell(obj: Context, /, quiet: bool, **options: Any) -> None:
 
 
 def _runs(show_all: bool) -> list[RunInfo]:
-    from gpuenv.sharing.monitor import list_runs
-
     return list_runs(engine(), show_all=show_all)
 
 
 def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
     """Each run with its GPUs' idle time, where `gpuenv idle` keeps samples."""
-    import dataclasses
-    import time
-
-    from gpuenv.errors import GpuenvError
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.idle import known_state, run_idle
-
     try:
         store = ClaimStore()
         state = known_state(store)
@@ -196,16 +195,11 @@ def ps(show_all: bool, as_json: bool) -> None:
     and the health of the GPUs each one holds (a throttled or failing GPU slows or
     breaks the run on it; `gpuenv top` shows every GPU), and whether each is detached
     (`gpuenv run -d`). --all adds ended detached runs."""
-    from gpuenv.cli import ui
-    from gpuenv.cli.views import health_lines, runs_table
-    from gpuenv.host.detect import detect_host
-    from gpuenv.sharing.monitor import run_health
-
     runs = _with_idle(_runs(show_all))
     host = detect_host() if any(r.state == "running" for r in runs) else None
     health = {run.id: [f.to_data() for f in run_health(run, host)] if host else [] for run in runs}
     if as_json:
-        ui.data([{**r.to_data(), "health": health[r.id]} for r in runs])
+        output.data([{**r.to_data(), "health": health[r.id]} for r in runs])
     elif not runs:
         ui.info("no gpuenv runs on this host")
     else:
@@ -225,9 +219,6 @@ def stop(run_name: str) -> None:
     removes the container and releases its GPUs. A detached run's GPUs are free once it
     has stopped; its container stays (`gpuenv logs`, `gpuenv rm`).
     """
-    from gpuenv.cli import ui
-    from gpuenv.sharing.monitor import stop_run
-
     run = stop_run(engine(), _runs(True), run_name, os.getuid())
     ui.success(f"stopped {run.name} ({run.project}, {run.user})")
 
@@ -245,8 +236,6 @@ def _write(kind: int, data: bytes) -> None:
 def logs(run_name: str, follow: bool, tail: str) -> None:
     """Print a run's output (stdout and stderr, as it wrote them): its owner, or root.
     With -f, follow it until the run ends (Ctrl-C stops following, not the run)."""
-    from gpuenv.run.detached import owned_run, stream_logs
-
     if tail != "all" and not tail.isdigit():
         raise click.BadParameter("a number of lines, or all", param_hint="--tail")
     run = owned_run(_runs(True), run_name, os.getuid(), "read the output of")
@@ -259,8 +248,6 @@ def logs(run_name: str, follow: bool, tail: str) -> None:
 def attach(run_name: str) -> None:
     """Follow a running run's output from now on, and exit with its exit code when it
     ends. Ctrl-C detaches: the run goes on. Its owner, or root."""
-    from gpuenv.run.detached import attach_run, owned_run
-
     run = owned_run(_runs(True), run_name, os.getuid(), "attach to")
     code = attach_run(
         engine(), run, write=_write, notice=lambda text: click.echo(f"gpuenv: {text}", err=True)
@@ -272,23 +259,14 @@ def attach(run_name: str) -> None:
 @click.argument("run_name", metavar="RUN")
 def wait_command(run_name: str) -> None:
     """Wait until a run ends, and exit with its command's exit code."""
-    from gpuenv.run.detached import wait_run
-    from gpuenv.sharing.monitor import find_run
-
     sys.exit(wait_run(engine(), find_run(_runs(True), run_name)))
 
 
 def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
     """A removed detached run's end, into its owner's usage file (never stops `rm`)."""
-    from gpuenv.errors import GpuenvError
-    from gpuenv.sharing.statedir import state_dir
-    from gpuenv.sharing.usage import UsageLog
-
     try:
         UsageLog(state_dir()).finish_for(label, exit_code, end)
     except (GpuenvError, OSError) as exc:
-        from gpuenv.cli import ui
-
         ui.warn(f"GPU usage of the run not recorded: {getattr(exc, 'message', exc)}")
 
 
@@ -298,9 +276,6 @@ def rm(run_name: str) -> None:
     """Remove a detached run that has ended, with its output: its owner, or root.
 
     Its end goes into the GPU-hours records (`gpuenv usage`)."""
-    from gpuenv.cli import ui
-    from gpuenv.run.detached import owned_run, remove_run
-
     run = owned_run(_runs(True), run_name, os.getuid(), "remove")
     remove_run(engine(), run, _record_end)
     ui.success(f"removed {run.name}")

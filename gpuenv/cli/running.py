@@ -7,19 +7,19 @@ import os
 import sys
 from typing import Any
 
+from gpuenv.app.run import RunRequest, Services, Terminal, launch, oom_advice
 from gpuenv.cli.base import engine, say, view_factory
+from gpuenv.host.detect import detect_host
+from gpuenv.run.container import invoking_identity
+from gpuenv.run.session import stdin_is_input
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.statedir import state_dir
+from gpuenv.sharing.usage import UsageLog
 
 
 def launch_run(directory: str, quiet: bool, **options: Any) -> None:
     """Run the request to its end and exit with the command's code; a detached run
     prints its container's name and returns."""
-    from gpuenv.app.run import RunRequest, Services, Terminal, launch, oom_advice
-    from gpuenv.host.detect import detect_host
-    from gpuenv.run.container import invoking_identity
-    from gpuenv.run.session import stdin_is_input
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.statedir import state_dir
-    from gpuenv.sharing.usage import UsageLog
 
     def notice(text: str) -> None:
         if not quiet:

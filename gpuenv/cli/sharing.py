@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any
 
 import click
+from rich.live import Live
+from rich.markup import escape
 
+from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, engine
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Host
-    from gpuenv.sharing.monitor import GpuRow
+from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
+from gpuenv.errors import EXIT_DOCTOR, GpuenvError, UsageError
+from gpuenv.host.detect import detect_host
+from gpuenv.host.machine import Host
+from gpuenv.run.doctor import run_checks
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.idle import duration, idle_for, known_state, load_policy, record_name, update
+from gpuenv.sharing.idle import enforce as apply_policy
+from gpuenv.sharing.monitor import GpuRow, container_check, gpu_rows, list_runs
 
 
 def _top_data() -> tuple[Host, list[GpuRow]]:
-    import time
-
-    from gpuenv.errors import GpuenvError
-    from gpuenv.host.detect import detect_host
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.idle import idle_for, known_state
-    from gpuenv.sharing.monitor import container_check, gpu_rows, list_runs
-
     host = detect_host()
     if not host.gpus:
         return host, []
@@ -60,22 +62,17 @@ def top(once: bool, as_json: bool, interval: float) -> None:
 
     A GPU in MIG mode lists its instances below it (GPU:MIG index, profile, memory, who
     holds each). NVML rarely reads utilization per instance: it shows n/a, never 0 %."""
-    import time
-
-    from gpuenv.cli import ui
-    from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
-
     host, rows = _top_data()
     if not host.gpus:
         message = f"no NVIDIA GPU on this host ({host.note or host.describe()}): nothing to show"
         if as_json:
-            ui.data({"host": host.to_data(), "gpus": [], "message": message})
+            output.data({"host": host.to_data(), "gpus": [], "message": message})
         else:
             ui.info(message)
         return
     if as_json:
         summary = {k: v for k, v in host.to_data().items() if k != "gpus"}
-        ui.data({"host": summary, "gpus": [r.to_data() for r in rows]})
+        output.data({"host": summary, "gpus": [r.to_data() for r in rows]})
         return
     if once:
         ui.table(top_table(host, rows))
@@ -83,7 +80,6 @@ def top(once: bool, as_json: bool, interval: float) -> None:
         for line in mig_note(rows) + health_lines([f for row in rows for f in row.health]):
             ui.err.print(line)
         return
-    from rich.live import Live
 
     with Live(top_view(host, rows), console=ui.out, auto_refresh=False) as live:
         try:
@@ -104,15 +100,9 @@ def doctor(obj: Context, as_json: bool) -> None:
     specs: a cdiVersion the engine cannot read, a spec stale after a driver upgrade),
     the NVIDIA runtime, driver and NVML, the project's lock against this host, free disk,
     nvcr.io credentials and the state folder. Exits 15 when a check fails."""
-    from rich.markup import escape
-
-    from gpuenv.cli import ui
-    from gpuenv.errors import EXIT_DOCTOR
-    from gpuenv.run.doctor import run_checks
-
     checks = run_checks(obj.directory, engine)
     if as_json:
-        ui.data([c.to_data() for c in checks])
+        output.data([c.to_data() for c in checks])
     else:
         marks = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
         for check in checks:
@@ -136,17 +126,6 @@ def idle(enforce: bool, as_json: bool) -> None:
     With --enforce, run by root every minute (a systemd timer or cron), the policy in
     /etc/gpuenv/config.toml ([idle]) warns the owner of a run whose GPUs all stayed idle
     `warn_after`, and stops it `stop_after` later, recording why. Off without a policy."""
-    import os
-    import time
-
-    from gpuenv.cli import ui
-    from gpuenv.errors import UsageError
-    from gpuenv.host.detect import detect_host
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.idle import duration, idle_for, load_policy, record_name, update
-    from gpuenv.sharing.idle import enforce as apply_policy
-    from gpuenv.sharing.monitor import container_check
-
     me = os.getuid()
     policy, source = load_policy()
     if enforce and me != 0:
@@ -184,7 +163,7 @@ def idle(enforce: bool, as_json: bool) -> None:
     log = state.get("log") or []
     if as_json:
         described = source if policy is None else {**vars(policy), "source": source}
-        ui.data({"policy": described, "claims": rows, "log": log})
+        output.data({"policy": described, "claims": rows, "log": log})
         return
     if policy is None:
         ui.info(source)

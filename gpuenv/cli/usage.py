@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import click
+from rich.table import Table
+
+from gpuenv.cli import output, ui
+from gpuenv.sharing.statedir import state_dir
+from gpuenv.sharing.usage import UsageLog, load_prices, parse_since, summarize
 
 
 @click.command()
@@ -25,14 +32,6 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
     and cleaned up later; running ones count until now). Root sees every user; a user
     their own runs. With prices per GPU model in the host config (GPUENV_HOST_CONFIG,
     default /etc/gpuenv/host.yaml), a cost column too."""
-    import time
-
-    from rich.table import Table
-
-    from gpuenv.cli import ui
-    from gpuenv.sharing.statedir import state_dir
-    from gpuenv.sharing.usage import UsageLog, load_prices, parse_since, summarize
-
     now = time.time()
     start = parse_since(since, now) if since else 0.0
     prices = load_prices()
@@ -41,7 +40,7 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
     unrecorded = sum(1 for run in runs if run.state == "unrecorded")
     running = sum(1 for run in runs if run.state == "running")
     if as_json:
-        ui.data(
+        output.data(
             {
                 "by": by,
                 "since": start or None,

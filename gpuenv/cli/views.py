@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
 from gpuenv.cli import ui
+from gpuenv.host.machine import Host
 from gpuenv.resolution.explain import evidence_text
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Host
-    from gpuenv.resolution.resolve import Resolution
+from gpuenv.resolution.verdicts import Resolution
+from gpuenv.sharing.idle import duration as for_people
 
 
 def show_resolution(resolution: Resolution) -> None:
@@ -88,8 +87,6 @@ def images_table(rows: Any) -> Table:
 
 
 def duration(seconds: float) -> str:
-    from gpuenv.sharing.idle import duration as for_people
-
     return for_people(seconds)
 
 

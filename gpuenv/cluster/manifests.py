@@ -9,15 +9,13 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuenv.cluster.slurm import DEFAULT_RENDEZVOUS_TIMEOUT, job_name
 from gpuenv.common.platforms import arch_of
 from gpuenv.errors import UsageError
+from gpuenv.project.mounts import Bind
 from gpuenv.project.spec import WORKSPACE, Spec, is_mig_profile
-
-if TYPE_CHECKING:
-    from gpuenv.project.mounts import Bind
 
 # The Kubernetes versions the docs promise, each checked by the tests with
 # kubernetes-validate --strict against its offline schemas.

@@ -7,13 +7,12 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
+from gpuenv.common.files import atomic_write
 from gpuenv.errors import UsageError
-
-if TYPE_CHECKING:
-    from gpuenv.project.spec import Spec
+from gpuenv.project.spec import Spec
+from gpuenv.run.container import env_entries, environment
 
 JOB_FIELDS = ("job", "state", "time", "nodes", "where")
 FINISHED_FIELDS = (*JOB_FIELDS, "exit_code")
@@ -36,10 +35,6 @@ class JobEnvironment:
 def job_environment(spec: Spec, env: Sequence[str], env_files: Sequence[str]) -> JobEnvironment:
     """Split the job's variables into what may be written and what may not. A bare KEY,
     of -e or a line of an env file, is named: its value comes from the job's environment."""
-    from dataclasses import replace
-
-    from gpuenv.run.container import env_entries, environment
-
     entries = env_entries(env, env_files)
     values = environment(replace(spec, env=()), env, env_files, {}, entries)
     names = list(dict.fromkeys([*values, *(key for key, _ in entries)]))
@@ -65,8 +60,6 @@ def exported_environment(
     """The variables of an exported file. By default no value of -e or --env-file is
     written (exported files are printed, kept in logs and committed); `write_values`
     writes them, and then a bare -e KEY, which has no value to write, is refused."""
-    from gpuenv.run.container import env_entries, environment
-
     if not write_values:
         job = job_environment(spec, env, env_files)
         return ExportedEnvironment(job.written, job.names)
@@ -120,8 +113,6 @@ def submit_script(
 ) -> Submitted:
     """Write the sbatch script (0600, into a 0700 folder) and submit it from the project
     folder; `values` go to sbatch in its environment, never into a file."""
-    from gpuenv.common.files import atomic_write
-
     private_folder(output_dir)
     path = os.path.join(output_dir, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.sbatch")
     atomic_write(path, script, mode=0o600)

@@ -16,6 +16,7 @@ use means no cache, never an error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -109,8 +110,6 @@ def rows(cls: type[Any], value: Any) -> tuple[Any, ...]:
     validated data, so only the shape is checked here (ValueError, TypeError), not each
     value again: that would cost more than the rest of a load.
     """
-    import dataclasses  # here, not for every entry: it imports inspect (~10 ms)
-
     converters = [
         (index, _TUPLES[str(f.type)])
         for index, f in enumerate(dataclasses.fields(cls))
@@ -135,8 +134,6 @@ def checked(kind: type[_Plain], value: Any) -> _Plain:
 
 
 def _fields(value: Any) -> list[Any]:
-    import dataclasses
-
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [getattr(value, f.name) for f in dataclasses.fields(value)]
     raise TypeError(f"{type(value).__name__} cannot be cached")

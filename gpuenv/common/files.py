@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import os
+import tarfile
+import tempfile
+
+from gpuenv.errors import file_error
 
 
 def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
@@ -13,10 +19,6 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
     A folder that cannot be written, or a disk that fills up half-way, leaves the old file
     as it was and raises FileAccessError (exit 8) naming `path`.
     """
-    import tempfile
-
-    from gpuenv.errors import file_error
-
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
@@ -39,8 +41,6 @@ def atomic_write(path: str, text: str, mode: int = 0o644) -> None:
 
 def file_hash(path: str) -> str:
     """``sha256:<hex>`` of a file's bytes."""
-    import hashlib  # here: OpenSSL's load is ~5 ms a run does not need
-
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 16), b""):
@@ -52,8 +52,6 @@ def file_from_archive(data: bytes | None) -> str:
     """The first file of a tar (GET /archive answers with one), as text; '' if none."""
     if not data:
         return ""
-    import io
-    import tarfile
 
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         for member in archive.getmembers():

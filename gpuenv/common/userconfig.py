@@ -8,6 +8,8 @@ import os
 import stat
 from typing import Any
 
+import yaml
+
 
 class UserConfigError(ValueError):
     """The user config file cannot be read or is not trustworthy."""
@@ -31,7 +33,6 @@ def read_trusted(path: str) -> dict[str, Any]:
                 f"{path}: another user owns it or may write it, so gpuenv does not trust it "
                 f"(fix: chown $USER {path}; chmod go-w {path})"
             )
-        import yaml
 
         try:
             data = yaml.safe_load(handle) or {}

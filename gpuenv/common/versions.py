@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 # packaging is imported where a constraint or a framework version is parsed: the driver
 # and compute-capability rules below (every `gpuenv run` on a GPU) need none of it.
@@ -63,8 +61,6 @@ def parse_constraint(text: str) -> SpecifierSet:
     ...
     gpuenv.common.versions.InvalidConstraint: '12.x' is not a version or version specifier ...
     """
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
     stripped = text.strip()
     if re.match(_BARE_VERSION, stripped):
         series = stripped if stripped.endswith(".*") else f"{stripped}.*"
@@ -87,14 +83,10 @@ def _constraint_hint(text: str) -> str:
 @lru_cache(maxsize=65536)
 def parse_version(text: str) -> Version:
     """Parse a version from the matrix; cached, since the resolver asks for each row often."""
-    from packaging.version import Version
-
     return Version(text)
 
 
 def is_version(text: str) -> bool:
-    from packaging.version import InvalidVersion
-
     try:
         parse_version(text)
     except InvalidVersion:

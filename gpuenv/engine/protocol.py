@@ -65,11 +65,8 @@ class Stream(Protocol):
     """A container's attached streams: a connected socket (or socket-like channel)."""
 
     def recv(self, size: int) -> bytes: ...
-
     def sendall(self, data: bytes) -> None: ...
-
     def shutdown(self, how: int) -> None: ...
-
     def close(self) -> None: ...
 
 
@@ -139,7 +136,6 @@ class ContainerEngine(Protocol):
     config is the API's JSON; a listed container is the API's summary dict)."""
 
     def version(self) -> dict[str, Any]: ...
-
     def info(self) -> dict[str, Any]: ...
 
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:

@@ -9,8 +9,10 @@ hides the others. The tests run all of this against a scripted libnvidia-ml.so.1
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
@@ -50,7 +52,7 @@ def detect_nvml(xids: Callable[[int], tuple[int, ...]] | None = None) -> Host | 
     """The host as NVML sees it, or the reason NVML is not usable. `xids` gives the XID
     errors seen on a GPU index (the exporter listens for them; a snapshot cannot)."""
     try:
-        import pynvml
+        import pynvml  # ~30 ms: loaded when a host is detected, not by every command
     except ImportError:
         return "the NVML bindings (nvidia-ml-py) are not installed"
     try:
@@ -71,8 +73,6 @@ def detect_nvml(xids: Callable[[int], tuple[int, ...]] | None = None) -> Host | 
                         raise
                     gpu = Gpu(index, "unknown (lost)", lost=str(exc))
                 if xids is not None:
-                    from dataclasses import replace
-
                     gpu = replace(gpu, xids=xids(index))
                 gpus.append(gpu)
             return Host(driver, tuple(gpus), "nvml", cuda_driver)
@@ -255,7 +255,7 @@ class NvmlListener:
 
     def start(self) -> None:
         try:
-            import pynvml
+            import pynvml  # ~30 ms: loaded when a host is detected, not by every command
         except ImportError:
             self.note = "the NVML bindings (nvidia-ml-py) are not installed"
             return
@@ -306,6 +306,4 @@ class NvmlListener:
 
 def _address(handle: Any) -> int:
     """What a device handle points to: two handles of one GPU point to the same."""
-    import ctypes
-
     return int(ctypes.cast(handle, ctypes.c_void_p).value or 0)

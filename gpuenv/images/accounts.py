@@ -15,17 +15,19 @@ uploads the entries into its own container as before.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pwd
 import re
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import LABEL_PREFIX
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import Engine
+from gpuenv.engine.protocol import Engine
+from gpuenv.errors import GpuenvError
 
 ACCOUNT_LABEL = f"{LABEL_PREFIX}.account"  # uid:gid:name of the user it has the account of
 ACCOUNT_BASE_LABEL = f"{LABEL_PREFIX}.account-base"  # the image it was made from
@@ -86,9 +88,6 @@ def merge_accounts(passwd: str, group: str, identity: Identity) -> tuple[str, st
 
 def accounts_archive(passwd: str, group: str, identity: Identity) -> bytes:
     """A tar for PUT /archive at /: etc/passwd, etc/group and the user's (empty) home."""
-    import io
-    import tarfile  # ~15 ms to import (shutil, lzma): only for the runs that upload
-
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for name, text in (("etc/passwd", passwd), ("etc/group", group)):
@@ -107,9 +106,6 @@ def image_accounts(engine: Engine, tag: str) -> tuple[str, str] | None:
     """The image's /etc/passwd and /etc/group, read from a container that is created and
     removed, never started: a run then adds its user with one upload. None when the
     engine cannot say."""
-    from gpuenv.common.files import file_from_archive
-    from gpuenv.errors import GpuenvError
-
     try:
         # An image without a command cannot be created; this one is never started.
         probe = {
@@ -152,8 +148,6 @@ def account_image(
     it too) and is never started; the child's command is the image's (a run always
     names its own), its labels the image's plus the two account labels.
     """
-    from gpuenv.errors import GpuenvError
-
     config = engine.image_config(tag)
     if config is None:
         return None

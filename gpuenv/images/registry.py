@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import yaml
+
 from gpuenv.common.dirs import user_config_file
 from gpuenv.engine.failures import NGC_KEY_ENV
 
@@ -83,7 +85,6 @@ def registry_mirror(env: Mapping[str, str] | None = None) -> tuple[str | None, s
     path = user_config_file(env)
     if not os.path.isfile(path):
         return None, ""
-    import yaml
 
     try:
         with open(path, encoding="utf-8") as handle:

@@ -16,10 +16,10 @@ import io
 import json
 import os
 import string
+import tarfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
@@ -27,10 +27,8 @@ from gpuenv.common.resources import data_dir
 from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
 from gpuenv.lock.lockfile import Lock
+from gpuenv.project.dependencies import InstallPlan, needs_python, plan_install, read_dependencies
 from gpuenv.project.spec import Spec
-
-if TYPE_CHECKING:
-    from gpuenv.project.dependencies import InstallPlan
 
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
 
@@ -55,8 +53,6 @@ class BuildPlan:
 
     def context(self) -> bytes:
         """The build context as an uncompressed tar: Dockerfile plus every file."""
-        import tarfile
-
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
             for name, data, mode, link in self._members():
@@ -96,8 +92,6 @@ def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
     comments), or None when the spec names no dependency source.
     SpecError (exit 3) for a source that cannot be read, or Python requirements on an
     image without Python."""
-    from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
-
     if not (spec.requirements or spec.packages):
         return None
     python = lock.resolved.get("python")

@@ -11,24 +11,31 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
-from gpuenv.engine.failures import redact
+from gpuenv.engine.failures import pull_error, redact
 from gpuenv.engine.protocol import Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
+from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import BuildProgress, PullProgress
 from gpuenv.images.registry import credentials, parse_reference, pull_repository
+from gpuenv.images.registry import credentials as auth_for
 from gpuenv.images.render import BuildPlan, plan_build
-from gpuenv.lock.lockfile import LOCK_FILENAME, Lock, lock_differences, read_lock, write_lock
+from gpuenv.lock.lockfile import (
+    LOCK_FILENAME,
+    Lock,
+    check_locked_row,
+    lock_differences,
+    read_lock,
+    write_lock,
+)
+from gpuenv.matrix.load import load_matrix
 from gpuenv.project.spec import Spec
 from gpuenv.project.validate import load_spec
-
-if TYPE_CHECKING:
-    from gpuenv.images.bake import BakePolicy
 
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
 
@@ -68,8 +75,6 @@ def load_project(directory: str) -> Project:
             f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
             hint="run `gpuenv lock` (gpuenv never re-resolves on its own), then try again",
         )
-    from gpuenv.lock.lockfile import check_locked_row
-    from gpuenv.matrix.load import load_matrix
 
     check_locked_row(lock, spec, load_matrix())
     return Project(spec, lock, path)
@@ -85,8 +90,6 @@ def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> Pu
         view.pull_event(progress)
     view.pull_finished(progress)
     if progress.error:
-        from gpuenv.engine.failures import pull_error
-
         raise pull_error(reference, progress.error)
     return progress
 
@@ -358,9 +361,6 @@ def push(
     """Build the project image with the code baked in (checked first: no credentials,
     not too big; `notice` gets its size), push it, record its digest (and the platform
     it was built for) in the lock (`pushed`), and return the image by digest."""
-    from gpuenv.images.bake import BakePolicy, check_bake
-    from gpuenv.images.registry import credentials as auth_for
-
     reference = parse_reference(repository)
     if reference.digest:
         raise PullError(f"{repository}: name a repository (and a tag), not a digest")
@@ -375,8 +375,6 @@ def push(
     digest = None
     for event in engine.push(reference.repository, tag, auth_for(reference.repository)):
         if "error" in event:
-            from gpuenv.engine.failures import pull_error
-
             raise pull_error(target, str(event.get("error")), verb="push")
         aux = event.get("aux")
         if isinstance(aux, dict) and str(aux.get("Digest", "")).startswith("sha256:"):

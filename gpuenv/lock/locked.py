@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from gpuenv.lock.lockfile import Lock
+from gpuenv.lock.lockfile import Lock
 
 
 @dataclass(frozen=True)

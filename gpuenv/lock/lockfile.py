@@ -8,25 +8,26 @@ fsync, rename), so a crash or Ctrl-C never leaves half a lock.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from gpuenv import __version__
 from gpuenv.common.files import atomic_write, file_hash
 from gpuenv.errors import LockError, file_error
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.matrix.load import Matrix
+from gpuenv.project.dependencies import read_dependencies
+from gpuenv.project.sources import Collected
 from gpuenv.project.spec import Spec
-
-if TYPE_CHECKING:  # the resolver is not needed to read or check a lock (hot paths)
-    from collections.abc import Mapping
-
-    from gpuenv.host.machine import Host
-    from gpuenv.matrix.load import Matrix
-    from gpuenv.project.sources import Collected
-    from gpuenv.resolution.resolve import Resolution
+from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
+from gpuenv.resolution.verdicts import Resolution
 
 LOCK_FILENAME = "gpuenv.lock"
 LOCK_VERSION = 1
@@ -84,8 +85,6 @@ def requirements_hashes(spec: Spec, collected: Collected | None = None) -> dict[
     and what they include (-r / -c), pyproject.toml and the uv.lock beside it,
     environment.yml. A file that cannot be followed is a located SpecError (exit 3).
     `collected`: the dependencies as already read (they are read otherwise)."""
-    from gpuenv.project.dependencies import read_dependencies
-
     if collected is None:
         collected = read_dependencies(spec)
     return {
@@ -139,9 +138,6 @@ INTEGRITY_KEY = "integrity"
 def integrity(data: dict[str, Any]) -> str:
     """A digest of everything the lock says (but itself): gpuenv writes it with the lock,
     so a lock edited by hand no longer matches."""
-    import hashlib
-    import json
-
     body = {k: v for k, v in data.items() if k != INTEGRITY_KEY}
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
@@ -260,8 +256,6 @@ def lock_differences(lock: Lock, spec: Spec, current: Mapping[str, str] | None =
 
 def recorded_host(lock: Lock) -> Host | None:
     """The host a lock was resolved for, to plan for it again from a machine without GPUs."""
-    from gpuenv.host.machine import Gpu, Host
-
     record = lock.resolved_for
     driver = record.get("driver")
     if not isinstance(driver, str):
@@ -283,9 +277,6 @@ def locked_row_problems(lock: Lock, spec: Spec, matrix: Matrix) -> list[str]:
     """Why the locked image is not one gpuenv would pin for this spec: it is in no
     matrix (shipped or synced), or it fails the spec or the host the lock was resolved
     for. Empty when the lock is honest."""
-    from gpuenv.host.machine import Host
-    from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
-
     row = next((r for r in matrix.images if r.image == lock.image), None)
     if row is None:
         return [f"{lock.image} is in no matrix (shipped, or synced with `gpuenv matrix sync`)"]

@@ -11,13 +11,17 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from packaging.utils import canonicalize_name
 
 from gpuenv.common import cache
 from gpuenv.common.checker import Checker
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.common.platforms import PLATFORMS
+from gpuenv.common.yamlfile import Path as YamlPath
+from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
 from gpuenv.matrix import overlay
 from gpuenv.matrix.files import Source as Source
@@ -39,10 +43,6 @@ from gpuenv.matrix.model import (
 )
 from gpuenv.matrix.model import ImageRow as ImageRow
 from gpuenv.matrix.model import Matrix as Matrix
-
-if TYPE_CHECKING:
-    from gpuenv.common.yamlfile import Path as YamlPath
-    from gpuenv.common.yamlfile import YamlDocument
 
 SCHEMA = 1
 EVIDENCE_LEVELS = ("primary", "image", "secondary", "unverified")
@@ -131,8 +131,6 @@ def _platforms(rows: Checker, path: YamlPath, value: Any) -> tuple[str, ...]:
 
 def _ships(rows: Checker, path: YamlPath, value: Any) -> tuple[tuple[str, ...], ...]:
     """``ships: {torchvision: 0.20.0a0+afc54f7}`` -> (name, version) pairs (names normalized)."""
-    from packaging.utils import canonicalize_name
-
     if not isinstance(value, dict):
         rows.add((*path, "ships"), "expected a mapping of package: version")
         return ()
@@ -257,8 +255,6 @@ def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> M
 
 def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
     """Parse and validate the matrix files; raise MatrixError listing all problems."""
-    from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
-
     problems: list[Problem] = []
     digest = hashlib.sha256()
     images: list[ImageRow] = []

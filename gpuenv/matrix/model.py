@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuenv.common import cache
 from gpuenv.common.versions import compute_capability, driver_tuple, parse_version
+from gpuenv.project.packages import FRAMEWORK_PACKAGES
 
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
 
@@ -63,8 +64,6 @@ class ImageRow:
 
     def shipped(self, name: str) -> str | None:
         """The version of `name` the image ships: the framework's own, or from `ships`."""
-        from gpuenv.project.packages import FRAMEWORK_PACKAGES
-
         if FRAMEWORK_PACKAGES.get(name) == self.framework and name not in ("jaxlib",):
             return self.framework_version
         return next((version for package, version in self.ships if package == name), None)

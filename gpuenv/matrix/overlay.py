@@ -11,12 +11,17 @@ shipped files: a damaged overlay is a located MatrixError that says how to fix i
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from gpuenv.common.checker import Checker
+from gpuenv.common.files import atomic_write
+from gpuenv.common.platforms import PLATFORMS
 from gpuenv.common.versions import compute_capability, driver_branch
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
@@ -174,8 +179,6 @@ def _row(check: Checker, path: YamlPath, raw: Any) -> OverlayRow | None:
 
 def overlay_text(registry: str, synced: str, rows: Sequence[OverlayRow]) -> str:
     """The overlay file for `rows` (YAML; versions quoted, so they stay text)."""
-    import yaml
-
     head = (
         "# Written by `gpuenv matrix sync`: what NGC images say about themselves, merged\n"
         "# over the shipped matrix (never overwriting it). Delete this file to drop it.\n"
@@ -192,8 +195,6 @@ def overlay_text(registry: str, synced: str, rows: Sequence[OverlayRow]) -> str:
 
 def write(path: str, text: str) -> None:
     """Atomically, in a folder of this user's (0700), the file readable by this user only."""
-    from gpuenv.common.files import atomic_write
-
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     atomic_write(path, text, mode=0o600)
 
@@ -209,7 +210,6 @@ def merge(matrix: Matrix, rows: Sequence[OverlayRow]) -> Matrix:
     """New tags become rows; null shipped fields are filled; nothing is overwritten."""
     if not rows:
         return matrix
-    import hashlib
 
     by_image = {(row.repository, row.tag): row for row in matrix.images}
     images = list(matrix.images)
@@ -255,8 +255,6 @@ def _new_row(found: OverlayRow, matrix: Matrix) -> ImageRow:
 
 def _known_platforms(found: OverlayRow) -> tuple[str, ...]:
     """The index's platforms that gpuenv resolves for (linux/amd64, linux/arm64)."""
-    from gpuenv.common.platforms import PLATFORMS
-
     return tuple(p for p in found.platforms if p in PLATFORMS)
 
 

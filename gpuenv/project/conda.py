@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import yaml
+
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
     CONDA_PROVIDED_BY_IMAGE,
@@ -15,16 +17,12 @@ from gpuenv.project.packages import (
     normalize,
 )
 from gpuenv.project.pyproject import add_requirement, line_of, where_in
-from gpuenv.project.sources import Collected
+from gpuenv.project.sources import OPTION, Collected, read_option
 
 
 def read_environment(project_dir: str, relative: str, into: Collected) -> dict[str, str]:
     """The ``pip:`` requirements of a conda environment file (read as requirement lines);
     conda packages flagged. Returns the conda packages' versions by name (python, ...)."""
-    import yaml
-
-    from gpuenv.project.sources import OPTION, read_option
-
     try:
         with open(os.path.join(project_dir, relative), encoding="utf-8") as handle:
             text = handle.read()

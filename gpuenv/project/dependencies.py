@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
 
+from gpuenv.errors import Problem, SpecError
+from gpuenv.project.conda import read_environment
 from gpuenv.project.packages import (
     COMPILES_AGAINST_TORCH,
     COUPLED,
     FRAMEWORK_PACKAGES,
     companion_series,
 )
-from gpuenv.project.sources import Collected, Dependency, Flag, read_requirements_file
-
-if TYPE_CHECKING:
-    from gpuenv.project.spec import Spec
+from gpuenv.project.pyproject import read_pyproject
+from gpuenv.project.sources import Collected, Dependency, Flag, environment, read_requirements_file
+from gpuenv.project.spec import Spec
 
 PACKAGES_WHERE = "gpuenv.yaml packages"
 
@@ -53,9 +53,6 @@ def read_sources(
     packages: tuple[str, ...] = (),
 ) -> Collected:
     """Every dependency the sources declare; problems are collected, not raised."""
-    from gpuenv.project.conda import read_environment
-    from gpuenv.project.pyproject import read_pyproject
-
     collected = Collected()
     for relative in sources:
         kind = source_kind(relative)
@@ -156,8 +153,6 @@ def plan_install(
     python: str | None = None,
 ) -> InstallPlan:
     """Sort the dependencies into what the image keeps, what pip installs, and how."""
-    from gpuenv.project.sources import environment
-
     env = environment(_exact_python(python))
     coupled = coupled_names(framework)
     image: dict[str, ImagePin] = {}
@@ -207,7 +202,6 @@ def needs_python(spec: Spec, image: str, python: str | None, framework: str) -> 
     """Python requirements need an image with Python: the plain CUDA images have none."""
     if framework != "none" or python:
         return
-    from gpuenv.errors import Problem, SpecError
 
     raise SpecError(
         [

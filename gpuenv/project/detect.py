@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from gpuenv.errors import Problem, SpecError
+from gpuenv.project.dependencies import read_sources
 from gpuenv.project.packages import FRAMEWORK_PACKAGES, IMPLIES
-from gpuenv.project.pyproject import table
+from gpuenv.project.pyproject import build_requirements, declared_requirements, table
 from gpuenv.project.sources import Collected, Dependency, environment
 from gpuenv.project.spec import GpuRequest, default_name
 
@@ -126,9 +128,6 @@ def detect_project(project_dir: str, chosen: str | None = None) -> Detected:
     """Framework, version, Python and dependency sources from the files a project has;
     SpecError (exit 3) for a file gpuenv cannot read, or for several frameworks unless
     `chosen` (``--framework``) picks one of them."""
-    from gpuenv.project.dependencies import read_sources
-    from gpuenv.project.pyproject import build_requirements, declared_requirements
-
     root = Path(project_dir)
     detected = Detected()
     sources = default_sources(root)
@@ -155,8 +154,6 @@ def detect_project(project_dir: str, chosen: str | None = None) -> Detected:
     ]
     for name, (version, where) in collected.conda.items():
         if name in FRAMEWORK_PACKAGES:
-            from packaging.requirements import InvalidRequirement, Requirement
-
             text = "torch" if name == "pytorch" else name
             try:
                 requirement = Requirement(f"{text}=={version}" if version else text)

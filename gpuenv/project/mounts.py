@@ -16,8 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuenv.common.dirs import user_config_file
+from gpuenv.common.userconfig import UserConfigError, read_trusted
+from gpuenv.common.yamlfile import YamlSyntaxError, read_yaml
 from gpuenv.errors import Problem, SpecError, UsageError
-from gpuenv.project.spec import Spec, display_path
+from gpuenv.project.spec import WORKSPACE, Spec, display_path
 
 # Refused as a mount source, anything inside them, and anything that contains them.
 # The engines' sockets: whoever reaches one is root on the host (Docker's docs, "Docker
@@ -120,9 +123,6 @@ def _within(path: str, folder: str) -> bool:
 
 def user_rules(env: Mapping[str, str] | None = None) -> MountRules:
     """The `mounts:` section of the user config (UsageError when it is malformed)."""
-    from gpuenv.common.dirs import user_config_file
-    from gpuenv.common.userconfig import UserConfigError, read_trusted
-
     path = user_config_file(env)
     try:
         data = read_trusted(path)
@@ -248,8 +248,6 @@ def parse_mount_flag(text: str) -> tuple[str, str, bool | None]:
 
 
 def _spec_problem(spec: Spec, index: int, message: str) -> Problem:
-    from gpuenv.common.yamlfile import YamlSyntaxError, read_yaml
-
     shown = display_path(spec.path) if spec.path else "gpuenv.yaml"
     try:
         doc = read_yaml(spec.path, shown) if spec.path else None
@@ -338,7 +336,6 @@ def run_binds(
     a target named twice is a usage error."""
     rules = user_rules(env).with_exact(allow)
     binds = spec_binds(spec, rules, notice) + flag_binds(mounts, spec.project_dir, rules)
-    from gpuenv.project.spec import WORKSPACE
 
     seen = {WORKSPACE}
     for bind in binds:

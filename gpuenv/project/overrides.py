@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from gpuenv.common.versions import InvalidConstraint, parse_constraint
 from gpuenv.errors import UsageError
-
-if TYPE_CHECKING:
-    from gpuenv.project.spec import Spec
+from gpuenv.project.spec import SPEC_FILENAME, Spec, default_spec, display_path
+from gpuenv.project.validate import load_spec
 
 
 class Overrides(NamedTuple):
@@ -22,8 +22,6 @@ def checked_overrides(
     framework: str | None, version: str | None, python: str | None, cuda: str | None
 ) -> Overrides:
     """Validate --version/--python/--cuda as constraints (a bad one is a usage error)."""
-    from gpuenv.common.versions import InvalidConstraint, parse_constraint
-
     for flag, value in (("--version", version), ("--python", python), ("--cuda", cuda)):
         if value is not None:
             try:
@@ -38,9 +36,6 @@ def checked_overrides(
 def spec_for(directory: str, overrides: Overrides, *, need_file: bool = False) -> Spec:
     """gpuenv.yaml with the overrides applied; without a file, a default spec for
     --framework (a usage error when neither is there)."""
-    from gpuenv.project.spec import SPEC_FILENAME, default_spec, display_path
-    from gpuenv.project.validate import load_spec
-
     if os.path.exists(os.path.join(directory, SPEC_FILENAME)) or need_file:
         spec = load_spec(directory)
     elif overrides.framework:

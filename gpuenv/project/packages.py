@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import re
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 # The framework distributions themselves (a direct pin names the framework).
 FRAMEWORK_PACKAGES = {
     "torch": "pytorch",
@@ -208,8 +211,6 @@ def framework_index(url: str) -> bool:
 
 def series(version: str, parts: int = 2) -> str | None:
     """``2.5.0a0+e000cf0ad9`` -> ``2.5``; None when it is not a version."""
-    from packaging.version import InvalidVersion, Version
-
     try:
         release = Version(version).release
     except InvalidVersion:
@@ -248,9 +249,6 @@ def ngc_satisfies(specifier: str, shipped: str) -> bool:
     >>> ngc_satisfies("", "2.5.0a0")
     True
     """
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     try:
         build = Version(shipped)
         wanted = SpecifierSet(specifier)

@@ -26,7 +26,7 @@ from gpuenv.project.packages import (
     framework_index,
     normalize,
 )
-from gpuenv.project.sources import Collected, Dependency, parse_requirement
+from gpuenv.project.sources import Collected, Dependency, environment, parse_requirement
 
 UV_LOCK = "uv.lock"
 
@@ -293,8 +293,6 @@ def read_uv_lock(
     """Every package uv.lock pins for the project's own package (the one whose source is
     the project folder) and the selected extras and groups, with markers evaluated for an
     NGC image (Linux x86_64, the image's Python): what `uv export` would list."""
-    from gpuenv.project.sources import environment
-
     data = load_toml(project_dir, relative, into)
     if data is None:
         return

@@ -14,8 +14,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from gpuenv.errors import Problem, SpecError, file_error
 from gpuenv.project.packages import framework_index, normalize
@@ -62,10 +64,6 @@ class Dependency:
     def specifier(self) -> str:
         """The version specifier; for a wheel URL, ``==`` the version in its file name."""
         if self.requirement.url:
-            from urllib.parse import unquote
-
-            from packaging.version import InvalidVersion, Version
-
             match = _WHEEL_VERSION.search(self.requirement.url)
             try:  # the release a wheel is a build of: torch-2.3.0+cu121 -> ==2.3.0
                 return f"=={Version(unquote(match['version'])).public}" if match else ""
@@ -347,8 +345,6 @@ def _credentials(url: str) -> bool:
     >>> _credentials("https://ann:s3cret@pypi.example/simple"), _credentials("https://pypi.org/simple")
     (True, False)
     """
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
     except ValueError:

@@ -7,24 +7,23 @@ reaches a Dockerfile or a container is checked here (package names, paths, env n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from packaging.specifiers import SpecifierSet
+from packaging.specifiers import SpecifierSet
 
+from gpuenv.common.versions import parse_constraint
 
 # The YAML and version parsers are imported where they are used: `gpuenv run` rebuilds an
 # already-validated Spec from its build stamp and needs neither.
 
 
 def constraint(text: str) -> SpecifierSet:
-    from gpuenv.common.versions import parse_constraint
-
     return parse_constraint(text)
 
 
@@ -191,7 +190,6 @@ class Spec:
     def digest(self) -> str:
         """A hash of the spec's meaning: reformatting or comments do not change it."""
         blob = json.dumps(self.to_data(), sort_keys=True, separators=(",", ":"))
-        import hashlib  # here: OpenSSL's load is ~5 ms a run does not need
 
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 

@@ -10,6 +10,7 @@ back to the full path, which reads the spec and lock and renders.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -41,8 +42,6 @@ def _path(project_dir: str, bake: bool) -> str:
     name = "".join(chr(byte) if byte in _KEPT else f"%{byte:02X}" for byte in raw)
     name += "+bake" if bake else ""  # "+" is escaped in a path: no path ends so
     if len(name) > _LONGEST:
-        import hashlib
-
         name = hashlib.sha256(raw + (b"\0bake" if bake else b"")).hexdigest()  # never "%2F…"
     return os.path.join(stamp_dir(), f"{name}.json")
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from gpuenv.common.checker import Checker, describe, did_you_mean
 from gpuenv.common.yamlfile import Path as YamlPath
-from gpuenv.common.yamlfile import YamlDocument
+from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml, read_yaml
 from gpuenv.errors import Problem, SpecError, file_error
 from gpuenv.project.spec import (
     ALIASES,
@@ -67,8 +71,6 @@ _GPU_UUID = r"^(GPU|MIG)-[A-Za-z0-9-]+$"
 
 def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     """Read and validate `project_dir/filename`; raise SpecError listing every problem."""
-    from gpuenv.common.yamlfile import YamlSyntaxError, read_yaml
-
     path = os.path.join(project_dir, filename)
     shown = display_path(path)
     if not os.path.isfile(path):
@@ -87,8 +89,6 @@ def load_spec(project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
 
 def parse_spec_text(text: str, project_dir: str, filename: str = SPEC_FILENAME) -> Spec:
     """Validate spec text (for tests and tools that hold the text already)."""
-    from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
-
     try:
         doc = parse_yaml(text, filename)
     except YamlSyntaxError as exc:
@@ -188,8 +188,6 @@ def _requirements(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
         elif not os.path.isfile(os.path.join(check.project_dir, text)):
             check.add(path, f"'{text}' does not exist in the project folder")
         else:
-            from pathlib import PurePosixPath
-
             out.append(PurePosixPath(text).as_posix())
     check.seen_requirements = tuple(out)
     return tuple(out)
@@ -197,8 +195,6 @@ def _requirements(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
 
 def _extras(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
     """Names of optional dependency groups (PEP 621 extras, PEP 735 groups, Poetry)."""
-    from packaging.utils import canonicalize_name
-
     out = []
     for path, text in check.located_texts(("extras",), value, "optional dependency group names"):
         if not re.match(_NAME, text.lower()):
@@ -215,7 +211,6 @@ def _packages(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
     if not items:
         return ()
     # Imported here: reading a spec without `packages` (the hot paths) skips the parser.
-    from packaging.requirements import InvalidRequirement, Requirement
 
     out = []
     for path, text in items:

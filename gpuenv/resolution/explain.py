@@ -3,18 +3,15 @@ image, and for no solution the nearest candidates and the smallest change that f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from gpuenv.common.versions import driver_branch, driver_tuple, parse_version, series
 from gpuenv.errors import ResolutionError
+from gpuenv.host.machine import Host
 from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Host
-    from gpuenv.project.spec import Spec
-    from gpuenv.resolution.resolve import Candidate, HostGpu
-
+from gpuenv.project.spec import Spec
+from gpuenv.resolution.verdicts import Candidate, HostGpu
 
 SPEC_CHECKS = ("version", "python", "cuda")
 RELEVANT_FIELDS = ("framework_version", "cuda", "python", "min_driver", "min_compute_capability")
@@ -210,8 +207,6 @@ def _fixes(
 def _release_number(text: str) -> int:
     """``2.15`` -> 2_015_000, ``0.4.30`` -> 4_030: versions as one number, to rank by
     closeness (the first digits of a constraint such as '>=2.1' are used)."""
-    import re
-
     parts = [int(p) for p in re.findall(r"\d+", text)[:3]]
     parts += [0] * (3 - len(parts))
     return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpuenv.errors import ResolutionError
-from gpuenv.project.packages import ngc_satisfies
-
-if TYPE_CHECKING:
-    from gpuenv.matrix.model import ImageRow
-    from gpuenv.project.spec import Spec
-    from gpuenv.resolution.resolve import Candidate
+from gpuenv.matrix.model import ImageRow
+from gpuenv.project.dependencies import read_dependencies
+from gpuenv.project.packages import FRAMEWORK_PACKAGES, ngc_satisfies
+from gpuenv.project.sources import environment
+from gpuenv.project.spec import Spec
+from gpuenv.resolution.verdicts import Candidate
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,6 @@ class Pin:
 def pin_reasons(row: ImageRow, pins: Sequence[Pin]) -> list[str]:
     """Why the row's shipped versions fail the pins (unknown versions: not checked here;
     the build checks them in the image)."""
-    from gpuenv.project.packages import FRAMEWORK_PACKAGES
-
     out = []
     for pin in pins:
         shipped = row.shipped(pin.name)
@@ -83,9 +80,6 @@ def project_pins(spec: Spec) -> list[Pin]:
     packages (torchvision, flash-attn, numpy, ...) where the row records them in `ships`;
     so a pin the image's constraint file would refuse fails at lock time where the data
     allows. Reading a source may raise SpecError (exit 3)."""
-    from gpuenv.project.dependencies import read_dependencies
-    from gpuenv.project.sources import environment
-
     if spec.framework == "none" or not (spec.requirements or spec.packages):
         return []
     env = environment(None)

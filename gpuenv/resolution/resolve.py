@@ -17,9 +17,9 @@ nearest candidates and the smallest change that would make one fit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+
+from packaging.specifiers import SpecifierSet
 
 from gpuenv.common.versions import (
     compute_capability,
@@ -31,7 +31,7 @@ from gpuenv.common.versions import (
     selects_builds,
     sm,
 )
-from gpuenv.host.machine import Gpu, Host
+from gpuenv.host.machine import Host
 from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow, Matrix
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.explain import (
@@ -43,105 +43,7 @@ from gpuenv.resolution.explain import (
     warnings_for,
 )
 from gpuenv.resolution.pins import Pin, pin_reasons, pins_unsatisfiable
-
-if TYPE_CHECKING:
-    from packaging.specifiers import SpecifierSet
-
-    from gpuenv.matrix.model import DriveFloor
-
-
-@dataclass(frozen=True)
-class HostGpu:
-    """A host GPU with what the matrix adds: compute capability and class."""
-
-    gpu: Gpu
-    compute_capability: str | None
-    gpu_class: str | None  # datacenter | workstation | consumer | embedded | None (unknown)
-    floor: DriveFloor | None = None  # the oldest driver that can drive it, where known
-    architecture: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.gpu.name
-
-    @property
-    def datacenter(self) -> bool:
-        return self.gpu_class == "datacenter"
-
-
-@dataclass(frozen=True)
-class Rejection:
-    check: str  # version | python | cuda | driver | gpu
-    reason: str
-
-
-class Candidate:
-    """One image's verdict. A plain slotted class: the resolver makes one per matrix row."""
-
-    __slots__ = ("driver_route", "min_driver", "rejections", "row")
-
-    def __init__(
-        self,
-        row: ImageRow,
-        rejections: tuple[Rejection, ...],
-        min_driver: str | None,
-        driver_route: str | None,  # how the host driver qualifies, when it does
-    ) -> None:
-        self.row = row
-        self.rejections = rejections
-        self.min_driver = min_driver
-        self.driver_route = driver_route
-
-    @property
-    def ok(self) -> bool:
-        return not self.rejections
-
-    def rejected_by(self, *checks: str) -> bool:
-        return any(r.check in checks for r in self.rejections)
-
-    def only_rejected_by(self, *checks: str) -> bool:
-        return bool(self.rejections) and all(r.check in checks for r in self.rejections)
-
-
-@dataclass(frozen=True)
-class Resolution:
-    spec: Spec
-    host: Host
-    candidate: Candidate
-    candidates: tuple[Candidate, ...]
-    gpus: tuple[HostGpu, ...]
-    warnings: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def row(self) -> ImageRow:
-        return self.candidate.row
-
-    @property
-    def required_compute_capabilities(self) -> tuple[str, ...]:
-        return tuple(sorted({g.compute_capability for g in self.gpus if g.compute_capability}))
-
-    def to_data(self) -> dict[str, Any]:
-        row = self.row
-        return {
-            "image": row.image,
-            "repository": row.repository,
-            "tag": row.tag,
-            "release": row.release,
-            "framework": row.framework,
-            "framework_version": row.framework_version,
-            "cuda": row.cuda,
-            "cudnn": row.cudnn,
-            "python": row.python,
-            "ubuntu": row.ubuntu,
-            "min_driver": self.candidate.min_driver,
-            "forward_compat": list(row.forward_compat),
-            "min_compute_capability": row.min_compute_capability,
-            "evidence": row.evidence,
-            "unverified": list(row.unverified),
-            "driver_route": self.candidate.driver_route,
-            "warnings": list(self.warnings),
-            "host": self.host.to_data(),
-        }
+from gpuenv.resolution.verdicts import Candidate, HostGpu, Rejection, Resolution
 
 
 def classify_gpus(host: Host, matrix: Matrix) -> tuple[HostGpu, ...]:

@@ -8,25 +8,28 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import ResolutionError, UsageError
+from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity as Identity
 from gpuenv.images.accounts import accounts_archive as accounts_archive
 from gpuenv.images.accounts import invoking_identity as invoking_identity
 from gpuenv.images.accounts import merge_accounts as merge_accounts
-from gpuenv.project.spec import WORKSPACE, Spec
+from gpuenv.lock.locked import Locked
+from gpuenv.matrix.load import ImageRow
+from gpuenv.project.mounts import Bind
+from gpuenv.project.spec import WORKSPACE, Spec, default_spec
+from gpuenv.resolution.resolve import classify_gpus, evaluate
+from gpuenv.run.devices import LEGACY
+from gpuenv.run.devices import device_requests as requests_for
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.procfs import process_start
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Host
-    from gpuenv.lock.locked import Locked
-    from gpuenv.project.mounts import Bind
 
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers
@@ -103,10 +106,6 @@ def environment(
 
 def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
     """Refuse (ResolutionError) when this host cannot run the locked image; warnings else."""
-    from gpuenv.matrix.load import ImageRow
-    from gpuenv.project.spec import default_spec
-    from gpuenv.resolution.resolve import classify_gpus, evaluate
-
     if host.driver is None or grant.mode == "none":
         return []
     resolved, requires = lock.resolved, lock.requires
@@ -179,8 +178,6 @@ def detached_labels(run_labels: Mapping[str, str]) -> dict[str, str]:
 def memlock_limit() -> int:
     """NGC's `--ulimit memlock=-1`, unless this host caps locked memory (a hard limit the
     engine could not raise either): then that cap, which still lets the container start."""
-    import resource
-
     _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     return MEMLOCK_UNLIMITED if hard == resource.RLIM_INFINITY else int(hard)
 
@@ -243,9 +240,6 @@ def container_config(
     if size is not None:
         host_config["ShmSize"] = size
     if device_requests is None:
-        from gpuenv.run.devices import LEGACY
-        from gpuenv.run.devices import device_requests as requests_for
-
         device_requests = requests_for(LEGACY, grant)
     if device_requests:
         host_config["DeviceRequests"] = [dict(request) for request in device_requests]

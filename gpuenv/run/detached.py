@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from types import FrameType
 
+from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, frames
 from gpuenv.errors import EngineRefused, UsageError
+from gpuenv.run.session import finished
 from gpuenv.sharing.monitor import RunInfo, find_run
-
-if TYPE_CHECKING:
-    from types import FrameType
 
 Write = Callable[[int, bytes], None]
 
@@ -108,9 +107,6 @@ def remove_run(
             f"{run.name} is still running", hint=f"stop it first: `gpuenv stop {run.name}`"
         )
     if ended is not None:
-        from gpuenv.common.labels import USAGE_LABEL
-        from gpuenv.run.session import finished
-
         details = engine.inspect(run.id)
         label = ((details.get("Config") or {}).get("Labels") or {}).get(USAGE_LABEL)
         if label:

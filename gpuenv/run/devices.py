@@ -29,14 +29,15 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import yaml
+
+from gpuenv.engine.protocol import ContainerEngine
+from gpuenv.errors import UsageError
+from gpuenv.host.machine import Host
 from gpuenv.host.mig import cdi_mig_names
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import ContainerEngine
-    from gpuenv.host.machine import Host
-    from gpuenv.sharing.gpus import Grant
+from gpuenv.sharing.gpus import Grant
 
 CDI_KIND = "nvidia.com/gpu"
 DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -111,15 +112,10 @@ def _edit_paths(edits: Mapping[str, Any]) -> list[str]:
 def parse_cdi_spec(path: str, text: str) -> CdiSpec:
     """A spec from its JSON or YAML text (the CDI SPEC.md format)."""
     try:
-        if path.endswith(".json"):
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except (ValueError, ImportError) as exc:
-        return CdiSpec(path, error=f"not valid JSON/YAML: {str(exc).splitlines()[0]}")
-    except Exception as exc:  # yaml.YAMLError, without importing yaml at module load
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except ValueError as exc:
+        return CdiSpec(path, error=f"not valid JSON: {str(exc).splitlines()[0]}")
+    except yaml.YAMLError as exc:
         return CdiSpec(path, error=f"not valid YAML: {str(exc).splitlines()[0]}")
     if not isinstance(data, Mapping) or not data.get("cdiVersion") or not data.get("kind"):
         return CdiSpec(path, error="not a CDI spec (no cdiVersion or kind)")
@@ -443,8 +439,6 @@ def detect_path(
         facts = engine_facts(engine)
     forced = environ.get(GPU_PATH_ENV, "").strip().lower() or None
     if forced not in (None, "legacy", "cdi"):
-        from gpuenv.errors import UsageError
-
         raise UsageError(f"{GPU_PATH_ENV}={forced}: not legacy or cdi")
     specs = read_cdi_specs(cdi_dirs(environ, facts.cdi_dirs))
     return choose_path(facts, specs, host, forced)

@@ -10,13 +10,29 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuenv.engine.protocol import Engine
 from gpuenv.errors import EngineRefused, GpuenvError
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import Engine
-    from gpuenv.run.devices import EngineFacts, GpuPath
+from gpuenv.host.detect import detect_host
+from gpuenv.host.machine import Host
+from gpuenv.images.service import load_project
+from gpuenv.lock.locked import Locked
+from gpuenv.matrix.load import load_matrix
+from gpuenv.run.container import preflight
+from gpuenv.run.devices import (
+    GPU_PATH_ENV,
+    EngineFacts,
+    GpuPath,
+    cdi_dirs,
+    choose_path,
+    read_cdi_specs,
+)
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.gpus import Grant
+from gpuenv.sharing.health import assess_all
+from gpuenv.sharing.monitor import container_check
+from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
 MIN_API = (1, 40)  # DeviceRequests
 GENERATE_REMEDY = (
@@ -37,8 +53,6 @@ class Check:
 
 def _engine(connect: Callable[[], Engine], checks: list[Check]) -> object:
     """The engine, its API, its GPU path and rootless mode; the host for later checks."""
-    from gpuenv.run.devices import EngineFacts
-
     try:
         api = connect()
         version = api.version()
@@ -77,9 +91,6 @@ def _engine(connect: Callable[[], Engine], checks: list[Check]) -> object:
 
 def _gpu_path(facts: EngineFacts, host: object, checks: list[Check]) -> GpuPath | None:
     """Which way GPUs reach containers here (legacy or CDI), and what is wrong with it."""
-    from gpuenv.host.machine import Host
-    from gpuenv.run.devices import GPU_PATH_ENV, cdi_dirs, choose_path, read_cdi_specs
-
     known = host if isinstance(host, Host) else Host(None)
     forced = os.environ.get(GPU_PATH_ENV, "").strip().lower() or None
     dirs = cdi_dirs(os.environ, facts.cdi_dirs)
@@ -247,8 +258,6 @@ def _disk(info: dict[str, Any], checks: list[Check]) -> None:
 
 
 def _driver(checks: list[Check]) -> object:
-    from gpuenv.host.detect import detect_host
-
     try:
         host = detect_host()
     except GpuenvError as exc:
@@ -303,8 +312,6 @@ def _mig(gpus: Any, checks: list[Check]) -> None:
 
 def _health(gpus: Any, checks: list[Check]) -> None:
     """One check per health finding (an info one is ok, with what it saw); ok if none."""
-    from gpuenv.sharing.health import assess_all
-
     findings = assess_all(gpus)
     status = {"info": "ok", "warn": "warn", "fail": "fail"}
     for finding in findings:
@@ -324,10 +331,6 @@ def _health(gpus: Any, checks: list[Check]) -> None:
 
 
 def _lock(directory: str, host: object, checks: list[Check]) -> None:
-    from gpuenv.images.service import load_project
-    from gpuenv.lock.locked import Locked
-    from gpuenv.run.container import preflight
-
     if not os.path.exists(os.path.join(directory, "gpuenv.lock")):
         return
     try:
@@ -340,8 +343,6 @@ def _lock(directory: str, host: object, checks: list[Check]) -> None:
             Check("gpuenv.lock", "ok", f"{project.lock.image} (no driver here to check against)")
         )
         return
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.sharing.gpus import Grant
 
     try:
         preflight(Locked.from_lock(project.lock, ""), host, Grant("all"), load_matrix())  # type: ignore[arg-type]
@@ -377,10 +378,6 @@ def _credentials(checks: list[Check]) -> None:
 
 
 def _state(connect: Callable[[], Engine], checks: list[Check]) -> None:
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.monitor import container_check
-    from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
-
     try:
         engine = connect()
     except GpuenvError:

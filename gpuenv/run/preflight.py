@@ -14,14 +14,16 @@ it reads the same every time. Anything unexpected in the cache is a miss (`cache
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuenv.common import cache
 from gpuenv.errors import ResolutionError
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Gpu, Host
-    from gpuenv.lock.locked import Locked
-    from gpuenv.sharing.gpus import Grant
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.lock.locked import Locked
+from gpuenv.matrix.files import default_matrix_dir, matrix_key
+from gpuenv.matrix.load import load_matrix
+from gpuenv.run.container import preflight
+from gpuenv.sharing.gpus import Grant
 
 KIND = "preflight"
 
@@ -29,15 +31,11 @@ KIND = "preflight"
 def judge(locked: Locked, host: Host, grant: Grant) -> list[str]:
     """The preflight's warnings, or its refusal (ResolutionError), from the cache when
     this verdict was reached before."""
-    from gpuenv.common import cache
-
     key = verdict_key(locked, host, grant)
     stored = cache.load(KIND, key) if key else None
     verdict = _verdict(stored)
     if verdict is not None:
         return verdict
-    from gpuenv.matrix.load import load_matrix
-    from gpuenv.run.container import preflight
 
     try:
         warnings = preflight(locked, host, grant, load_matrix())
@@ -93,9 +91,6 @@ def _granted(host: Host, grant: Grant) -> list[Gpu]:
 def verdict_key(locked: Locked, host: Host, grant: Grant) -> str | None:
     """The verdict's cache key; None when the matrix files cannot be read (the
     preflight then loads the matrix, and says what is wrong with it)."""
-    from gpuenv.common import cache
-    from gpuenv.matrix.files import default_matrix_dir, matrix_key
-
     try:
         matrix, _, _ = matrix_key(default_matrix_dir())
     except Exception:

@@ -6,13 +6,17 @@ are removed by the next run.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import os
 import signal
 import socket
 import stat
 import sys
+import termios
 import threading
+import time
+import tty
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import FrameType
@@ -93,9 +97,6 @@ def _ended(api: ContainerEngine, container: Mapping[str, Any]) -> tuple[int | No
 
 def finished(details: Mapping[str, Any]) -> tuple[int | None, float | None]:
     """The exit code and end (FinishedAt, UTC) of an inspected container."""
-    import calendar
-    import time
-
     state = details.get("State") or {}
     when = str(state.get("FinishedAt") or "")[:19]
     try:
@@ -127,8 +128,6 @@ def _raw_terminal(enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    import termios
-    import tty
 
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)

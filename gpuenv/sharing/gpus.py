@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpuenv.common.yamlfile import YamlDocument
 from gpuenv.errors import GpusBusy, UsageError
+from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import SpecChecker, parse_gpus_value
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
-    from gpuenv.sharing.claims import Claim
+from gpuenv.sharing.claims import Claim
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,6 @@ def parse_gpus_option(text: str) -> GpuRequest:
 
 def _mig_option(text: str) -> GpuRequest:
     """`mig=1g.10gb` or `mig=1g.10gb,count=2`: the spec's {mig, count} on the command line."""
-
     fields: dict[str, object] = {}
     for part in text.strip().split(","):
         key, _, value = part.strip().partition("=")

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Gpu
+from gpuenv.host.machine import Gpu
 
 SEVERITIES = ("info", "warn", "fail")
 NEAR_SLOWDOWN_C = 5  # within this many degrees of the slowdown threshold: say so

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from gpuenv.common.labels import RUN_LABEL
+from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, GpuenvError
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import ContainerEngine
 
 
 def user_uid(labels: dict[str, str]) -> int | None:

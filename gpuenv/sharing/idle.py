@@ -13,15 +13,13 @@ import stat
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuenv.common.labels import RUN_LABEL
+from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
-from gpuenv.sharing.claims import Claim
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import ContainerEngine
-    from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.claims import Claim, ClaimStore
+from gpuenv.sharing.monitor import user_uid
 
 SYSTEM_CONFIG = "/etc/gpuenv/config.toml"
 SYSTEM_CONFIG_ENV = "GPUENV_SYSTEM_CONFIG"
@@ -188,7 +186,6 @@ def stop_holder(engine: ContainerEngine, action: Action, hostname: str) -> str |
     the gpuenv process named by the claim (its own `gpuenv run` then releases them).
     Only a run of the claims' owner, on this host, is stopped: a claim's content is
     written by its owner, who could name another user's container or process."""
-    from gpuenv.sharing.monitor import user_uid
 
     def owned(labels: Mapping[str, str]) -> bool:
         return user_uid(dict(labels)) == action.uid and labels.get("io.gpuenv.host") == hostname

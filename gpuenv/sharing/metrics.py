@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import assess
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Gpu, Host
-    from gpuenv.sharing.claims import Claim
-    from gpuenv.sharing.monitor import RunInfo
+from gpuenv.sharing.monitor import RunInfo
 
 GPU_LABELS = ("gpu", "uuid", "project", "user", "run")
 PREFIX = "gpuenv_gpu_"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
+from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import GpuProcess, Host, MigDevice
 from gpuenv.sharing.claims import Claim
@@ -16,9 +17,6 @@ from gpuenv.sharing.health import Finding, assess
 from gpuenv.sharing.holders import container_check as container_check
 from gpuenv.sharing.holders import user_uid as user_uid
 from gpuenv.sharing.procfs import container_of, process_owner
-
-if TYPE_CHECKING:
-    from gpuenv.engine.protocol import ContainerEngine
 
 
 @dataclass(frozen=True)

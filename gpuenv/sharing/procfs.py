@@ -3,6 +3,9 @@ the process it replaced), which container it runs in, and whose it is."""
 
 from __future__ import annotations
 
+import errno
+import os
+import pwd
 import re
 
 # Patterns as text: re compiles (and keeps) each on its first use, not at import.
@@ -27,9 +30,6 @@ def process_gone(pid: int, start: str) -> bool:
     >>> process_gone(os.getpid(), process_start(os.getpid()) or "?")
     False
     """
-    import errno
-    import os
-
     if pid <= 0:
         return True  # no process; and kill(0 or -1) would mean a group, or everyone
     try:
@@ -54,8 +54,6 @@ def container_of(pid: int) -> str | None:
 
 def process_owner(pid: int) -> str:
     """The user name (or uid) a process runs as; '?' when it is gone."""
-    import pwd
-
     uid = process_uid(pid)
     if uid is None:
         return "?"

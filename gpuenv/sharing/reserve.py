@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from gpuenv.errors import GpusBusy
+from gpuenv.host.machine import Host
+from gpuenv.project.spec import GpuRequest
+from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant, choose
-
-if TYPE_CHECKING:
-    from gpuenv.host.machine import Host
-    from gpuenv.project.spec import GpuRequest
-    from gpuenv.sharing.claims import ClaimStore
 
 
 def reserve(

@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import platformdirs
+
 from gpuenv.errors import LockHeld, StateUnsafe, UsageError
 from gpuenv.sharing.procfs import process_owner
 
@@ -64,8 +66,6 @@ class Folder:
 
 
 def user_state_dir() -> str:
-    import platformdirs
-
     return platformdirs.user_state_dir("gpuenv")
 
 

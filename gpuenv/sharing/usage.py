@@ -11,6 +11,7 @@ root. What is trusted, and how the files are opened: `usage_files`.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import math
@@ -19,6 +20,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import yaml
 
 from gpuenv.errors import UsageError
 from gpuenv.sharing import usage_files as files
@@ -289,8 +292,6 @@ def parse_since(text: str, now: float) -> float:
     if text[:-1].isdigit() and text[-1:] in units:
         return now - int(text[:-1]) * units[text[-1]]
     try:
-        import calendar
-
         return float(calendar.timegm(time.strptime(text, "%Y-%m-%d")))
     except ValueError:
         raise UsageError(
@@ -311,8 +312,6 @@ class Prices:
 def load_prices(env: Mapping[str, str] | None = None) -> Prices | None:
     """The host config's prices per GPU model and hour (docs: sharing.md), None without
     a config file; a config that is there but wrong is a usage error naming the file."""
-    import yaml
-
     env = os.environ if env is None else env
     path = env.get(HOST_CONFIG_ENV) or DEFAULT_HOST_CONFIG
     try:

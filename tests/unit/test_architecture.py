@@ -31,7 +31,14 @@ def test_version_starts_without_heavy_imports() -> None:
     output, modules = _loaded_after(["--version"])
     assert "gpuenv, version" in output
     assert not modules & set(HEAVY)
-    tree = {"gpuenv.cli.app", "gpuenv.cli.tree", "gpuenv.cli.base"}
+    tree = {
+        "gpuenv.cli.app",
+        "gpuenv.cli.tree",
+        "gpuenv.cli.base",
+        "gpuenv.cli.failure",
+        "gpuenv.cli.output",
+        "gpuenv.cli.quiet",
+    }
     assert not {m for m in modules if m.startswith("gpuenv.cli.")} - tree
 
 

@@ -317,7 +317,7 @@ def test_an_os_error_anywhere_is_a_file_error_not_a_bug(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The one error path turns an OSError no command caught into exit 8 with its path."""
-    import gpuenv.app.policy as policy
+    import gpuenv.cli.project as policy  # where the command calls it
 
     def refuse(*args: object, **kwargs: object) -> object:
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/shared/gpuenv.yaml")

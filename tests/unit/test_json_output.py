@@ -186,7 +186,7 @@ def test_every_exit_code_of_an_error_is_in_the_error_schema() -> None:
 def test_ctrl_c_with_json_is_a_json_failure_too(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gpuenv.app.policy as policy
+    import gpuenv.cli.project as policy  # where the command calls it
 
     def interrupted(*args: object, **kwargs: object) -> object:
         raise KeyboardInterrupt
