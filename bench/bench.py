@@ -653,7 +653,8 @@ def _build_context(project: Path, folder: Path) -> None:
     import io
     import tarfile
 
-    from gpuenv.images.service import load_project, plan
+    from gpuenv.images.service import plan
+    from gpuenv.lock.project import load_project
 
     folder.mkdir()
     planned = plan(load_project(str(project)), os.environ["GPUENV_REGISTRY_MIRROR"])

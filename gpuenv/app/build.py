@@ -15,17 +15,9 @@ from gpuenv.errors import GpuenvError, ResolutionError, UsageError
 from gpuenv.images.accounts import Identity, account_image, image_accounts, usable_account_image
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.registry import InvalidMirror, registry_mirror
-from gpuenv.images.service import (
-    BuildResult,
-    Project,
-    View,
-    build,
-    build_inputs,
-    ensure_base,
-    load_project,
-    plan,
-)
+from gpuenv.images.service import BuildResult, View, build, build_inputs, ensure_base, plan
 from gpuenv.lock.locked import Locked
+from gpuenv.lock.project import Project, load_project
 from gpuenv.project import stamp
 from gpuenv.project.spec import Spec, spec_from_data
 

@@ -9,22 +9,20 @@ import click
 import yaml
 
 from gpuenv.app.build import engine_platform, image_for_run, pushed_is_stale
+from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platform, submit_job
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, apply, engine, view_factory
 from gpuenv.cluster import manifests as k8s
 from gpuenv.cluster.manifests import compose_file
-from gpuenv.cluster.slurm import Launch, job_name, pushed_image, sbatch_script
+from gpuenv.cluster.slurm import Launch, job_name, pushed_image
 from gpuenv.cluster.submit import (
     exported_environment,
     finished_jobs,
-    job_environment,
     job_gpus,
     project_jobs,
-    submit_script,
 )
 from gpuenv.common.dirs import user_cache_dir
-from gpuenv.errors import UsageError
-from gpuenv.images.service import Project, load_project
+from gpuenv.lock.project import load_project
 from gpuenv.project.mounts import run_binds
 from gpuenv.project.validate import load_spec
 from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
@@ -54,22 +52,6 @@ rendezvous_option = click.option(
     metavar="SECONDS",
     help="With several nodes: torchrun fails when not every node joined within this.",
 )
-
-
-def _pushed_platform(project: object) -> str | None:
-    """The platform the pushed image was built for (recorded by `gpuenv push`)."""
-    assert isinstance(project, Project)
-    platform = (project.lock.extra.get("pushed") or {}).get("platform")
-    return str(platform) if platform else None
-
-
-def _warn_if_pushed_is_stale(project: object) -> None:
-    assert isinstance(project, Project)
-    if pushed_is_stale(project):
-        ui.warn(
-            "the project changed since the last `gpuenv push`: the pushed image carries the "
-            "old code and requirements; run `gpuenv push` again"
-        )
 
 
 @click.command(context_settings=PASS_THROUGH)
@@ -132,47 +114,22 @@ def submit(
     are never written: the script names each variable, and its value reaches the job
     through sbatch's environment.
     """
-    project = load_project(obj.directory)
-    spec = project.spec
-    variables = job_environment(spec, env, env_files)
-    if variables.values and any(a.startswith("--export") for a in sbatch_args):
-        raise UsageError(
-            "-e KEY=VALUE and --env-file values travel in sbatch's environment, which "
-            "--sbatch-arg --export=... would not pass on",
-            hint="drop the --export option, or pass the values another way",
-        )
-    _warn_if_pushed_is_stale(project)
-    if spec.gpus.mode == "mig" and gpus is None:
-        ui.warn(
-            f"gpuenv.yaml asks for {spec.gpus}: the job asks Slurm for "
-            f"--gres=gpu:{job_gpus(spec, gpus)}, whole GPUs (gpuenv does not know this "
-            "cluster's MIG GRES types)"
-        )
-    output_dir = os.path.join(obj.directory, ".gpuenv", "slurm")
-    script = sbatch_script(
-        spec,
-        pushed_image(project.lock.extra),
-        command_for(arguments),
-        variables.written,
-        passthrough=variables.names,
-        gpus=job_gpus(spec, gpus),
-        output_dir=output_dir,
-        shm_size=shm_size(spec) or DEFAULT_SHM,
-        launch=Launch(
-            launcher,
-            nodes,
-            rendezvous_timeout,
-            os.path.abspath(os.path.expanduser(sif_cache or os.path.join(user_cache_dir(), "sif"))),
-        ),
+    sif = os.path.abspath(os.path.expanduser(sif_cache or os.path.join(user_cache_dir(), "sif")))
+    request = JobRequest(
+        arguments,
+        Launch(launcher, nodes, rendezvous_timeout, sif),
+        gpus=gpus,
+        env=env,
+        env_files=env_files,
         time_limit=time_limit,
         partition=partition,
-        extra=sbatch_args,
-        platform=_pushed_platform(project),
+        sbatch_args=sbatch_args,
     )
+    job = prepare_job(obj.directory, request, notice=ui.warn)
     if dry_run:
-        click.echo(script, nl=False)
+        click.echo(job.script, nl=False)
         return
-    submitted = submit_script(obj.directory, output_dir, spec.name, script, variables.values)
+    submitted = submit_job(obj.directory, job)
     output.result(submitted.job)
     ui.success(f"submitted job {submitted.job} ({submitted.script}); `gpuenv jobs` follows it")
 
@@ -278,7 +235,8 @@ def export_kubernetes(
     project = load_project(obj.directory)
     variables = exported_environment(project.spec, env, env_files, write_values=write_values)
     options = k8s.KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout, env_secret)
-    _warn_if_pushed_is_stale(project)
+    if pushed_is_stale(project):
+        ui.warn(STALE_PUSH)
     manifests = k8s.kubernetes_manifests(
         project.spec,
         pushed_image(project.lock.extra),
@@ -288,7 +246,7 @@ def export_kubernetes(
         shm_size=shm_size(project.spec) or DEFAULT_SHM,
         uid=os.getuid(),
         gid=os.getgid(),
-        platform=_pushed_platform(project),
+        platform=pushed_platform(project),
         options=options,
         referenced=variables.referenced,
     )
@@ -340,7 +298,7 @@ def export_compose(
     variables = exported_environment(project.spec, env, env_files, write_values=write_values)
     binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
     image = (project.lock.extra.get("pushed") or {}).get("image")
-    platform = _pushed_platform(project)
+    platform = pushed_platform(project)
     if not image:
         connected = engine()
         image = image_for_run(obj.directory, connected, view_factory(True)).tag

@@ -22,8 +22,9 @@ from gpuenv.errors import UsageError
 from gpuenv.images.accounts import invoking_identity
 from gpuenv.images.bake import BakePolicy
 from gpuenv.images.registry import parse_reference
-from gpuenv.images.service import collect, ensure_base, list_images, load_project, plan
+from gpuenv.images.service import collect, ensure_base, list_images, plan
 from gpuenv.images.service import push as do_push
+from gpuenv.lock.project import load_project
 
 
 @click.command()

@@ -7,7 +7,9 @@ import sys
 
 import click
 
-from gpuenv.app.policy import Note, check_project, init_project, update_lock, verify_lock
+from gpuenv.app.check import check_project
+from gpuenv.app.init import init_project
+from gpuenv.app.lock import Note, update_lock, verify_lock
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, host_options, json_option, report, spec_options
 from gpuenv.cli.failure import error_fields

@@ -11,40 +11,17 @@ import click
 from rich.live import Live
 from rich.markup import escape
 
+from gpuenv.app.top import top_snapshot
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, engine
 from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
-from gpuenv.errors import EXIT_DOCTOR, GpuenvError, UsageError
+from gpuenv.errors import EXIT_DOCTOR, UsageError
 from gpuenv.host.detect import detect_host
-from gpuenv.host.machine import Host
 from gpuenv.run.doctor import run_checks
 from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.idle import duration, idle_for, known_state, load_policy, record_name, update
+from gpuenv.sharing.idle import duration, idle_for, load_policy, record_name, update
 from gpuenv.sharing.idle import enforce as apply_policy
-from gpuenv.sharing.monitor import GpuRow, container_check, gpu_rows, list_runs
-
-
-def _top_data() -> tuple[Host, list[GpuRow]]:
-    host = detect_host()
-    if not host.gpus:
-        return host, []
-    idle: dict[str, Any] = {}
-    try:
-        store = ClaimStore(container_check=container_check(engine()))
-        claims = store.claims()
-        idle = known_state(store)
-        store.close()
-    except GpuenvError:  # an unsafe or unusable state folder: show the GPUs anyway
-        claims = []
-    try:
-        runs = list_runs(engine())
-    except GpuenvError:  # no engine here: the GPUs and their claims still show
-        runs = []
-    rows = gpu_rows(host, claims, runs)
-    now = time.time()
-    for row, gpu in zip(rows, host.gpus, strict=True):
-        row.idle_seconds = idle_for(idle, gpu.key, now) if row.claimed_by else None
-    return host, rows
+from gpuenv.sharing.monitor import container_check
 
 
 @click.command()
@@ -62,7 +39,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
 
     A GPU in MIG mode lists its instances below it (GPU:MIG index, profile, memory, who
     holds each). NVML rarely reads utilization per instance: it shows n/a, never 0 %."""
-    host, rows = _top_data()
+    host, rows = top_snapshot(engine)
     if not host.gpus:
         message = f"no NVIDIA GPU on this host ({host.note or host.describe()}): nothing to show"
         if as_json:
@@ -85,7 +62,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
         try:
             while True:
                 time.sleep(interval)
-                host, rows = _top_data()
+                host, rows = top_snapshot(engine)
                 live.update(top_view(host, rows), refresh=True)
         except KeyboardInterrupt:
             pass

@@ -18,7 +18,7 @@ from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import pull_error, redact
 from gpuenv.engine.protocol import Engine, Event, ImageInfo
-from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
+from gpuenv.errors import BuildError, GpuenvError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import BuildProgress, PullProgress
@@ -27,15 +27,9 @@ from gpuenv.images.registry import credentials as auth_for
 from gpuenv.images.render import BuildPlan, plan_build
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
-    Lock,
-    check_locked_row,
-    lock_differences,
-    read_lock,
     write_lock,
 )
-from gpuenv.matrix.load import load_matrix
-from gpuenv.project.spec import Spec
-from gpuenv.project.validate import load_spec
+from gpuenv.lock.project import Project, load_project
 
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
 
@@ -54,30 +48,6 @@ class BuildView(Protocol):
 
 class View(PullView, BuildView, Protocol):
     pass
-
-
-@dataclass(frozen=True)
-class Project:
-    """A project folder's spec and lock, checked to agree (the lock is never re-resolved)."""
-
-    spec: Spec
-    lock: Lock
-    lock_path: str
-
-
-def load_project(directory: str) -> Project:
-    spec = load_spec(directory)
-    path = os.path.join(directory, LOCK_FILENAME)
-    lock = read_lock(path)
-    changes = lock_differences(lock, spec)
-    if changes:
-        raise LockError(
-            f"{LOCK_FILENAME} is out of date: " + "; ".join(changes),
-            hint="run `gpuenv lock` (gpuenv never re-resolves on its own), then try again",
-        )
-
-    check_locked_row(lock, spec, load_matrix())
-    return Project(spec, lock, path)
 
 
 def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> PullProgress:

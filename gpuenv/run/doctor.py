@@ -16,8 +16,8 @@ from gpuenv.engine.protocol import Engine
 from gpuenv.errors import EngineRefused, GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
-from gpuenv.images.service import load_project
 from gpuenv.lock.locked import Locked
+from gpuenv.lock.project import load_project
 from gpuenv.matrix.load import load_matrix
 from gpuenv.run.container import preflight
 from gpuenv.run.devices import (

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.images.service import load_project
 from gpuenv.lock.lockfile import write_lock
+from gpuenv.lock.project import load_project
 
 from .conftest import _missing, registry_digest, wait_for_job
 from .test_cluster import OtherUser, tester

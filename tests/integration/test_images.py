@@ -17,7 +17,8 @@ import yaml
 
 from gpuenv.cli.live import QuietView
 from gpuenv.engine.dockerpy import DockerEngine
-from gpuenv.images.service import build, load_project, plan
+from gpuenv.images.service import build, plan
+from gpuenv.lock.project import load_project
 
 from ..conftest import reseal
 from ..jsonschemas import validate_output

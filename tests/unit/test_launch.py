@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.app.policy import init_project
+from gpuenv.app.init import init_project
 from gpuenv.app.run import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
 from gpuenv.errors import GpuPathBroken, GpuRuntimeMissing, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host

@@ -224,8 +224,8 @@ def test_a_lock_that_pins_what_gpuenv_would_not_is_refused(
     from click.testing import CliRunner
 
     from gpuenv.cli import main
-    from gpuenv.images.service import load_project
     from gpuenv.lock.lockfile import check_locked_row
+    from gpuenv.lock.project import load_project
 
     path = locked(project, matrix)
     text = path.read_text()

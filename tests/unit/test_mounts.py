@@ -237,7 +237,7 @@ def test_run_binds(tree: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_check_reports_a_mount_a_run_would_refuse(tree: dict[str, str], tmp_path: Path) -> None:
-    from gpuenv.app.policy import check_project
+    from gpuenv.app.check import check_project
 
     spec_file = Path(tree["project"]) / "gpuenv.yaml"
     env = {"GPUENV_CONFIG": str(tmp_path / "none.yaml")}

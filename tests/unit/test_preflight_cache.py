@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.app.policy import init_project
+from gpuenv.app.init import init_project
 from gpuenv.common import cache
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Gpu, Host

@@ -200,8 +200,9 @@ def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> 
 
 
 def test_requirements_files_decide_rebuilds(project: Path, matrix: Matrix) -> None:
-    from gpuenv.images.service import Project, build_inputs
+    from gpuenv.images.service import build_inputs
     from gpuenv.lock.lockfile import read_lock, write_lock
+    from gpuenv.lock.project import Project
 
     spec = load_spec(str(project))
     lock = lock_from_resolution(
@@ -227,8 +228,9 @@ def test_a_file_added_to_a_baked_project_makes_its_build_stamp_stale(
 ) -> None:
     """`build --bake` said "✓ up to date" after a file was added: no recorded file changed."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-    from gpuenv.images.service import Project, build_inputs
+    from gpuenv.images.service import build_inputs
     from gpuenv.lock.lockfile import read_lock, write_lock
+    from gpuenv.lock.project import Project
     from gpuenv.project import stamp
 
     (project / "src").mkdir()

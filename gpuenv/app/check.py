@@ -1,0 +1,180 @@
+"""`gpuenv check`: every file gpuenv reads for a project, validated, every problem kept."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuenv.errors import (
+    FileAccessError,
+    GpuenvError,
+    HostError,
+    LockError,
+    MatrixError,
+    SpecError,
+    file_error,
+)
+from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+from gpuenv.lock.lockfile import (
+    LOCK_FILENAME,
+    Lock,
+    check_locked_row,
+    lock_differences,
+    read_lock,
+    requirements_hashes,
+)
+from gpuenv.matrix.load import Matrix, load_matrix
+from gpuenv.project.dependencies import needs_python, plan_install, read_dependencies
+from gpuenv.project.mounts import check_mounts
+from gpuenv.project.sources import Collected
+from gpuenv.project.spec import SPEC_FILENAME, Spec
+from gpuenv.project.validate import load_spec
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    """One thing `gpuenv check` validated: a success line, or the error it found."""
+
+    subject: str
+    ok: str | None = None
+    error: GpuenvError | None = None
+    warnings: tuple[str, ...] = ()  # what will not be done as written (shown, not fatal)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    items: tuple[CheckItem, ...] = field(default_factory=tuple)
+
+    @property
+    def exit_code(self) -> int:
+        """The code of the first kind of problem (a file that cannot be read, matrix,
+        spec, lock, host file), or 0."""
+        order = (FileAccessError, MatrixError, SpecError, LockError, HostError)
+        errors = [i.error for i in self.items if i.error is not None]
+        if not errors:
+            return 0
+        first = min(
+            errors, key=lambda e: next((i for i, k in enumerate(order) if isinstance(e, k)), 9)
+        )
+        return first.exit_code
+
+
+def _locked_python(lock: Lock | None) -> str | None:
+    """The Python of the locked image, which the dependencies' markers are read for."""
+    python = lock.resolved.get("python") if lock is not None else None
+    return python if isinstance(python, str) else None
+
+
+def _dependencies_item(spec: Spec, lock: Lock | None, collected: Collected) -> CheckItem:
+    """What the build will install, what it leaves to the image and what it will not do,
+    for the locked image (or the spec alone without a lock)."""
+    python = _locked_python(lock)
+    version = lock.resolved.get("framework_version") if lock is not None else None
+    try:
+        plan = plan_install(
+            collected, spec.framework, version if isinstance(version, str) else None, python
+        )
+        if lock is not None and not plan.empty:
+            needs_python(spec, lock.image, python, spec.framework)
+    except SpecError as exc:
+        return CheckItem("dependencies", error=exc)
+    summary = (
+        f"dependencies: {len(collected.files)} file(s) read; {len(plan.install)} to install, "
+        f"{len(plan.image)} left to the image, {len(plan.no_isolation)} without build isolation"
+    )
+    return CheckItem("dependencies", ok=summary, warnings=tuple(plan.notes()))
+
+
+def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
+    """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
+    problem collected. The lock and every dependency file are read once: the files'
+    hashes (is the lock up to date?) and the install plan come from the same reading."""
+    matrix, matrix_item = _matrix()
+    existing, lock_error = _lock(directory)
+    spec, collected, hashes, spec_item = _spec(directory, existing)
+    items = [matrix_item, spec_item]
+    if spec is not None and spec.mounts:
+        items.append(_mounts_item(spec, env))
+    if lock_error is not None:
+        items.append(CheckItem(LOCK_FILENAME, error=lock_error))
+    elif existing is not None:
+        items.append(_lock_item(existing, spec, hashes, matrix))
+    if spec is not None and collected is not None and (spec.requirements or spec.packages):
+        items.append(_dependencies_item(spec, existing, collected))
+    if env.get(HOST_FILE_ENV):
+        items.append(_host_file_item(env[HOST_FILE_ENV]))
+    return CheckReport(tuple(items))
+
+
+def _matrix() -> tuple[Matrix | None, CheckItem]:
+    try:
+        matrix = load_matrix()
+    except (MatrixError, FileAccessError) as exc:
+        return None, CheckItem("matrix", error=exc)
+    summary = f"matrix {matrix.version}: {len(matrix.images)} images, {len(matrix.gpus)} GPU models"
+    return matrix, CheckItem("matrix", ok=summary)
+
+
+def _lock(directory: str) -> tuple[Lock | None, GpuenvError | None]:
+    try:
+        return read_lock(os.path.join(directory, LOCK_FILENAME)), None
+    except (LockError, FileAccessError) as exc:
+        return None, exc
+    except OSError as exc:
+        return None, file_error(exc, "read")
+
+
+def _spec(
+    directory: str, lock: Lock | None
+) -> tuple[Spec | None, Collected | None, dict[str, str], CheckItem]:
+    """The spec, its dependency files read for the locked Python, and their hashes:
+    "valid" promises the files the spec names can be read too (a requirements file you
+    may not read fails here, not later)."""
+    try:
+        spec = load_spec(directory)
+        collected = read_dependencies(spec, _locked_python(lock))
+        hashes = requirements_hashes(spec, collected)
+    except (SpecError, FileAccessError) as exc:
+        return None, None, {}, CheckItem(SPEC_FILENAME, error=exc)
+    except OSError as exc:
+        return None, None, {}, CheckItem(SPEC_FILENAME, error=file_error(exc, "read"))
+    ok = f"{SPEC_FILENAME}: valid ({spec.framework}, project {spec.name})"
+    return spec, collected, hashes, CheckItem(SPEC_FILENAME, ok=ok)
+
+
+def _mounts_item(spec: Spec, env: Mapping[str, str]) -> CheckItem:
+    try:
+        return CheckItem("mounts", ok=check_mounts(spec, env))
+    except GpuenvError as exc:
+        return CheckItem("mounts", error=exc)
+
+
+def _lock_item(
+    lock: Lock, spec: Spec | None, hashes: dict[str, str], matrix: Matrix | None
+) -> CheckItem:
+    """Whether the lock matches the spec (and its image the matrix); a lock is only
+    read when the spec has problems."""
+    try:
+        changes = lock_differences(lock, spec, hashes) if spec is not None else []
+        if changes:
+            error = LockError(
+                f"{LOCK_FILENAME} is out of date: " + "; ".join(changes), hint="run `gpuenv lock`"
+            )
+            return CheckItem(LOCK_FILENAME, error=error)
+        if spec is not None and matrix is not None:
+            check_locked_row(lock, spec, matrix)
+    except (LockError, FileAccessError) as exc:
+        return CheckItem(LOCK_FILENAME, error=exc)
+    verdict = (
+        "matches" if spec is not None else f"readable, not compared ({SPEC_FILENAME} has problems)"
+    )
+    return CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: {verdict} ({lock.pinned_image})")
+
+
+def _host_file_item(path: str) -> CheckItem:
+    try:
+        load_host_file(path)
+    except (HostError, FileAccessError) as exc:
+        return CheckItem(HOST_FILE_ENV, error=exc)
+    return CheckItem(HOST_FILE_ENV, ok=f"{HOST_FILE_ENV}: valid")

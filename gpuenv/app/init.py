@@ -1,0 +1,103 @@
+"""`gpuenv init`: the project's own pins read, gpuenv.yaml written, resolved, locked."""
+
+from __future__ import annotations
+
+import os
+
+from gpuenv.app.lock import Note, Notify, no_notes
+from gpuenv.common.filelock import exclusive
+from gpuenv.common.files import atomic_write
+from gpuenv.errors import (
+    ResolutionError,
+    UsageError,
+)
+from gpuenv.lock.lockfile import (
+    LOCK_FILENAME,
+    lock_from_resolution,
+    write_lock,
+)
+from gpuenv.matrix.load import load_matrix
+from gpuenv.project.detect import detect_project, render_spec
+from gpuenv.project.overrides import Overrides
+from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
+from gpuenv.project.validate import parse_spec_text
+from gpuenv.resolution.hostplan import HostPlan
+from gpuenv.resolution.pins import project_pins
+from gpuenv.resolution.resolve import resolve
+from gpuenv.resolution.verdicts import Resolution
+
+
+def init_project(
+    directory: str,
+    overrides: Overrides,
+    plan: HostPlan,
+    *,
+    force: bool = False,
+    notify: Notify = no_notes,
+) -> Resolution:
+    """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
+    lock. When no image fits, the spec is still written (to edit) and no lock is."""
+    with exclusive(os.path.join(directory, LOCK_FILENAME)):
+        return _init_project(directory, overrides, plan, force=force, notify=notify)
+
+
+def _init_project(
+    directory: str, overrides: Overrides, plan: HostPlan, *, force: bool, notify: Notify
+) -> Resolution:
+    spec_path = os.path.join(directory, SPEC_FILENAME)
+    lock_path = os.path.join(directory, LOCK_FILENAME)
+    existing = [p for p in (spec_path, lock_path) if os.path.exists(p)]
+    if existing and not force:
+        names = " and ".join(os.path.basename(p) for p in existing)
+        raise UsageError(
+            f"{names} already exist{'s' if len(existing) == 1 else ''} in {directory}",
+            hint="edit gpuenv.yaml and run `gpuenv lock`, "
+            "or use `gpuenv init --force` to start over",
+        )
+    matrix = load_matrix()
+    host = plan.host(matrix)
+    detected = detect_project(directory, overrides.framework)
+    chosen_framework = overrides.framework or detected.framework
+    if chosen_framework is None:
+        chosen_framework = "pytorch"
+        notify(
+            Note(
+                "info",
+                "no framework found in requirements.txt, pyproject.toml or environment.yml; "
+                "using pytorch",
+            )
+        )
+    same_framework = chosen_framework == detected.framework
+    text = render_spec(
+        directory,
+        detected,
+        framework=chosen_framework,
+        version=overrides.version or (detected.version if same_framework else None),
+        python=overrides.python or detected.python,
+        cuda=overrides.cuda,
+        gpus=GpuRequest("all"),
+    )
+    spec = parse_spec_text(text, directory)
+    for found in detected.found:
+        notify(Note("step", f"found {found}"))
+    if detected.framework and not same_framework:
+        notify(
+            Note("warn", f"found {detected.framework_from}; gpuenv.yaml uses {chosen_framework}")
+        )
+    for note in detected.also:
+        notify(Note("warn", note))
+
+    pins = project_pins(spec)
+    try:
+        resolution = resolve(spec, matrix, host, pins=pins)
+    except ResolutionError:
+        atomic_write(spec_path, text)
+        notify(
+            Note(
+                "info", f"wrote {SPEC_FILENAME}, but no image fits it on this host; no lock written"
+            )
+        )
+        raise
+    atomic_write(spec_path, text)
+    write_lock(lock_path, lock_from_resolution(resolution, matrix.version))
+    return resolution

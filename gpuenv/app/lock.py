@@ -1,0 +1,142 @@
+"""`gpuenv lock`: when and how gpuenv.lock changes, and `lock --check`.
+
+Pure policy over files: no terminal, no engine. Each function returns what happened
+(with the notes a user should see), and the CLI shows it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from gpuenv.common.filelock import exclusive
+from gpuenv.errors import (
+    LockError,
+)
+from gpuenv.lock.lockfile import (
+    LOCK_FILENAME,
+    Lock,
+    check_locked_row,
+    lock_differences,
+    lock_from_resolution,
+    locked_row_problems,
+    read_lock,
+    recorded_host,
+    write_lock,
+)
+from gpuenv.matrix.load import load_matrix
+from gpuenv.project.overrides import Overrides, spec_for
+from gpuenv.resolution.hostplan import HostPlan
+from gpuenv.resolution.pins import project_pins
+from gpuenv.resolution.resolve import resolve
+from gpuenv.resolution.verdicts import Resolution
+
+NoteKind = Literal["info", "warn", "step"]
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: NoteKind
+    text: str
+
+
+Notify = Callable[[Note], None]
+
+
+def no_notes(note: Note) -> None:
+    del note
+
+
+LockStatus = Literal["up-to-date", "written", "updated", "updated-same-image"]
+
+
+@dataclass(frozen=True)
+class LockUpdate:
+    status: LockStatus
+    pinned: str
+    previous_image: str | None = None
+    resolution: Resolution | None = None
+
+
+def verify_lock(directory: str) -> Lock:
+    """`gpuenv lock --check`: the lock, or LockError listing what changed."""
+    spec = spec_for(directory, Overrides(), need_file=True)
+    current = read_lock(os.path.join(directory, LOCK_FILENAME))
+    changes = lock_differences(current, spec)
+    if changes:
+        raise LockError(
+            f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
+            hint="run `gpuenv lock` and commit gpuenv.lock",
+        )
+
+    check_locked_row(current, spec, load_matrix())
+    return current
+
+
+def update_lock(
+    directory: str, plan: HostPlan, *, upgrade: bool = False, notify: Notify = no_notes
+) -> LockUpdate:
+    """`gpuenv lock`: keep an up-to-date lock; on a change keep the locked image while it
+    still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
+    the host the lock recorded. One writer at a time (LockHeld, exit 9, names another)."""
+    with exclusive(os.path.join(directory, LOCK_FILENAME)):
+        return _update_lock(directory, plan, upgrade=upgrade, notify=notify)
+
+
+def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notify) -> LockUpdate:
+    spec = spec_for(directory, Overrides(), need_file=True)
+    path = os.path.join(directory, LOCK_FILENAME)
+    existing: Lock | None = None
+    if os.path.exists(path):
+        try:
+            existing = read_lock(path)
+        except LockError as exc:
+            notify(Note("warn", f"{exc.message}; writing a new lock"))
+    matrix = load_matrix()
+    if (
+        existing is not None
+        and not upgrade
+        and not plan.given
+        and not lock_differences(existing, spec)
+    ):
+        problems = locked_row_problems(existing, spec, matrix)
+        if not problems:
+            return LockUpdate("up-to-date", existing.pinned_image)
+        notify(Note("warn", "the locked image no longer fits: " + "; ".join(problems)))
+        upgrade = True
+    host = plan.host(matrix)
+    if host.driver is None and existing is not None and not plan.given:
+        recorded = recorded_host(existing)
+        if recorded is not None:
+            host = recorded
+            notify(
+                Note(
+                    "info",
+                    f"no NVIDIA driver here: planning for the host in the lock: {host.describe()}",
+                )
+            )
+    prefer = existing.image if existing is not None and not upgrade else None
+
+    resolution = resolve(spec, matrix, host, prefer=prefer, pins=project_pins(spec))
+    same_image = existing is not None and existing.image == resolution.row.image
+    digest = existing.digest if existing is not None and same_image else ""
+    new_lock = lock_from_resolution(resolution, matrix.version, digest)
+    if existing is not None and same_image and not lock_differences(existing, spec):
+        # Same spec, same image (a re-resolve for another host): the pushed image holds.
+        new_lock = replace(new_lock, extra=existing.extra)
+    write_lock(path, new_lock)
+    status: LockStatus
+    if existing is None:
+        status = "written"
+    elif same_image:
+        status = "updated-same-image"
+    else:
+        status = "updated"
+    return LockUpdate(
+        status,
+        new_lock.pinned_image,
+        previous_image=existing.image if existing is not None else None,
+        resolution=resolution,
+    )

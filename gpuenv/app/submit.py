@@ -1,0 +1,101 @@
+"""`gpuenv submit`: the locked environment as a Slurm job, its script written and handed
+to sbatch (the image by the digest `gpuenv push` recorded)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuenv.app.build import pushed_is_stale
+from gpuenv.cluster.slurm import Launch, pushed_image, sbatch_script
+from gpuenv.cluster.submit import (
+    JobEnvironment,
+    Submitted,
+    job_environment,
+    job_gpus,
+    submit_script,
+)
+from gpuenv.errors import UsageError
+from gpuenv.lock.project import Project, load_project
+from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
+
+STALE_PUSH = (
+    "the project changed since the last `gpuenv push`: the pushed image carries the old "
+    "code and requirements; run `gpuenv push` again"
+)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What `gpuenv submit` was asked for on the command line."""
+
+    arguments: tuple[str, ...]
+    launch: Launch
+    gpus: int | None = None
+    env: tuple[str, ...] = ()
+    env_files: tuple[str, ...] = ()
+    time_limit: str | None = None
+    partition: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job ready for sbatch: its script and where it goes, its variables' values
+    (which travel in sbatch's environment, never in a file)."""
+
+    name: str
+    script: str
+    output_dir: str
+    variables: JobEnvironment
+
+
+def prepare_job(directory: str, request: JobRequest, notice: Callable[[str], None]) -> Job:
+    """The job's sbatch script for the project's locked image; `notice` gets what the
+    user should know (a stale push, MIG asked of a cluster in whole GPUs)."""
+    project = load_project(directory)
+    spec = project.spec
+    variables = job_environment(spec, request.env, request.env_files)
+    if variables.values and any(a.startswith("--export") for a in request.sbatch_args):
+        raise UsageError(
+            "-e KEY=VALUE and --env-file values travel in sbatch's environment, which "
+            "--sbatch-arg --export=... would not pass on",
+            hint="drop the --export option, or pass the values another way",
+        )
+    if pushed_is_stale(project):
+        notice(STALE_PUSH)
+    gpus = job_gpus(spec, request.gpus)
+    if spec.gpus.mode == "mig" and request.gpus is None:
+        notice(
+            f"gpuenv.yaml asks for {spec.gpus}: the job asks Slurm for --gres=gpu:{gpus}, "
+            "whole GPUs (gpuenv does not know this cluster's MIG GRES types)"
+        )
+    output_dir = os.path.join(directory, ".gpuenv", "slurm")
+    script = sbatch_script(
+        spec,
+        pushed_image(project.lock.extra),
+        command_for(request.arguments),
+        variables.written,
+        passthrough=variables.names,
+        gpus=gpus,
+        output_dir=output_dir,
+        shm_size=shm_size(spec) or DEFAULT_SHM,
+        launch=request.launch,
+        time_limit=request.time_limit,
+        partition=request.partition,
+        extra=request.sbatch_args,
+        platform=pushed_platform(project),
+    )
+    return Job(spec.name, script, output_dir, variables)
+
+
+def submit_job(directory: str, job: Job) -> Submitted:
+    """Write the script (0600, in a 0700 folder) and submit it from the project folder."""
+    return submit_script(directory, job.output_dir, job.name, job.script, job.variables.values)
+
+
+def pushed_platform(project: Project) -> str | None:
+    """The platform the pushed image was built for (recorded by `gpuenv push`)."""
+    platform = (project.lock.extra.get("pushed") or {}).get("platform")
+    return str(platform) if platform else None

@@ -1,0 +1,51 @@
+"""`gpuenv top`'s data: every GPU of this host with its readings, health, claim, holder
+and idle time, whatever else is unavailable (no engine, an unusable state folder)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuenv.engine.protocol import Engine
+from gpuenv.errors import GpuenvError
+from gpuenv.host.detect import detect_host
+from gpuenv.host.machine import Host
+from gpuenv.sharing.claims import Claim, ClaimStore
+from gpuenv.sharing.idle import idle_for, known_state
+from gpuenv.sharing.monitor import GpuRow, RunInfo, container_check, gpu_rows, list_runs
+
+
+def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
+    """The host and one row per GPU. `engine` is asked for only when there are GPUs."""
+    host = detect_host()
+    if not host.gpus:
+        return host, []
+    claims, idle = _claims_and_idle(engine)
+    rows = gpu_rows(host, claims, _runs(engine))
+    now = time.time()
+    for row, gpu in zip(rows, host.gpus, strict=True):
+        row.idle_seconds = idle_for(idle, gpu.key, now) if row.claimed_by else None
+    return host, rows
+
+
+def _claims_and_idle(engine: Callable[[], Engine]) -> tuple[list[Claim], dict[str, Any]]:
+    """The claims and the idle samples; none when the state folder is unsafe or
+    unusable (the GPUs show anyway)."""
+    try:
+        store = ClaimStore(container_check=container_check(engine()))
+    except GpuenvError:
+        return [], {}
+    try:
+        return store.claims(), known_state(store)
+    except GpuenvError:
+        return [], {}
+    finally:
+        store.close()
+
+
+def _runs(engine: Callable[[], Engine]) -> list[RunInfo]:
+    try:
+        return list_runs(engine())
+    except GpuenvError:  # no engine here: the GPUs and their claims still show
+        return []
