@@ -19,7 +19,6 @@ from gpuenv.project.spec import WORKSPACE, Spec, is_mig_profile
 
 # The Kubernetes versions the docs promise, each checked by the tests with
 # kubernetes-validate --strict against its offline schemas.
-KUBERNETES_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 # Kueue picks up a Job by this label (kueue.sigs.k8s.io/docs/tasks/run/jobs/).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _DNS = re.compile(r"[^a-z0-9-]+")

@@ -22,7 +22,6 @@ READINGS = ("utilization", "memory_used_mib", "temperature_c", "power_w", "power
 HEALTH_NUMBERS = (
     "clocks_event_reasons",
     "slowdown_temperature_c",
-    "shutdown_temperature_c",
     "sm_clock_mhz",
     "sm_clock_max_mhz",
     "memory_clock_mhz",
@@ -48,7 +47,7 @@ GPU_KEYS = (
     "xids",
     "mig",
 )
-MIG_KEYS = ("uuid", "profile", "memory_total_mib", "index", "gpu_instance", "compute_instance")
+MIG_KEYS = ("uuid", "profile", "memory_total_mib", "index", "gpu_instance")
 
 
 def load_host_file(path: str) -> Host:
@@ -170,8 +169,8 @@ def _processes(check: Checker, path: Path, raw: Any) -> tuple[GpuProcess, ...]:
 
 
 def _migs(check: Checker, path: Path, raw: Any) -> tuple[MigDevice, ...]:
-    """A GPU's `mig`: a list of {uuid, profile, memory_total_mib, index, gpu_instance,
-    compute_instance}; only `uuid` is required, the rest stays unknown."""
+    """A GPU's `mig`: a list of {uuid, profile, memory_total_mib, index, gpu_instance};
+    only `uuid` is required, the rest stays unknown."""
     if not isinstance(raw, list):
         check.add(path, 'expected a list of MIG instances ({"uuid": "MIG-…"})')
         return ()
@@ -194,16 +193,12 @@ def _migs(check: Checker, path: Path, raw: Any) -> tuple[MigDevice, ...]:
         memory = check.whole_number((*at, "memory_total_mib"), item.get("memory_total_mib"))
         index = check.whole_number((*at, "index"), item.get("index"))
         gpu_instance = check.whole_number((*at, "gpu_instance"), item.get("gpu_instance"))
-        compute_instance = check.whole_number(
-            (*at, "compute_instance"), item.get("compute_instance")
-        )
         if len(check.problems) > count or not isinstance(uuid, str):
             continue
         out.append(
             MigDevice(
                 uuid,
                 gpu_instance=gpu_instance,
-                compute_instance=compute_instance,
                 memory_total_mib=memory,
                 index=index,
                 profile=profile,

@@ -27,7 +27,6 @@ class MigDevice:
 
     uuid: str
     gpu_instance: int | None = None
-    compute_instance: int | None = None
     memory_total_mib: int | None = None
     index: int | None = None  # NVML's MIG device index on its GPU (nvidia-ctk's "<gpu>:<index>")
     profile: str | None = None
@@ -54,7 +53,6 @@ class Gpu:
     # Health, for `top`, `doctor`, `ps` and the exporter (gpuenv.sharing.health).
     clocks_event_reasons: int | None = None  # NVML's bit mask of why clocks are held down
     slowdown_temperature_c: int | None = None  # the GPU's own slowdown threshold
-    shutdown_temperature_c: int | None = None
     sm_clock_mhz: int | None = None
     sm_clock_max_mhz: int | None = None
     memory_clock_mhz: int | None = None

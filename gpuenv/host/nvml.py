@@ -121,9 +121,6 @@ def _readings(pynvml: Any, handle: Any) -> dict[str, Any]:
         "slowdown_temperature_c": lambda: int(
             threshold(handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
         ),
-        "shutdown_temperature_c": lambda: int(
-            threshold(handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
-        ),
         "sm_clock_mhz": lambda: int(clock(handle, pynvml.NVML_CLOCK_SM)),
         "sm_clock_max_mhz": lambda: int(max_clock(handle, pynvml.NVML_CLOCK_SM)),
         "memory_clock_mhz": lambda: int(clock(handle, pynvml.NVML_CLOCK_MEM)),
@@ -182,7 +179,6 @@ def _mig_device(pynvml: Any, parent: Any, mig: Any, index: int, total_mib: int |
     values: dict[str, Any] = {"index": index}
     readers: dict[str, Callable[[], Any]] = {
         "gpu_instance": lambda: int(pynvml.nvmlDeviceGetGpuInstanceId(mig)),
-        "compute_instance": lambda: int(pynvml.nvmlDeviceGetComputeInstanceId(mig)),
         "memory_total_mib": lambda: int(pynvml.nvmlDeviceGetMemoryInfo(mig).total) >> 20,
         # Usually NOT_SUPPORTED on a MIG device: then unknown, never 0 %.
         "utilization": lambda: int(pynvml.nvmlDeviceGetUtilizationRates(mig).gpu),

@@ -80,10 +80,7 @@ class BuildProgress:
     """The current step, every step seen, and the last lines of output."""
 
     steps: list[str] = field(default_factory=list)
-    step_number: int = 0
-    step_count: int = 0
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=25))
-    image_id: str | None = None
     error: str | None = None
     cached_steps: int = 0
 
@@ -97,17 +94,12 @@ class BuildProgress:
             detail = event.get("errorDetail") or {}
             self.error = str(event.get("error") or detail.get("message") or "build failed")
             return [self.error]
-        aux = event.get("aux")
-        if isinstance(aux, dict) and "ID" in aux:
-            self.image_id = str(aux["ID"])
         lines = []
         for raw in str(event.get("stream", "")).splitlines():
             line = _ANSI.sub("", raw).rstrip()
             if not line:
                 continue
-            match = _STEP.match(line)
-            if match:
-                self.step_number, self.step_count = int(match.group(1)), int(match.group(2))
+            if _STEP.match(line):
                 self.steps.append(line)
                 self.tail.clear()
             elif line.strip() == "---> Using cache":

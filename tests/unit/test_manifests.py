@@ -13,7 +13,6 @@ import yaml
 
 from gpuenv.cluster.images import PinnedImage, check_enroot_uri
 from gpuenv.cluster.manifests import (
-    KUBERNETES_VERSIONS,
     KUEUE_QUEUE_LABEL,
     KubernetesOptions,
     kubernetes_manifests,
@@ -22,6 +21,9 @@ from gpuenv.cluster.submit import parse_sacct
 from gpuenv.errors import UsageError
 
 from .test_cluster import IMAGE, spec
+
+# The Kubernetes versions docs/reference/clusters.md claims the Job works on.
+KUBERNETES_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36", "1.37")
 
 DIGEST = "sha256:" + "ab" * 32
 OPTIONS = {

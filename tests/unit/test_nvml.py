@@ -47,7 +47,7 @@ def test_detect_host_reads_every_gpu_through_nvml(nvml: ScriptedNvml) -> None:
         312.5,
         400.0,
     )
-    assert (first.slowdown_temperature_c, first.shutdown_temperature_c) == (85, 92)
+    assert first.slowdown_temperature_c == 85
     assert (first.sm_clock_mhz, first.sm_clock_max_mhz, first.memory_clock_mhz) == (210, 1410, 1593)
     assert (first.pcie_gen, first.pcie_gen_max, first.pcie_width, first.pcie_width_max) == (
         4,

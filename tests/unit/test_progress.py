@@ -48,7 +48,6 @@ def test_build_progress() -> None:
     seen = []
     for event in events:
         seen += progress.feed(event)
-    assert progress.step_number == 3 and progress.step_count == 3
     assert progress.step == 'Step 3/3 : RUN ["/bin/sh", "pip-install.sh"]'
     assert progress.cached_steps == 1
     assert list(progress.tail)[:2] == [
@@ -57,9 +56,3 @@ def test_build_progress() -> None:
     ]
     assert progress.error == "The command returned a non-zero code: 1"
     assert "Collecting numpy" in seen
-
-
-def test_build_image_id() -> None:
-    progress = BuildProgress()
-    progress.feed({"aux": {"ID": "sha256:abc"}})
-    assert progress.image_id == "sha256:abc"
