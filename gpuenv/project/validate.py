@@ -100,9 +100,14 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
     """Validate a parsed gpuenv.yaml; every problem is collected before raising."""
     check = SpecChecker(doc, project_dir)
     data = _fields_mapping(check, doc.data)
-    _check_field_names(check, data)
     values = _field_values(check, data)
-    _check_combinations(check, values)
+    if values.get("ipc") == "host" and "shm_size" in values:
+        check.add(
+            ("shm_size",),
+            "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one",
+        )
+    if values.get("framework") == "none" and "version" in values:
+        check.add(("version",), "constrains the framework version, but 'framework' is none")
     if check.problems:
         raise SpecError(sorted(check.problems, key=lambda p: (p.line or 0, p.column or 0)))
     if "name" not in values:
@@ -111,8 +116,8 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
 
 
 def _fields_mapping(check: SpecChecker, data: Any) -> dict[Any, Any]:
-    """The document's mapping of fields; SpecError at once for an empty file or another
-    kind of value, as nothing else can be checked then."""
+    """The document's mapping of fields, each name checked; SpecError at once for an empty
+    file or another kind of value, as nothing else can be checked then."""
     if data is None:
         check.add((), "the file is empty; it needs at least 'framework:' (run `gpuenv init`)")
         raise SpecError(check.problems)
@@ -122,20 +127,18 @@ def _fields_mapping(check: SpecChecker, data: Any) -> dict[Any, Any]:
             f"expected a mapping of fields (framework: ..., version: ...), got {describe(data)}",
         )
         raise SpecError(check.problems)
-    return data
-
-
-def _check_field_names(check: SpecChecker, data: dict[Any, Any]) -> None:
     for key in data:
         if not isinstance(key, str):
             check.add((), f"field names must be text, got {describe(key)}")
         elif key not in FIELDS:
             check.add((key,), f"unknown field '{key}'{did_you_mean(key, FIELDS, ALIASES)}")
+    return data
 
 
-def _field_parsers(check: SpecChecker) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
-    """Each field and what reads its value, in the order problems are found."""
-    return (
+def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
+    """The valid value of each field given, read in this order (so problems keep it); a
+    missing 'framework' (the one required field) and a field without a value are problems."""
+    parsers: tuple[tuple[str, Callable[[Any], Any]], ...] = (
         ("name", lambda v: _name(check, v)),
         ("framework", lambda v: check.choice(("framework",), v, FRAMEWORKS, ALIASES)),
         ("version", lambda v: check.constraint(("version",), v)),
@@ -152,13 +155,8 @@ def _field_parsers(check: SpecChecker) -> tuple[tuple[str, Callable[[Any], Any]]
         ("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES)),
         ("mounts", lambda v: _mounts(check, v)),
     )
-
-
-def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
-    """The valid value of each field given; a missing 'framework' (the one required
-    field) and a field without a value are problems."""
     values: dict[str, Any] = {}
-    for key, parse in _field_parsers(check):
+    for key, parse in parsers:
         if key not in data:
             if key == "framework":
                 check.add(
@@ -171,17 +169,6 @@ def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
             if result is not None:
                 values[key] = result
     return values
-
-
-def _check_combinations(check: SpecChecker, values: dict[str, Any]) -> None:
-    """Fields that are each valid but contradict each other."""
-    if values.get("ipc") == "host" and "shm_size" in values:
-        check.add(
-            ("shm_size",),
-            "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one",
-        )
-    if values.get("framework") == "none" and "version" in values:
-        check.add(("version",), "constrains the framework version, but 'framework' is none")
 
 
 def _name(check: SpecChecker, value: Any) -> str | None:
@@ -317,12 +304,19 @@ def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
     if isinstance(value, dict):
         return _mig_request(check, value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return _gpu_count(check, value)
+        if value < 1:
+            check.add(
+                ("gpus",),
+                "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU "
+                "with index 0)",
+            )
+            return None
+        return GpuRequest("count", count=value)
     if isinstance(value, str):
         if value in GPU_KEYWORDS:
             return GpuRequest(value)
         if value.isdigit():
-            return _gpu_count(check, int(value))
+            return parse_gpus_value(check, int(value))
         return _gpu_devices(check, [part.strip() for part in value.split(",")], listed=False)
     if isinstance(value, list):
         return _gpu_devices(check, value, listed=True)
@@ -333,20 +327,8 @@ def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
     return None
 
 
-def _gpu_count(check: SpecChecker, count: int) -> GpuRequest | None:
-    if count < 1:
-        check.add(
-            ("gpus",),
-            "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU "
-            "with index 0)",
-        )
-        return None
-    return GpuRequest("count", count=count)
-
-
 def _gpu_devices(check: SpecChecker, items: list[Any], *, listed: bool) -> GpuRequest | None:
-    """GPUs by index or UUID, each once: from a YAML list (`listed`, each item located)
-    or from one comma-separated string."""
+    """GPUs by index or UUID, each once: a YAML list (`listed`) or a comma-separated string."""
     path: YamlPath = ("gpus",)
     devices: list[str] = []
     problems_before = len(check.problems)
@@ -369,8 +351,7 @@ def _gpu_devices(check: SpecChecker, items: list[Any], *, listed: bool) -> GpuRe
 
 
 def _gpu_device(item: Any) -> str | None:
-    """A GPU index (a number, or digits) or a GPU or MIG UUID, as text; None for
-    anything else."""
+    """A GPU index (a number, or digits) or a GPU or MIG UUID, as text; else None."""
     if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
         return str(item)
     if isinstance(item, str) and (item.isdigit() or re.match(_GPU_UUID, item)):
