@@ -112,21 +112,47 @@ def kubernetes_manifests(
     `env` is written as values; each of `referenced` is read from the key of its name in
     the Secret `options.env_secret` (the project's env_secret() by default)."""
     options.check()
-    suffix = hashlib.sha256(json.dumps([image, list(command), options.nodes]).encode()).hexdigest()[
-        :8
-    ]
-    room = len(str(options.nodes - 1)) + 1 if options.nodes > 1 else 0
-    name = _dns_name(job_name(spec), suffix, room)
+    name = _object_name(spec, image, command, options.nodes)
     labels = {"app.kubernetes.io/managed-by": "gpuenv", "io.gpuenv/project": spec.name}
-    if options.nodes > 1:
-        endpoint = f"{name}-0.{name}:{RENDEZVOUS_PORT}"
-        argv = torchrun_command(
-            command, options.nodes, gpus or 1, endpoint, name, options.rendezvous_timeout
-        )
-    else:
-        argv = list(command)
+    argv = _argv(command, name, gpus, options)
     secret = options.env_secret or env_secret(spec)
-    # The spec's `gpus: {mig: PROFILE, count: N}` asks for MIG slices without --mig.
+    mig = _mig_profile(spec, options)
+    container = _container(image, argv, _env_list(env, referenced, secret), gpus, mig)
+    if options.nodes > 1:
+        container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
+    pod = _pod(
+        container,
+        uid=uid,
+        gid=gid,
+        shm_size=shm_size,
+        pull_secrets=options.pull_secrets,
+        platform=platform,
+        subdomain=name if options.nodes > 1 else None,
+    )
+    return _job_manifests(name, labels, pod, options)
+
+
+def _object_name(spec: Spec, image: str, command: Sequence[str], nodes: int) -> str:
+    """The Job's (and Service's) name: the project's, and a hash of what it runs, with
+    room left for a pod's `-INDEX` on several nodes."""
+    suffix = hashlib.sha256(json.dumps([image, list(command), nodes]).encode()).hexdigest()[:8]
+    room = len(str(nodes - 1)) + 1 if nodes > 1 else 0
+    return _dns_name(job_name(spec), suffix, room)
+
+
+def _argv(command: Sequence[str], name: str, gpus: int, options: KubernetesOptions) -> list[str]:
+    """The command; on several nodes, under torchrun, meeting at pod 0 of the Service."""
+    if options.nodes <= 1:
+        return list(command)
+    endpoint = f"{name}-0.{name}:{RENDEZVOUS_PORT}"
+    return torchrun_command(
+        command, options.nodes, gpus or 1, endpoint, name, options.rendezvous_timeout
+    )
+
+
+def _mig_profile(spec: Spec, options: KubernetesOptions) -> str | None:
+    """The MIG profile to ask for: --mig, else the spec's `gpus: {mig: PROFILE, count: N}`.
+    MIG instances the spec names by UUID are a usage error without one."""
     mig = options.mig or (spec.gpus.profile if spec.gpus.mode == "mig" else None)
     named = [d for d in spec.gpus.devices if d.startswith("MIG-")]
     if named and mig is None:
@@ -135,9 +161,21 @@ def kubernetes_manifests(
             "Job cannot ask for devices by UUID, and nvidia.com/gpu would be whole GPUs",
             hint="ask for slices by profile: --mig 1g.10gb, or gpus: {mig: 1g.10gb, count: N}",
         )
-    container = _container(image, argv, _env_list(env, referenced, secret), gpus, mig)
-    if options.nodes > 1:
-        container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
+    return mig
+
+
+def _pod(
+    container: dict[str, Any],
+    *,
+    uid: int,
+    gid: int,
+    shm_size: int,
+    pull_secrets: Sequence[str],
+    platform: str | None,
+    subdomain: str | None,
+) -> dict[str, Any]:
+    """The pod spec: a non-root user (1000 for root), /dev/shm in memory, the pull
+    secrets, the image's platform, and the headless Service's subdomain on several nodes."""
     user = uid if uid != 0 else 1000
     group = gid if uid != 0 else 1000
     pod: dict[str, Any] = {
@@ -156,10 +194,21 @@ def kubernetes_manifests(
             }
         ],
     }
-    if options.pull_secrets:
-        pod["imagePullSecrets"] = [{"name": secret} for secret in options.pull_secrets]
+    if pull_secrets:
+        pod["imagePullSecrets"] = [{"name": secret} for secret in pull_secrets]
     if platform:
         pod["nodeSelector"] = {"kubernetes.io/arch": arch_of(platform)}
+    if subdomain is not None:
+        # Pod i is NAME-i.NAME in DNS: the Job's subdomain is the headless Service.
+        pod["subdomain"] = subdomain
+    return pod
+
+
+def _job_manifests(
+    name: str, labels: Mapping[str, str], pod: dict[str, Any], options: KubernetesOptions
+) -> list[dict[str, Any]]:
+    """The Job of `pod`, suspended for Kueue when queued; on several nodes an Indexed Job
+    after the headless Service its pods find each other through."""
     job_labels = dict(labels)
     job_spec: dict[str, Any] = {"backoffLimit": 0}
     if options.queue:
@@ -171,25 +220,10 @@ def kubernetes_manifests(
     pod_labels = dict(labels)
     if options.nodes > 1:
         pod_labels["io.gpuenv/job"] = name
-        # Pod i is NAME-i.NAME in DNS: the Job's subdomain is the headless Service.
-        pod["subdomain"] = name
         job_spec.update(
             completionMode="Indexed", completions=options.nodes, parallelism=options.nodes
         )
-        manifests.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name, "labels": dict(labels)},
-                "spec": {
-                    "clusterIP": "None",
-                    "selector": {"io.gpuenv/job": name},
-                    # Pods find each other before they are Ready.
-                    "publishNotReadyAddresses": True,
-                    "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
-                },
-            }
-        )
+        manifests.append(_headless_service(name, labels))
     job_spec["template"] = {"metadata": {"labels": pod_labels}, "spec": pod}
     manifests.append(
         {
@@ -200,6 +234,22 @@ def kubernetes_manifests(
         }
     )
     return manifests
+
+
+def _headless_service(name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The Service that gives each pod of an Indexed Job its DNS name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"io.gpuenv/job": name},
+            # Pods find each other before they are Ready.
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
+        },
+    }
 
 
 def _env_list(

@@ -114,13 +114,7 @@ def sbatch_script(
     nodes, one torchrun per node joins a c10d rendezvous on the first node."""
     check = _platform_check(platform)
     project_dir = spec.project_dir
-    if "," in project_dir or ":" in project_dir:
-        raise UsageError(
-            f"the project folder {project_dir} has ',' or ':', which mounts cannot carry"
-        )
-    for name in passthrough:
-        if not _NAME.match(name):
-            raise UsageError(f"-e {name!r}: not a variable name")
+    _check_script_values(project_dir, passthrough)
     directives = _directives(spec, gpus, output_dir, time_limit, partition, launch, extra)
     quoted = " ".join(shlex.quote(part) for part in command)
     pinned = PinnedImage.parse(image)
@@ -129,6 +123,34 @@ def sbatch_script(
         return _pyxis(common, check, pinned, project_dir, env, quoted, launch)
     if launch.launcher == "apptainer":
         return _apptainer(common, check, pinned, project_dir, env, passthrough, quoted, launch)
+    return _docker(common, check, image, project_dir, env, passthrough, quoted, shm_size, launch)
+
+
+def _check_script_values(project_dir: str, passthrough: Sequence[str]) -> None:
+    """UsageError for a project folder a mount cannot carry, or a -e name that is no
+    variable name (both are written into the script)."""
+    if "," in project_dir or ":" in project_dir:
+        raise UsageError(
+            f"the project folder {project_dir} has ',' or ':', which mounts cannot carry"
+        )
+    for name in passthrough:
+        if not _NAME.match(name):
+            raise UsageError(f"-e {name!r}: not a variable name")
+
+
+def _docker(
+    common: Mapping[str, str],
+    check: str,
+    image: str,
+    project_dir: str,
+    env: Mapping[str, str],
+    passthrough: Sequence[str],
+    command: str,
+    shm_size: int,
+    launch: Launch,
+) -> str:
+    """`docker run` on the granted GPUs: the sbatch template on one node; on several,
+    one torchrun per node in the container."""
     # The spec's values are written (gpuenv.yaml has them already); every -e and
     # --env-file variable is only named: its value travels in the job's environment
     # (sbatch exports the environment it was started with), never in the script.
@@ -148,7 +170,7 @@ def sbatch_script(
             '    "$image"'
         )
         body = f"image={shlex.quote(image)}\nexport image\n"
-        body += _torchrun(launch, _template("docker-step.sh.in").template, run, quoted)
+        body += _torchrun(launch, _template("docker-step.sh.in").template, run, command)
         return _script("docker", common, check, body)
     return _template("sbatch.sh.in").substitute(
         **common,
@@ -157,7 +179,7 @@ def sbatch_script(
         mount=mount,
         shm_size=str(shm_size),
         env=env_args,
-        command=quoted,
+        command=command,
     )
 
 

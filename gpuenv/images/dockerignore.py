@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 _ESCAPED = set(".+()|{}$")  # regexp specials that mean nothing in filepath.Match
 _EXACT, _PREFIX, _SUFFIX, _REGEXP = "exact", "prefix", "suffix", "regexp"
+_WILDCARDS = {"*": "[^/]*", "?": "[^/]"}  # what filepath.Match's wildcards match
 
 
 class BadPattern(ValueError):
@@ -153,45 +154,48 @@ def _compile(pattern: str) -> tuple[str, str]:
     """patternmatcher's ``compile``: the match kind and, for regexps, the expression."""
     out, kind, i, count = "^", _EXACT, 0, 0
     while i < len(pattern):
-        ch = pattern[i]
-        i += 1
-        if ch == "*" and i < len(pattern) and pattern[i] == "*":
-            i += 1
-            if i < len(pattern) and pattern[i] == "/":
-                i += 1
-            if i >= len(pattern):
-                if kind == _EXACT:
-                    kind = _PREFIX
-                else:
-                    out += ".*"
-                    kind = _REGEXP
-            else:
-                out += "(.*/)?"
-                kind = _REGEXP
-            if count == 0:
-                kind = _SUFFIX
-        elif ch == "*":
-            out += "[^/]*"
-            kind = _REGEXP
-        elif ch == "?":
-            out += "[^/]"
-            kind = _REGEXP
-        elif ch in _ESCAPED:
-            out += "\\" + ch
-        elif ch == "\\":
-            if i < len(pattern):
-                out += "\\" + pattern[i]
-                i += 1
-                kind = _REGEXP
-            else:
-                out += "\\\\"
-        elif ch in "[]":
-            out += ch
-            kind = _REGEXP
+        if pattern.startswith("**", i):
+            i, text, kind = _double_star(pattern, i + 2, kind, first=count == 0)
         else:
-            out += ch
+            i, text, is_regexp = _translate(pattern, i)
+            if is_regexp:
+                kind = _REGEXP
+        out += text
         count += 1
     return kind, out + "$"
+
+
+def _double_star(pattern: str, i: int, kind: str, *, first: bool) -> tuple[int, str, str]:
+    """A ``**`` that ends at `i` (with the '/' after it, if any): the index after it, its
+    regexp text and the pattern's kind from here. Leading, it makes a suffix match;
+    trailing a pattern that was exact so far, a prefix match."""
+    if i < len(pattern) and pattern[i] == "/":
+        i += 1
+    if i < len(pattern):
+        text, kind = "(.*/)?", _REGEXP
+    elif kind == _EXACT:
+        text, kind = "", _PREFIX
+    else:
+        text, kind = ".*", _REGEXP
+    if first:
+        kind = _SUFFIX
+    return i, text, kind
+
+
+def _translate(pattern: str, i: int) -> tuple[int, str, bool]:
+    """The character at `i` (and what it escapes): the index after it, its regexp text,
+    and whether it makes the pattern a regexp."""
+    ch = pattern[i]
+    i += 1
+    if ch in _WILDCARDS:
+        return i, _WILDCARDS[ch], True
+    if ch in _ESCAPED:
+        return i, "\\" + ch, False
+    if ch == "\\":
+        if i < len(pattern):
+            return i + 1, "\\" + pattern[i], True
+        return i, "\\\\", False
+    return i, ch, ch in "[]"
 
 
 class PatternMatcher:

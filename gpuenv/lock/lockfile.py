@@ -165,9 +165,49 @@ def _need(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+# The sections gpuenv reads; any other is kept in `Lock.extra` as it is.
+_LOCK_SECTIONS = frozenset(
+    {
+        "lock_version",
+        "gpuenv_version",
+        "project",
+        "spec_hash",
+        "requirements",
+        "matrix_version",
+        "image",
+        "resolved",
+        "requires",
+        "resolved_for",
+        INTEGRITY_KEY,
+    }
+)
+
+
 def read_lock(path: str) -> Lock:
     """Read and validate the lock; every failure is a LockError that says what to run."""
     where = os.path.basename(path)
+    data = _lock_data(path, where)
+    _check_integrity(data, where)
+    version = _lock_version(data, where)
+    reference, digest = _locked_image(data, where)
+    return Lock(
+        spec_hash=_need(data, "spec_hash", str, where),
+        requirements=dict(_need(data, "requirements", dict, where)),
+        matrix_version=_need(data, "matrix_version", str, where),
+        image=reference,
+        digest=digest,
+        resolved=_need(data, "resolved", dict, where),
+        requires=_need(data, "requires", dict, where),
+        resolved_for=_need(data, "resolved_for", dict, where),
+        project=_need(data, "project", str, where),
+        gpuenv_version=str(data.get("gpuenv_version", "")),
+        lock_version=version,
+        extra={k: v for k, v in data.items() if k not in _LOCK_SECTIONS},
+    )
+
+
+def _lock_data(path: str, where: str) -> dict[str, Any]:
+    """The lock's YAML mapping; LockError when it is missing or is not one."""
     if not os.path.isfile(path):
         raise LockError(f"{where} not found", hint="run `gpuenv lock` to resolve and write it")
     try:
@@ -187,6 +227,11 @@ def read_lock(path: str) -> Lock:
         ) from None
     if not isinstance(data, dict):
         raise LockError(f"{where} is damaged", hint="run `gpuenv lock` to write it again")
+    return data
+
+
+def _check_integrity(data: dict[str, Any], where: str) -> None:
+    """LockError when the lock no longer matches the digest gpuenv wrote into it."""
     recorded = data.get(INTEGRITY_KEY)
     if recorded is not None and recorded != integrity(data):
         raise LockError(
@@ -194,45 +239,28 @@ def read_lock(path: str) -> Lock:
             hint="never edit the lock: change gpuenv.yaml and run `gpuenv lock` "
             "(`gpuenv lock --upgrade` to move to the newest image that fits)",
         )
-    version = _need(data, "lock_version", int, where)
+
+
+def _lock_version(data: dict[str, Any], where: str) -> int:
+    """The lock's format; LockError for one a newer gpuenv wrote."""
+    version: int = _need(data, "lock_version", int, where)
     if version > LOCK_VERSION:
         raise LockError(
             f"{where} was written by a newer gpuenv ({data.get('gpuenv_version')}, lock "
             f"format {version}); this gpuenv reads format {LOCK_VERSION}",
             hint="upgrade gpuenv (pip install -U gpuenv)",
         )
+    return version
+
+
+def _locked_image(data: dict[str, Any], where: str) -> tuple[str, str]:
+    """The locked image's reference and digest ("" until it was pulled)."""
     image = _need(data, "image", dict, where)
-    reference = _need(image, "reference", str, where)
+    reference: str = _need(image, "reference", str, where)
     digest = image.get("digest") or ""
     if not isinstance(digest, str) or (digest and not re.match(r"^sha256:[0-9a-f]{64}$", digest)):
         raise LockError(f"{where} is damaged: image digest {digest!r} is not sha256:<64 hex>")
-    known = {
-        "lock_version",
-        "gpuenv_version",
-        "project",
-        "spec_hash",
-        "requirements",
-        "matrix_version",
-        "image",
-        "resolved",
-        "requires",
-        "resolved_for",
-        INTEGRITY_KEY,
-    }
-    return Lock(
-        spec_hash=_need(data, "spec_hash", str, where),
-        requirements=dict(_need(data, "requirements", dict, where)),
-        matrix_version=_need(data, "matrix_version", str, where),
-        image=reference,
-        digest=digest,
-        resolved=_need(data, "resolved", dict, where),
-        requires=_need(data, "requires", dict, where),
-        resolved_for=_need(data, "resolved_for", dict, where),
-        project=_need(data, "project", str, where),
-        gpuenv_version=str(data.get("gpuenv_version", "")),
-        lock_version=version,
-        extra={k: v for k, v in data.items() if k not in known},
-    )
+    return reference, digest
 
 
 def lock_differences(lock: Lock, spec: Spec, current: Mapping[str, str] | None = None) -> list[str]:

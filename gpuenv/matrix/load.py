@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.utils import canonicalize_name
@@ -71,49 +72,91 @@ def _framework_images(doc: YamlDocument, rows: Checker) -> list[ImageRow]:
         if tag in tags:
             rows.add((*path, "tag"), f"tag '{tag}' is listed twice (first as image {tags[tag]})")
         tags[tag] = index
-        release = rows.text((*path, "release"), entry.get("release"), nullable=True)
-        if release is not None and not re.match(r"^\d\d\.\d\d$", release):
-            rows.add((*path, "release"), f"'{release}' is not an NGC release (YY.MM)")
-            release = None
-        unverified = rows.text_list((*path, "unverified"), entry.get("unverified", []))
-        for name in unverified:
-            if name not in (*IMAGE_FIELDS, *OPTIONAL_IMAGE_FIELDS):
-                rows.add((*path, "unverified"), f"'{name}' is not a field of an image row")
-        forward_compat = tuple(
-            d
-            for i, d in enumerate(
-                rows.text_list((*path, "forward_compat"), entry.get("forward_compat", []))
-            )
-            if rows.driver((*path, "forward_compat", i), d, nullable=False)
-        )
         out.append(
-            ImageRow(
+            _image_row(
+                doc,
+                rows,
+                path,
+                entry,
                 framework=framework,
                 family=family,
                 repository=repository,
                 tag=tag,
-                release=release,
-                framework_version=rows.version(
-                    (*path, "framework_version"), entry.get("framework_version")
-                ),
-                cuda=rows.version((*path, "cuda"), entry.get("cuda")),
-                cudnn=rows.version((*path, "cudnn"), entry.get("cudnn")),
-                python=rows.version((*path, "python"), entry.get("python")),
-                ubuntu=rows.version((*path, "ubuntu"), entry.get("ubuntu")),
-                min_driver=rows.driver((*path, "min_driver"), entry.get("min_driver")),
-                forward_compat=forward_compat,
-                min_compute_capability=rows.compute_capability(
-                    (*path, "min_compute_capability"), entry.get("min_compute_capability")
-                ),
-                evidence=_choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS),
-                unverified=unverified,
-                note=rows.text((*path, "note"), entry.get("note"), nullable=True) or "",
-                source=_where(doc, path),
-                platforms=_platforms(rows, path, entry.get("platforms", [])),
-                ships=_ships(rows, path, entry.get("ships", {})),
             )
         )
     return out
+
+
+def _image_row(
+    doc: YamlDocument,
+    rows: Checker,
+    path: YamlPath,
+    entry: dict[str, Any],
+    *,
+    framework: str,
+    family: str,
+    repository: str,
+    tag: str,
+) -> ImageRow:
+    """The row of one entry of `images`; the framework, family and repository are the
+    file's, for all its images."""
+    release = _release(rows, (*path, "release"), entry.get("release"))
+    unverified = _unverified(rows, (*path, "unverified"), entry.get("unverified", []))
+    forward_compat = _forward_compat(
+        rows, (*path, "forward_compat"), entry.get("forward_compat", [])
+    )
+    return ImageRow(
+        framework=framework,
+        family=family,
+        repository=repository,
+        tag=tag,
+        release=release,
+        framework_version=rows.version(
+            (*path, "framework_version"), entry.get("framework_version")
+        ),
+        cuda=rows.version((*path, "cuda"), entry.get("cuda")),
+        cudnn=rows.version((*path, "cudnn"), entry.get("cudnn")),
+        python=rows.version((*path, "python"), entry.get("python")),
+        ubuntu=rows.version((*path, "ubuntu"), entry.get("ubuntu")),
+        min_driver=rows.driver((*path, "min_driver"), entry.get("min_driver")),
+        forward_compat=forward_compat,
+        min_compute_capability=rows.compute_capability(
+            (*path, "min_compute_capability"), entry.get("min_compute_capability")
+        ),
+        evidence=_choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS),
+        unverified=unverified,
+        note=rows.text((*path, "note"), entry.get("note"), nullable=True) or "",
+        source=_where(doc, path),
+        platforms=_platforms(rows, path, entry.get("platforms", [])),
+        ships=_ships(rows, path, entry.get("ships", {})),
+    )
+
+
+def _release(rows: Checker, path: YamlPath, value: Any) -> str | None:
+    """An NGC release (YY.MM), or None."""
+    release = rows.text(path, value, nullable=True)
+    if release is not None and not re.match(r"^\d\d\.\d\d$", release):
+        rows.add(path, f"'{release}' is not an NGC release (YY.MM)")
+        return None
+    return release
+
+
+def _unverified(rows: Checker, path: YamlPath, value: Any) -> tuple[str, ...]:
+    """The fields of the row no source confirms (each must be a field of an image row)."""
+    unverified = rows.text_list(path, value)
+    for name in unverified:
+        if name not in (*IMAGE_FIELDS, *OPTIONAL_IMAGE_FIELDS):
+            rows.add(path, f"'{name}' is not a field of an image row")
+    return unverified
+
+
+def _forward_compat(rows: Checker, path: YamlPath, value: Any) -> tuple[str, ...]:
+    """The driver branches the image runs on through CUDA forward compatibility."""
+    return tuple(
+        d
+        for i, d in enumerate(rows.text_list(path, value))
+        if rows.driver((*path, i), d, nullable=False)
+    )
 
 
 def _choice(rows: Checker, path: YamlPath, value: Any, choices: tuple[str, ...]) -> str:
@@ -253,54 +296,30 @@ def load_matrix(directory: str | None = None, *, with_overlay: bool = True) -> M
     return matrix
 
 
+@dataclass(frozen=True)
+class _MatrixParts:
+    """What the matrix files hold, gathered file by file."""
+
+    images: list[ImageRow] = field(default_factory=list)
+    compat: list[tuple[int, str]] = field(default_factory=list)
+    toolkits: list[Toolkit] = field(default_factory=list)
+    architectures: list[Architecture] = field(default_factory=list)
+    gpus: list[GpuModel] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    notices: list[tuple[str, str]] = field(default_factory=list)
+
+
 def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
     """Parse and validate the matrix files; raise MatrixError listing all problems."""
     problems: list[Problem] = []
     digest = hashlib.sha256()
-    images: list[ImageRow] = []
-    compat: list[tuple[int, str]] = []
-    toolkits: list[Toolkit] = []
-    architectures: list[Architecture] = []
-    gpus: list[GpuModel] = []
-    updated: list[str] = []
-    notices: list[tuple[str, str]] = []
+    parts = _MatrixParts()
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.data)
-        try:
-            doc = parse_yaml(source.data.decode("utf-8", errors="replace"), source.path)
-        except YamlSyntaxError as exc:
-            problems.append(exc.problem)
-            continue
-        rows = Checker(doc, problems)
-        if not isinstance(doc.data, dict):
-            rows.add((), "expected a mapping with schema, kind and data")
-            continue
-        if doc.data.get("schema") != SCHEMA:
-            rows.add(
-                ("schema",),
-                f"schema {doc.data.get('schema')!r} is not supported "
-                f"(this gpuenv reads schema {SCHEMA})",
-            )
-            continue
-        date = rows.text(("updated",), doc.data.get("updated"), nullable=False)
-        if date:
-            updated.append(date)
-        kind = doc.data.get("kind")
-        if kind == "framework-images":
-            images.extend(_framework_images(doc, rows))
-            notice = rows.text(("notice",), doc.data.get("notice"), nullable=True)
-            if notice and isinstance(doc.data.get("framework"), str):
-                notices.append((doc.data["framework"], " ".join(notice.split())))
-        elif kind == "cuda":
-            c, t, a = _cuda(doc, rows)
-            compat.extend(c)
-            toolkits.extend(t)
-            architectures.extend(a)
-        elif kind == "gpus":
-            gpus.extend(_gpus(doc, rows))
-        else:
-            rows.add(("kind",), f"{kind!r} is not one of framework-images, cuda, gpus")
-    if not problems and not (images and toolkits and gpus):
+        rows = _schema_checked(source, problems)
+        if rows is not None:
+            _read_matrix_file(rows, parts)
+    if not problems and not (parts.images and parts.toolkits and parts.gpus):
         problems.append(
             Problem(directory, None, None, None, "needs framework-images, cuda and gpus files")
         )
@@ -308,15 +327,60 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         raise MatrixError(
             problems, hint="the matrix data is broken: reinstall gpuenv or fix the file"
         )
-    images.sort(key=ImageRow.sort_key, reverse=True)
-    version = f"{max(updated)}+{digest.hexdigest()[:12]}"
+    parts.images.sort(key=ImageRow.sort_key, reverse=True)
+    version = f"{max(parts.updated)}+{digest.hexdigest()[:12]}"
     return Matrix(
-        images=tuple(images),
-        minor_compat=tuple(sorted(compat)),
-        toolkits=tuple(toolkits),
-        architectures=tuple(architectures),
-        gpus=tuple(gpus),
+        images=tuple(parts.images),
+        minor_compat=tuple(sorted(parts.compat)),
+        toolkits=tuple(parts.toolkits),
+        architectures=tuple(parts.architectures),
+        gpus=tuple(parts.gpus),
         version=version,
         directory=directory,
-        notices=tuple(notices),
+        notices=tuple(parts.notices),
     )
+
+
+def _schema_checked(source: Source, problems: list[Problem]) -> Checker | None:
+    """The checker of one matrix file, if it parses as a mapping of the schema this
+    gpuenv reads; None (the problem recorded) if not."""
+    try:
+        doc = parse_yaml(source.data.decode("utf-8", errors="replace"), source.path)
+    except YamlSyntaxError as exc:
+        problems.append(exc.problem)
+        return None
+    rows = Checker(doc, problems)
+    if not isinstance(doc.data, dict):
+        rows.add((), "expected a mapping with schema, kind and data")
+        return None
+    if doc.data.get("schema") != SCHEMA:
+        rows.add(
+            ("schema",),
+            f"schema {doc.data.get('schema')!r} is not supported "
+            f"(this gpuenv reads schema {SCHEMA})",
+        )
+        return None
+    return rows
+
+
+def _read_matrix_file(rows: Checker, parts: _MatrixParts) -> None:
+    """Add what one file holds, by its kind, to `parts`."""
+    doc = rows.doc
+    date = rows.text(("updated",), doc.data.get("updated"), nullable=False)
+    if date:
+        parts.updated.append(date)
+    kind = doc.data.get("kind")
+    if kind == "framework-images":
+        parts.images.extend(_framework_images(doc, rows))
+        notice = rows.text(("notice",), doc.data.get("notice"), nullable=True)
+        if notice and isinstance(doc.data.get("framework"), str):
+            parts.notices.append((doc.data["framework"], " ".join(notice.split())))
+    elif kind == "cuda":
+        compat, toolkits, architectures = _cuda(doc, rows)
+        parts.compat.extend(compat)
+        parts.toolkits.extend(toolkits)
+        parts.architectures.extend(architectures)
+    elif kind == "gpus":
+        parts.gpus.extend(_gpus(doc, rows))
+    else:
+        rows.add(("kind",), f"{kind!r} is not one of framework-images, cuda, gpus")

@@ -131,20 +131,50 @@ def detect_project(project_dir: str, chosen: str | None = None) -> Detected:
     root = Path(project_dir)
     detected = Detected()
     sources = default_sources(root)
-    pyproject: dict[str, Any] = {}
-    if "pyproject.toml" in sources:
-        try:
-            pyproject = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
-            pyproject = {}  # read_sources reports it, located
-        else:
-            if not _declares(pyproject, root):
-                sources.remove("pyproject.toml")
+    pyproject = _read_pyproject(root, sources)
     collected = read_sources(project_dir, tuple(sources))
     collected.raise_problems()
     detected.requirements = [s for s in sources]
     linux = environment(None)
     deps = [d for d in collected.dependencies if not d.constraint and d.applies(linux)]
+    frameworks = _gpu_frameworks(
+        _evidence(_direct(project_dir, pyproject, collected, deps)), collected, detected
+    )
+    if frameworks:
+        needed = _one_framework(frameworks, chosen, "needs")
+        if needed is not None:
+            _choose(detected, *needed, implied=False)
+    else:
+        implied = _evidence([(IMPLIES[d.name], d) for d in deps if d.name in IMPLIES])
+        one = _one_framework(implied, chosen, "implies")
+        if one is not None:
+            _choose(detected, *one, implied=True)
+    _python(root, detected, collected, pyproject)
+    detected.also += [str(flag) for flag in collected.flags]
+    detected.also += _unused(root, sources)
+    return detected
+
+
+def _read_pyproject(root: Path, sources: list[str]) -> dict[str, Any]:
+    """The project's pyproject.toml, if `sources` names it; one that declares no
+    dependencies is taken out of `sources` (a build-only pyproject installs nothing)."""
+    if "pyproject.toml" not in sources:
+        return {}
+    try:
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+        return {}  # read_sources reports it, located
+    if not _declares(pyproject, root):
+        sources.remove("pyproject.toml")
+    return pyproject
+
+
+def _direct(
+    project_dir: str, pyproject: dict[str, Any], collected: Collected, deps: list[Dependency]
+) -> list[tuple[str, Dependency]]:
+    """Each direct requirement on a framework, with the framework: declared in
+    pyproject.toml, in the sources, as a build requirement, or as a conda package."""
+    linux = environment(None)
     building = build_requirements(project_dir, "pyproject.toml", pyproject)
     declared = declared_requirements(project_dir, "pyproject.toml", pyproject)
     direct = [
@@ -154,46 +184,54 @@ def detect_project(project_dir: str, chosen: str | None = None) -> Detected:
     ]
     for name, (version, where) in collected.conda.items():
         if name in FRAMEWORK_PACKAGES:
-            text = "torch" if name == "pytorch" else name
-            try:
-                requirement = Requirement(f"{text}=={version}" if version else text)
-            except InvalidRequirement:
-                requirement = Requirement(text)
-            direct.append((FRAMEWORK_PACKAGES[name], Dependency(requirement, where)))
-    frameworks = _evidence(direct)
+            direct.append((FRAMEWORK_PACKAGES[name], _conda_dependency(name, version, where)))
+    return direct
+
+
+def _conda_dependency(name: str, version: str, where: str) -> Dependency:
+    """A conda framework package as the pip requirement it stands for (pytorch is torch)."""
+    text = "torch" if name == "pytorch" else name
+    try:
+        requirement = Requirement(f"{text}=={version}" if version else text)
+    except InvalidRequirement:
+        requirement = Requirement(text)
+    return Dependency(requirement, where)
+
+
+def _gpu_frameworks(
+    frameworks: dict[str, list[Dependency]], collected: Collected, detected: Detected
+) -> dict[str, list[Dependency]]:
+    """The frameworks with a GPU build among their requirements, when some have one: the
+    CPU-only ones are then noted in `detected.also`, not taken for the image's."""
     gpu = {
         fw: items
         for fw, items in frameworks.items()
         if not all(_cpu_only(d, collected) for d in items)
     }
-    if gpu and len(gpu) < len(frameworks):
-        detected.also.extend(
-            f"{items[0].where}: {items[0].requirement} is a CPU-only build of {fw}: not the "
-            "framework of the image"
-            for fw, items in frameworks.items()
-            if fw not in gpu
-        )
-        frameworks = gpu
+    if not gpu or len(gpu) == len(frameworks):
+        return frameworks
+    detected.also.extend(
+        f"{items[0].where}: {items[0].requirement} is a CPU-only build of {fw}: not the "
+        "framework of the image"
+        for fw, items in frameworks.items()
+        if fw not in gpu
+    )
+    return gpu
+
+
+def _one_framework(
+    frameworks: dict[str, list[Dependency]], chosen: str | None, why: str
+) -> tuple[str, list[Dependency]] | None:
+    """The framework the evidence points to, narrowed to `chosen` among several; None
+    when there is none, or `chosen` is none of several. Several and no choice: SpecError."""
     if len(frameworks) > 1 and chosen in frameworks:
         frameworks = {chosen: frameworks[chosen]}
     if len(frameworks) > 1 and not chosen:
-        raise _ambiguous(frameworks, "needs")
-    if len(frameworks) == 1:
-        ((framework, items),) = frameworks.items()
-        _choose(detected, framework, items, implied=False)
-    elif not frameworks:
-        implied = _evidence([(IMPLIES[d.name], d) for d in deps if d.name in IMPLIES])
-        if len(implied) > 1 and chosen in implied:
-            implied = {chosen: implied[chosen]}
-        if len(implied) > 1 and not chosen:
-            raise _ambiguous(implied, "implies")
-        if len(implied) == 1:
-            ((framework, items),) = implied.items()
-            _choose(detected, framework, items, implied=True)
-    _python(root, detected, collected, pyproject)
-    detected.also += [str(flag) for flag in collected.flags]
-    detected.also += _unused(root, sources)
-    return detected
+        raise _ambiguous(frameworks, why)
+    if len(frameworks) != 1:
+        return None
+    ((framework, items),) = frameworks.items()
+    return framework, items
 
 
 def _cpu_only(dependency: Dependency, collected: Collected) -> bool:

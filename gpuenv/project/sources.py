@@ -42,7 +42,14 @@ _KEPT_OPTIONS = (
     "--no-binary",
     "--trusted-host",
 )
-_INDEX_OPTIONS = ("-i", "--index-url", "--extra-index-url", "-f", "--find-links")
+# Where pip looks for packages: each spelling -> the long option passed on.
+_INDEX_OPTIONS = {
+    "-i": "--index-url",
+    "--index-url": "--index-url",
+    "--extra-index-url": "--extra-index-url",
+    "-f": "--find-links",
+    "--find-links": "--find-links",
+}
 _INCLUDE_OPTIONS = {"-r": False, "--requirement": False, "-c": True, "--constraint": True}
 OPTION = re.compile(r"^(-[a-zA-Z]|--[a-z-]+)(?:[ =]\s*(.*))?$")
 _WHEEL_VERSION = re.compile(r"/(?P<name>[A-Za-z0-9_.]+)-(?P<version>[0-9][^-/]*)-[^/]*\.whl$")
@@ -227,7 +234,8 @@ def read_option(
     constraint: bool,
     chain: tuple[str, ...],
 ) -> None:
-    where = f"{relative}:{number}"
+    """One pip option line: an include is read, an index kept (or flagged), ``-e`` taken
+    as a requirement, a safe option passed on; any other option is a problem."""
     if name in _INCLUDE_OPTIONS:
         _include(
             project_dir,
@@ -238,7 +246,24 @@ def read_option(
             constraint=constraint or _INCLUDE_OPTIONS[name],
             chain=chain,
         )
-    elif name in _INDEX_OPTIONS and _credentials(value):
+    elif name in _INDEX_OPTIONS:
+        _index_option(relative, number, name, value, into)
+    elif name in ("-e", "--editable"):
+        _editable(relative, number, value, into, constraint=constraint)
+    elif name in _KEPT_OPTIONS:
+        into.options.append(f"{name}={value}" if value else name)
+    else:
+        into.problem(
+            relative,
+            number,
+            f"pip option {name} is not supported in requirements gpuenv installs",
+        )
+
+
+def _index_option(relative: str, number: int, name: str, value: str, into: Collected) -> None:
+    """An index or find-links URL: kept for pip, unless it carries credentials (a problem)
+    or serves framework builds (flagged: the image's own build is kept)."""
+    if _credentials(value):
         # Written into the image's install.txt, it would ship (and be pushed) with it.
         into.problem(
             relative,
@@ -248,48 +273,40 @@ def read_option(
             "credentials from the URL; gpuenv cannot pass index credentials to a build "
             "without writing them into the image yet",
         )
-    elif name in _INDEX_OPTIONS:
-        if framework_index(value):
-            if value.rstrip("/").endswith("/cpu"):
-                into.cpu_index_files.add(relative)
-            into.flag(
-                where,
-                f"{name} {value} serves framework builds for another CUDA: not used "
-                "(the image's own framework build is kept)",
-            )
-        elif name in ("-i", "--index-url"):
-            into.options.append(f"--index-url={value}")
-        elif name in ("-f", "--find-links"):
-            into.options.append(f"--find-links={value}")
-        else:
-            into.options.append(f"--extra-index-url={value}")
-    elif name in ("-e", "--editable"):
-        if _is_local_path(value):
-            into.flag(
-                where,
-                f"-e {value} is the project itself (or a folder of it): not "
-                "installed at build time (it is mounted at /workspace when it runs)",
-            )
-            return
-        try:
-            requirement = parse_requirement(_egg_requirement(value))
-        except InvalidRequirement:
-            into.problem(
-                relative,
-                number,
-                f"-e {value}: gpuenv cannot tell which package this is "
-                "(add #egg=NAME or write NAME @ URL)",
-            )
-            return
-        into.dependencies.append(Dependency(requirement, where, constraint))
-    elif name in _KEPT_OPTIONS:
-        into.options.append(f"{name}={value}" if value else name)
+    elif framework_index(value):
+        if value.rstrip("/").endswith("/cpu"):
+            into.cpu_index_files.add(relative)
+        into.flag(
+            f"{relative}:{number}",
+            f"{name} {value} serves framework builds for another CUDA: not used "
+            "(the image's own framework build is kept)",
+        )
     else:
+        into.options.append(f"{_INDEX_OPTIONS[name]}={value}")
+
+
+def _editable(relative: str, number: int, value: str, into: Collected, *, constraint: bool) -> None:
+    """``-e``: a folder of the project is flagged (it is mounted, not installed); a VCS or
+    URL requirement is installed when its package name can be told."""
+    where = f"{relative}:{number}"
+    if _is_local_path(value):
+        into.flag(
+            where,
+            f"-e {value} is the project itself (or a folder of it): not "
+            "installed at build time (it is mounted at /workspace when it runs)",
+        )
+        return
+    try:
+        requirement = parse_requirement(_egg_requirement(value))
+    except InvalidRequirement:
         into.problem(
             relative,
             number,
-            f"pip option {name} is not supported in requirements gpuenv installs",
+            f"-e {value}: gpuenv cannot tell which package this is "
+            "(add #egg=NAME or write NAME @ URL)",
         )
+        return
+    into.dependencies.append(Dependency(requirement, where, constraint))
 
 
 def _egg_requirement(value: str) -> str:

@@ -99,7 +99,25 @@ def parse_spec_text(text: str, project_dir: str, filename: str = SPEC_FILENAME) 
 def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = None) -> Spec:
     """Validate a parsed gpuenv.yaml; every problem is collected before raising."""
     check = SpecChecker(doc, project_dir)
-    data = doc.data
+    data = _fields_mapping(check, doc.data)
+    values = _field_values(check, data)
+    if values.get("ipc") == "host" and "shm_size" in values:
+        check.add(
+            ("shm_size",),
+            "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one",
+        )
+    if values.get("framework") == "none" and "version" in values:
+        check.add(("version",), "constrains the framework version, but 'framework' is none")
+    if check.problems:
+        raise SpecError(sorted(check.problems, key=lambda p: (p.line or 0, p.column or 0)))
+    if "name" not in values:
+        values["name"] = default_name(project_dir)
+    return Spec(project_dir=project_dir, path=path, **values)
+
+
+def _fields_mapping(check: SpecChecker, data: Any) -> dict[Any, Any]:
+    """The document's mapping of fields, each name checked; SpecError at once for an empty
+    file or another kind of value, as nothing else can be checked then."""
     if data is None:
         check.add((), "the file is empty; it needs at least 'framework:' (run `gpuenv init`)")
         raise SpecError(check.problems)
@@ -109,53 +127,48 @@ def spec_from_document(doc: YamlDocument, project_dir: str, path: str | None = N
             f"expected a mapping of fields (framework: ..., version: ...), got {describe(data)}",
         )
         raise SpecError(check.problems)
-
-    values: dict[str, Any] = {}
     for key in data:
         if not isinstance(key, str):
             check.add((), f"field names must be text, got {describe(key)}")
         elif key not in FIELDS:
             check.add((key,), f"unknown field '{key}'{did_you_mean(key, FIELDS, ALIASES)}")
+    return data
 
-    def field_of(key: str, parse: Callable[[Any], Any]) -> None:
-        if key in data and data[key] is not None:
+
+def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
+    """The valid value of each field given, read in this order (so problems keep it); a
+    missing 'framework' (the one required field) and a field without a value are problems."""
+    parsers: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+        ("name", lambda v: _name(check, v)),
+        ("framework", lambda v: check.choice(("framework",), v, FRAMEWORKS, ALIASES)),
+        ("version", lambda v: check.constraint(("version",), v)),
+        ("python", lambda v: check.constraint(("python",), v)),
+        ("cuda", lambda v: check.constraint(("cuda",), v)),
+        ("base", lambda v: check.choice(("base",), v, FAMILIES, ALIASES)),
+        ("requirements", lambda v: _requirements(check, v)),
+        ("extras", lambda v: _extras(check, v)),
+        ("packages", lambda v: _packages(check, v)),
+        ("apt", lambda v: _apt(check, v)),
+        ("env", lambda v: _env(check, v)),
+        ("gpus", lambda v: parse_gpus_value(check, v)),
+        ("shm_size", lambda v: _size(check, v)),
+        ("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES)),
+        ("mounts", lambda v: _mounts(check, v)),
+    )
+    values: dict[str, Any] = {}
+    for key, parse in parsers:
+        if key not in data:
+            if key == "framework":
+                check.add(
+                    (), f"missing required field 'framework' (one of {', '.join(FRAMEWORKS)})"
+                )
+        elif data[key] is None:
+            check.add((key,), "has no value; remove the line or give a value")
+        else:
             result = parse(data[key])
             if result is not None:
                 values[key] = result
-        elif key in data:
-            check.add((key,), "has no value; remove the line or give a value")
-
-    field_of("name", lambda v: _name(check, v))
-    if "framework" not in data:
-        check.add((), f"missing required field 'framework' (one of {', '.join(FRAMEWORKS)})")
-    field_of("framework", lambda v: check.choice(("framework",), v, FRAMEWORKS, ALIASES))
-    field_of("version", lambda v: check.constraint(("version",), v))
-    field_of("python", lambda v: check.constraint(("python",), v))
-    field_of("cuda", lambda v: check.constraint(("cuda",), v))
-    field_of("base", lambda v: check.choice(("base",), v, FAMILIES, ALIASES))
-    field_of("requirements", lambda v: _requirements(check, v))
-    field_of("extras", lambda v: _extras(check, v))
-    field_of("packages", lambda v: _packages(check, v))
-    field_of("apt", lambda v: _apt(check, v))
-    field_of("env", lambda v: _env(check, v))
-    field_of("gpus", lambda v: parse_gpus_value(check, v))
-    field_of("shm_size", lambda v: _size(check, v))
-    field_of("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES))
-    field_of("mounts", lambda v: _mounts(check, v))
-
-    if values.get("ipc") == "host" and "shm_size" in values:
-        check.add(
-            ("shm_size",),
-            "has no effect with 'ipc: host' (the host's /dev/shm is shared); remove one",
-        )
-    if values.get("framework") == "none" and "version" in values:
-        check.add(("version",), "constrains the framework version, but 'framework' is none")
-
-    if check.problems:
-        raise SpecError(sorted(check.problems, key=lambda p: (p.line or 0, p.column or 0)))
-    if "name" not in values:
-        values["name"] = default_name(project_dir)
-    return Spec(project_dir=project_dir, path=path, **values)
+    return values
 
 
 def _name(check: SpecChecker, value: Any) -> str | None:
@@ -288,18 +301,12 @@ def _mig_request(check: SpecChecker, value: dict[Any, Any]) -> GpuRequest | None
 def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
     """The spec's `gpus`: all | none | optional | a count | indices or GPU/MIG UUIDs |
     {mig: PROFILE, count: N}."""
-    path: YamlPath = ("gpus",)
     if isinstance(value, dict):
         return _mig_request(check, value)
-    if isinstance(value, bool):
-        check.add(
-            path, f"expected all, none, optional, a count or a list of GPUs, got {describe(value)}"
-        )
-        return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         if value < 1:
             check.add(
-                path,
+                ("gpus",),
                 "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU "
                 "with index 0)",
             )
@@ -310,36 +317,46 @@ def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
             return GpuRequest(value)
         if value.isdigit():
             return parse_gpus_value(check, int(value))
-        items: list[Any] = [part.strip() for part in value.split(",")]
-    elif isinstance(value, list):
-        items = value
-    else:
-        check.add(
-            path, f"expected all, none, optional, a count or a list of GPUs, got {describe(value)}"
-        )
-        return None
+        return _gpu_devices(check, [part.strip() for part in value.split(",")], listed=False)
+    if isinstance(value, list):
+        return _gpu_devices(check, value, listed=True)
+    check.add(
+        ("gpus",),
+        f"expected all, none, optional, a count or a list of GPUs, got {describe(value)}",
+    )
+    return None
+
+
+def _gpu_devices(check: SpecChecker, items: list[Any], *, listed: bool) -> GpuRequest | None:
+    """GPUs by index or UUID, each once: a YAML list (`listed`) or a comma-separated string."""
+    path: YamlPath = ("gpus",)
     devices: list[str] = []
     problems_before = len(check.problems)
     for index, item in enumerate(items):
-        item_path = (*path, index) if isinstance(value, list) else path
-        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
-            device = str(item)
-        elif isinstance(item, str) and (item.isdigit() or re.match(_GPU_UUID, item)):
-            device = item
-        else:
+        item_path = (*path, index) if listed else path
+        device = _gpu_device(item)
+        if device is None:
             check.add(
                 item_path,
                 f"{describe(item)} is not a GPU index (0, 1, ...) or UUID (GPU-... or MIG-...); "
                 "use all, none, optional, a count or {mig: PROFILE, count: N} for the whole field",
             )
-            continue
-        if device in devices:
+        elif device in devices:
             check.add(item_path, f"GPU {device} is listed twice")
-            continue
-        devices.append(device)
+        else:
+            devices.append(device)
     if not devices and len(check.problems) == problems_before:
         check.add(path, "the list of GPUs is empty; use 'none' for no GPU")
     return GpuRequest("devices", devices=tuple(devices)) if devices else None
+
+
+def _gpu_device(item: Any) -> str | None:
+    """A GPU index (a number, or digits) or a GPU or MIG UUID, as text; else None."""
+    if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+        return str(item)
+    if isinstance(item, str) and (item.isdigit() or re.match(_GPU_UUID, item)):
+        return item
+    return None
 
 
 def _size(check: SpecChecker, value: Any) -> int | None:

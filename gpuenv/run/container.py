@@ -213,10 +213,28 @@ def container_config(
     gpuenv.project.mounts decided them (the spec's, under the user's rules, and --mount);
     the GPUs as `device_requests` (`run.devices`: legacy or CDI), the legacy request for
     the grant without them."""
-    mounts: list[dict[str, Any]] = [
-        {"Type": "bind", "Source": os.path.abspath(spec.project_dir), "Target": WORKSPACE}
-    ]
-    mounts += [bind.to_engine() for bind in binds]
+    return {
+        "Image": image,
+        "Cmd": list(command),
+        "WorkingDir": WORKSPACE,
+        "User": f"{identity.uid}:{identity.gid}" if identity else "",
+        "Env": [f"{key}={value}" for key, value in _container_env(env, grant, identity).items()],
+        "Tty": tty,
+        "OpenStdin": stdin,
+        "StdinOnce": stdin,
+        "AttachStdin": stdin,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Labels": dict(run_labels),
+        "HostConfig": _host_config(spec, grant, binds, device_requests),
+    }
+
+
+def _container_env(
+    env: Mapping[str, str], grant: Grant, identity: Identity | None
+) -> dict[str, str]:
+    """The run's variables, with gpuenv's device order and the granted GPUs over them,
+    and the user's HOME and USER unless the run sets them."""
     full_env = {
         **env,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -225,6 +243,21 @@ def container_config(
     if identity is not None:
         full_env.setdefault("HOME", identity.home)
         full_env.setdefault("USER", identity.name)
+    return full_env
+
+
+def _host_config(
+    spec: Spec,
+    grant: Grant,
+    binds: Sequence[Bind],
+    device_requests: Sequence[Mapping[str, Any]] | None,
+) -> dict[str, Any]:
+    """Mounts (the project at /workspace first), NGC's limits, IPC and shared memory,
+    and the GPU requests."""
+    mounts: list[dict[str, Any]] = [
+        {"Type": "bind", "Source": os.path.abspath(spec.project_dir), "Target": WORKSPACE}
+    ]
+    mounts += [bind.to_engine() for bind in binds]
     host_config: dict[str, Any] = {
         "Mounts": mounts,
         "Init": True,
@@ -243,21 +276,7 @@ def container_config(
         device_requests = requests_for(LEGACY, grant)
     if device_requests:
         host_config["DeviceRequests"] = [dict(request) for request in device_requests]
-    return {
-        "Image": image,
-        "Cmd": list(command),
-        "WorkingDir": WORKSPACE,
-        "User": f"{identity.uid}:{identity.gid}" if identity else "",
-        "Env": [f"{key}={value}" for key, value in full_env.items()],
-        "Tty": tty,
-        "OpenStdin": stdin,
-        "StdinOnce": stdin,
-        "AttachStdin": stdin,
-        "AttachStdout": True,
-        "AttachStderr": True,
-        "Labels": dict(run_labels),
-        "HostConfig": host_config,
-    }
+    return host_config
 
 
 def without_gpus(config: Mapping[str, Any]) -> dict[str, Any]:

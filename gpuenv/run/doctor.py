@@ -168,32 +168,29 @@ def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None
     """Ask the engine itself: start a container with a GPU request and a command that
     cannot exist. 'could not select device driver' means no NVIDIA runtime; failing on
     the command means the request got through. Nothing is executed."""
-    runtimes = info.get("Runtimes") or {}
-    cdi = info.get("CDISpecDirs") or []
     tagged = [image for image in api.images() if image.tags]
     if not tagged:
-        if "nvidia" in runtimes or cdi:
-            checks.append(
-                Check(
-                    "NVIDIA runtime",
-                    "warn",
-                    "registered (nvidia runtime or CDI), not tested: the engine has no "
-                    "image to test with",
-                    "run `gpuenv build`, then `gpuenv doctor` again",
-                )
-            )
-        else:
-            checks.append(
-                Check(
-                    "NVIDIA runtime",
-                    "warn",
-                    "not checked: the engine has no image to test with",
-                    "run `gpuenv build`, then `gpuenv doctor` again",
-                )
-            )
+        checks.append(_untested_runtime(info))
         return
+    checks.append(_runtime_verdict(_probe_refusal(api, tagged[0].tags[0])))
+
+
+def _untested_runtime(info: dict[str, Any]) -> Check:
+    """Without an image to probe with: whether a runtime is at least registered."""
+    if "nvidia" in (info.get("Runtimes") or {}) or info.get("CDISpecDirs"):
+        detail = (
+            "registered (nvidia runtime or CDI), not tested: the engine has no image to test with"
+        )
+    else:
+        detail = "not checked: the engine has no image to test with"
+    return Check("NVIDIA runtime", "warn", detail, "run `gpuenv build`, then `gpuenv doctor` again")
+
+
+def _probe_refusal(api: Engine, image: str) -> str:
+    """Why the engine refused to start `image` with a GPU request and the probe as its
+    command ("" if it started); the container is removed either way."""
     config = {
-        "Image": tagged[0].tags[0],
+        "Image": image,
         "Entrypoint": [PROBE],
         "Cmd": [],
         "Labels": {"io.gpuenv.doctor": "1"},
@@ -202,36 +199,34 @@ def _gpu_runtime(api: Engine, info: dict[str, Any], checks: list[Check]) -> None
     container = api.create(config)
     try:
         api.start(container)
-        message = ""
+        return ""
     except EngineRefused as exc:
-        message = exc.message
+        return exc.message
     finally:
         api.remove(container)
+
+
+def _runtime_verdict(message: str) -> Check:
+    """What the engine's refusal of the probe says about its NVIDIA runtime."""
     if "could not select device driver" in message:
-        checks.append(
-            Check(
-                "NVIDIA runtime",
-                "fail",
-                "the engine cannot give containers GPUs (could not select device driver)",
-                "install the NVIDIA Container Toolkit and restart Docker: "
-                "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/",
-            )
+        return Check(
+            "NVIDIA runtime",
+            "fail",
+            "the engine cannot give containers GPUs (could not select device driver)",
+            "install the NVIDIA Container Toolkit and restart Docker: "
+            "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/",
         )
-    elif PROBE in message:  # the GPU request was taken; only the probe could not run
-        checks.append(
-            Check("NVIDIA runtime", "ok", "GPU requests reach the engine's NVIDIA driver")
-        )
-    else:  # refused for another reason (the toolkit, the driver, CDI): say which
-        checks.append(
-            Check(
-                "NVIDIA runtime",
-                "fail",
-                f"a container with a GPU request did not get to start its command: "
-                f"{message or 'it started, which a probe that does not exist cannot'}",
-                "fix what the engine says (`docker run --rm --gpus all IMAGE true` shows "
-                "the same), then `gpuenv doctor` again",
-            )
-        )
+    if PROBE in message:  # the GPU request was taken; only the probe could not run
+        return Check("NVIDIA runtime", "ok", "GPU requests reach the engine's NVIDIA driver")
+    # Refused for another reason (the toolkit, the driver, CDI): say which.
+    return Check(
+        "NVIDIA runtime",
+        "fail",
+        f"a container with a GPU request did not get to start its command: "
+        f"{message or 'it started, which a probe that does not exist cannot'}",
+        "fix what the engine says (`docker run --rm --gpus all IMAGE true` shows "
+        "the same), then `gpuenv doctor` again",
+    )
 
 
 def _disk(info: dict[str, Any], checks: list[Check]) -> None:

@@ -6,7 +6,7 @@ order), by index otherwise; the container is told exactly what was granted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuenv.common.yamlfile import YamlDocument
@@ -123,7 +123,6 @@ def _mig_candidates(request: GpuRequest, host: Host) -> list[MigDevice]:
 
 def grant(request: GpuRequest, host: Host) -> Grant:
     """Turn a request into a grant for this host; errors name what the host has."""
-    known = bool(host.gpus)
     if request.mode in ("all", "optional"):
         return Grant("all", optional=request.mode == "optional")
     if request.mode == "none":
@@ -131,39 +130,28 @@ def grant(request: GpuRequest, host: Host) -> Grant:
     if request.mode == "mig":
         return _mig_grant(request, host)
     if request.mode == "count":
-        assert request.count is not None
-        if known and request.count > len(host.gpus):
-            raise UsageError(
-                f"{request.count} GPUs requested, but this host has {len(host.gpus)}",
-                hint="ask for fewer (--gpus N), or `--gpus all`",
-            )
-        chosen = host.gpus[: request.count]
-        if known:
-            return Grant("devices", tuple(g.uuid or str(g.index) for g in chosen))
+        return _count_grant(request, host)
+    return _devices_grant(request, host)
+
+
+def _count_grant(request: GpuRequest, host: Host) -> Grant:
+    """The first `count` GPUs; where the host's GPUs are unknown, indices 0..count-1."""
+    assert request.count is not None
+    if not host.gpus:
         return Grant("devices", tuple(str(i) for i in range(request.count)))
-    devices = []
+    if request.count > len(host.gpus):
+        raise UsageError(
+            f"{request.count} GPUs requested, but this host has {len(host.gpus)}",
+            hint="ask for fewer (--gpus N), or `--gpus all`",
+        )
+    return Grant("devices", tuple(g.uuid or str(g.index) for g in host.gpus[: request.count]))
+
+
+def _devices_grant(request: GpuRequest, host: Host) -> Grant:
+    """The named GPUs and MIG instances, each one the host has; never a GPU together
+    with one of its instances."""
     migs = mig_parents(host)
-    for device in request.devices:
-        if device.isdigit() and known:
-            match = next((g for g in host.gpus if g.index == int(device)), None)
-            if match is None:
-                indices = ", ".join(str(g.index) for g in host.gpus)
-                raise UsageError(f"GPU {device} does not exist on this host (it has {indices})")
-            devices.append(match.uuid or device)
-        elif device.startswith("MIG-") and known and device not in migs:
-            raise UsageError(
-                f"no MIG instance with UUID {device} on this host",
-                hint="`gpuenv doctor` lists this host's MIG instances",
-            )
-        elif (
-            not device.isdigit()
-            and not device.startswith("MIG-")
-            and known
-            and not any(g.uuid == device for g in host.gpus)
-        ):
-            raise UsageError(f"no GPU with UUID {device} on this host")
-        else:
-            devices.append(device)
+    devices = [_named_device(device, host, migs) for device in request.devices]
     both = [d for d in devices if d in migs and migs[d].key in devices]
     if both:
         raise UsageError(
@@ -171,6 +159,29 @@ def grant(request: GpuRequest, host: Host) -> Grant:
             hint="ask for the GPU or for its instances, not both",
         )
     return Grant("devices", tuple(devices))
+
+
+def _named_device(device: str, host: Host, migs: Mapping[str, Gpu]) -> str:
+    """A GPU index (as its UUID where known), GPU UUID or MIG UUID the host has; as
+    named where the host's GPUs are unknown."""
+    if not host.gpus:
+        return device
+    if device.isdigit():
+        match = next((g for g in host.gpus if g.index == int(device)), None)
+        if match is None:
+            indices = ", ".join(str(g.index) for g in host.gpus)
+            raise UsageError(f"GPU {device} does not exist on this host (it has {indices})")
+        return match.uuid or device
+    if device.startswith("MIG-"):
+        if device not in migs:
+            raise UsageError(
+                f"no MIG instance with UUID {device} on this host",
+                hint="`gpuenv doctor` lists this host's MIG instances",
+            )
+        return device
+    if not any(g.uuid == device for g in host.gpus):
+        raise UsageError(f"no GPU with UUID {device} on this host")
+    return device
 
 
 def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Grant, list[str]]:
@@ -186,84 +197,113 @@ def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Gr
     if not host.gpus or granted.mode == "none":
         return granted, []
     held = {claim.gpu: claim for claim in claims}
-    by_key = {gpu.key: gpu for gpu in host.gpus}
-    parents = mig_parents(host)
-
-    def instance_holders(gpu: Gpu) -> list[str]:
-        return [
-            f"MIG {m.uuid[:12]}: held by {held[m.uuid].describe()}"
-            for m in gpu.mig_devices
-            if m.uuid in held
-        ]
-
-    def gpu_taken(gpu: Gpu) -> bool:
-        return gpu.key in held or bool(gpu.lost) or bool(instance_holders(gpu))
-
-    def holder(gpu: Gpu) -> str:
-        if gpu.lost:
-            return f"GPU {gpu.index}: fell off the bus ({gpu.lost})"
-        if gpu.key in held:
-            return f"GPU {gpu.index}: held by {held[gpu.key].describe()}"
-        if instance_holders(gpu):
-            return f"GPU {gpu.index} (MIG): " + ", ".join(instance_holders(gpu))
-        pids = ", ".join(str(p.pid) for p in _outside_processes(gpu))
-        return f"GPU {gpu.index}: busy with processes outside gpuenv (pid {pids})"
-
-    def mig_holder(uuid: str) -> str | None:
-        parent = parents[uuid]
-        if uuid in held:
-            return f"MIG {uuid}: held by {held[uuid].describe()}"
-        if parent.key in held or parent.lost:
-            return f"MIG {uuid} of {holder(parent)}"
-        return None
-
     if request.mode == "mig":
-        candidates = _mig_candidates(request, host)
-        assert request.count is not None
-
-        def not_free(mig: MigDevice) -> str | None:
-            """Held, its GPU held, or used by processes (NVML lists them per instance)."""
-            if not mig.processes:
-                return mig_holder(mig.uuid)
-            pids = ", ".join(str(p.pid) for p in mig.processes)
-            return mig_holder(mig.uuid) or f"MIG {mig.uuid}: busy with processes (pid {pids})"
-
-        open_migs = [m for m in candidates if not_free(m) is None]
-        if len(open_migs) < request.count:
-            taken = "; ".join(h for m in candidates if (h := not_free(m)))
-            raise GpusBusy(
-                f"{request} requested, {len(open_migs)} free on this host ({taken})",
-                hint="wait for them with --wait, or ask for fewer",
-            )
-        keys = [m.uuid for m in open_migs[: request.count]]
+        keys = _free_instances(request, host, held)
         return Grant("devices", tuple(keys)), keys
     if request.mode == "count":
-        assert request.count is not None
-        free = [g for g in host.gpus if not gpu_taken(g) and not _outside_processes(g)]
-        if len(free) < request.count:
-            taken = "; ".join(holder(g) for g in host.gpus if g not in free)
-            raise GpusBusy(
-                f"{request.count} GPU{'s' if request.count > 1 else ''} requested, "
-                f"{len(free)} free on this host ({taken})",
-                hint="wait for them with --wait, or ask for fewer",
-            )
-        # Whole GPUs out of MIG mode first: a MIG GPU given whole is its slices' loss.
-        free.sort(
-            key=lambda g: (bool(g.mig_mode), g.utilization or 0, g.memory_used_mib or 0, g.index)
-        )
-        chosen = sorted(free[: request.count], key=lambda g: g.index)
-        keys = [g.key for g in chosen]
+        keys = _least_loaded_free_gpus(request, host, held)
         return Grant("devices", tuple(keys)), keys
+    return granted, _unheld_keys(granted, host, held)
+
+
+def _free_instances(request: GpuRequest, host: Host, held: Mapping[str, Claim]) -> list[str]:
+    """`count` free instances of the requested MIG profile, the first ones; GpusBusy
+    naming who holds the others when too few are free."""
+    candidates = _mig_candidates(request, host)
+    assert request.count is not None
+    parents = mig_parents(host)
+    open_migs = [m for m in candidates if _instance_not_free(m, held, parents) is None]
+    if len(open_migs) < request.count:
+        taken = "; ".join(h for m in candidates if (h := _instance_not_free(m, held, parents)))
+        raise GpusBusy(
+            f"{request} requested, {len(open_migs)} free on this host ({taken})",
+            hint="wait for them with --wait, or ask for fewer",
+        )
+    return [m.uuid for m in open_migs[: request.count]]
+
+
+def _least_loaded_free_gpus(
+    request: GpuRequest, host: Host, held: Mapping[str, Claim]
+) -> list[str]:
+    """`count` free whole GPUs, the least loaded, in index order; GpusBusy naming who
+    holds the others when too few are free."""
+    assert request.count is not None
+    free = [g for g in host.gpus if not _gpu_taken(g, held) and not _outside_processes(g)]
+    if len(free) < request.count:
+        taken = "; ".join(_holder(g, held) for g in host.gpus if g not in free)
+        raise GpusBusy(
+            f"{request.count} GPU{'s' if request.count > 1 else ''} requested, "
+            f"{len(free)} free on this host ({taken})",
+            hint="wait for them with --wait, or ask for fewer",
+        )
+    # Whole GPUs out of MIG mode first: a MIG GPU given whole is its slices' loss.
+    free.sort(key=lambda g: (bool(g.mig_mode), g.utilization or 0, g.memory_used_mib or 0, g.index))
+    chosen = sorted(free[: request.count], key=lambda g: g.index)
+    return [g.key for g in chosen]
+
+
+def _unheld_keys(granted: Grant, host: Host, held: Mapping[str, Claim]) -> list[str]:
+    """The keys of the granted GPUs and instances (every GPU for `all`); GpusBusy when
+    any of them is held."""
+    by_key = {gpu.key: gpu for gpu in host.gpus}
+    parents = mig_parents(host)
     keys = list(granted.devices) if granted.mode == "devices" else list(by_key)
-    busy = [holder(by_key[k]) for k in keys if k in by_key and gpu_taken(by_key[k])]
-    busy += [h for k in keys if k in parents and (h := mig_holder(k))]
+    busy = [_holder(by_key[k], held) for k in keys if k in by_key and _gpu_taken(by_key[k], held)]
+    busy += [h for k in keys if k in parents and (h := _mig_holder(k, held, parents))]
     if busy:
         raise GpusBusy(
             "; ".join(busy),
             hint="wait with --wait, pick other GPUs (`gpuenv top` shows who uses what), "
             "or ask for a count (--gpus N) and gpuenv picks free ones",
         )
-    return granted, keys
+    return keys
+
+
+def _instance_holders(gpu: Gpu, held: Mapping[str, Claim]) -> list[str]:
+    """Who holds each claimed MIG instance of `gpu`."""
+    return [
+        f"MIG {m.uuid[:12]}: held by {held[m.uuid].describe()}"
+        for m in gpu.mig_devices
+        if m.uuid in held
+    ]
+
+
+def _gpu_taken(gpu: Gpu, held: Mapping[str, Claim]) -> bool:
+    return gpu.key in held or bool(gpu.lost) or bool(_instance_holders(gpu, held))
+
+
+def _holder(gpu: Gpu, held: Mapping[str, Claim]) -> str:
+    """Why `gpu` is not free, for a message."""
+    if gpu.lost:
+        return f"GPU {gpu.index}: fell off the bus ({gpu.lost})"
+    if gpu.key in held:
+        return f"GPU {gpu.index}: held by {held[gpu.key].describe()}"
+    if _instance_holders(gpu, held):
+        return f"GPU {gpu.index} (MIG): " + ", ".join(_instance_holders(gpu, held))
+    pids = ", ".join(str(p.pid) for p in _outside_processes(gpu))
+    return f"GPU {gpu.index}: busy with processes outside gpuenv (pid {pids})"
+
+
+def _mig_holder(uuid: str, held: Mapping[str, Claim], parents: Mapping[str, Gpu]) -> str | None:
+    """Who holds a MIG instance, or its GPU (whole); None when neither is held."""
+    parent = parents[uuid]
+    if uuid in held:
+        return f"MIG {uuid}: held by {held[uuid].describe()}"
+    if parent.key in held or parent.lost:
+        return f"MIG {uuid} of {_holder(parent, held)}"
+    return None
+
+
+def _instance_not_free(
+    mig: MigDevice, held: Mapping[str, Claim], parents: Mapping[str, Gpu]
+) -> str | None:
+    """Held, its GPU held, or used by processes (NVML lists them per instance)."""
+    if not mig.processes:
+        return _mig_holder(mig.uuid, held, parents)
+    pids = ", ".join(str(p.pid) for p in mig.processes)
+    return (
+        _mig_holder(mig.uuid, held, parents) or f"MIG {mig.uuid}: busy with processes (pid {pids})"
+    )
 
 
 def _outside_processes(gpu: Gpu) -> list[GpuProcess]:

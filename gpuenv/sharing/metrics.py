@@ -116,44 +116,122 @@ READINGS = (
 )
 
 
+# A GPU with the label values of its per-GPU samples (index, UUID, who holds it).
+_LabelledGpus = Sequence[tuple[Gpu, tuple[str, ...]]]
+
+
 def families(
     host: Host, held: Mapping[str, Holder], xid_counts: Mapping[tuple[int, int], int]
 ) -> list[Family]:
     """Every family with this scrape's samples; `xid_counts` is (GPU index, XID) -> count."""
+    gpus = [(gpu, _labels(gpu, held)) for gpu in host.gpus]
+    return [
+        _info(host),
+        _up(gpus),
+        *_readings(gpus),
+        _clock_event_reasons(gpus),
+        _ecc(gpus),
+        _health(gpus),
+        _xids(gpus, xid_counts),
+        _mig_instances(host, held),
+    ]
+
+
+def _labels(gpu: Gpu, held: Mapping[str, Holder]) -> tuple[str, ...]:
+    """The values of GPU_LABELS for this GPU."""
+    holder = held.get(gpu.key, Holder("", ""))
+    return (str(gpu.index), gpu.uuid or "", holder.project, holder.user, holder.run)
+
+
+def _info(host: Host) -> Family:
     info = Family(
         PREFIX + "info",
         "A GPU: its model and the driver.",
         "gauge",
         ("gpu", "uuid", "name", "driver"),
     )
+    for gpu in host.gpus:
+        info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, host.driver or ""), 1))
+    return info
+
+
+def _up(gpus: _LabelledGpus) -> Family:
     up = Family(
         PREFIX + "up", "1 if NVML can reach the GPU, 0 if it fell off the bus.", "gauge", GPU_LABELS
     )
+    for gpu, labels in gpus:
+        up.samples.append((labels, 0 if gpu.lost else 1))
+    return up
+
+
+def _readings(gpus: _LabelledGpus) -> list[Family]:
+    """One family per READINGS gauge, with a sample for each GPU that reports it."""
     readings = [Family(PREFIX + r.name, r.help, "gauge", GPU_LABELS) for r in READINGS]
+    for gpu, labels in gpus:
+        for family, reading in zip(readings, READINGS, strict=True):
+            value = reading.read(gpu)
+            if value is not None:
+                family.samples.append((labels, float(value)))
+    return readings
+
+
+def _clock_event_reasons(gpus: _LabelledGpus) -> Family:
     reasons = Family(
         PREFIX + "clocks_event_reason",
         "1 while NVML reports this reason for holding the clocks down.",
         "gauge",
         (*GPU_LABELS, "reason"),
     )
+    for gpu, labels in gpus:
+        if gpu.clocks_event_reasons is None:
+            continue
+        for name, bit in CLOCK_EVENT_REASONS:
+            reasons.samples.append(((*labels, name), 1 if gpu.clocks_event_reasons & bit else 0))
+    return reasons
+
+
+def _ecc(gpus: _LabelledGpus) -> Family:
     ecc = Family(
         PREFIX + "ecc_errors",
         "ECC errors since the driver loaded (NVML volatile counts).",
         "gauge",
         (*GPU_LABELS, "type"),
     )
+    for gpu, labels in gpus:
+        for kind, count in (("corrected", gpu.ecc_corrected), ("uncorrected", gpu.ecc_uncorrected)):
+            if count is not None:
+                ecc.samples.append(((*labels, kind), count))
+    return ecc
+
+
+def _health(gpus: _LabelledGpus) -> Family:
     health = Family(
         PREFIX + "health_problem",
         "1 for each health problem gpuenv finds (see `gpuenv top`), by kind and severity.",
         "gauge",
         (*GPU_LABELS, "kind", "severity"),
     )
+    for gpu, labels in gpus:
+        for finding in assess(gpu):
+            health.samples.append(((*labels, finding.kind, finding.severity), 1))
+    return health
+
+
+def _xids(gpus: _LabelledGpus, xid_counts: Mapping[tuple[int, int], int]) -> Family:
     xids = Family(
         PREFIX + "xid_errors",
         "XID errors NVML reported since the exporter started.",
         "counter",
         (*GPU_LABELS, "xid"),
     )
+    for gpu, labels in gpus:
+        for (index, xid), count in sorted(xid_counts.items()):
+            if index == gpu.index:
+                xids.samples.append(((*labels, str(xid)), count))
+    return xids
+
+
+def _mig_instances(host: Host, held: Mapping[str, Holder]) -> Family:
     mig = Family(
         PREFIX + "mig_instance",
         "1 per MIG instance of a GPU: its UUID, profile (empty: unknown) and who holds it.",
@@ -165,25 +243,4 @@ def families(
             by = held.get(instance.uuid, Holder("", ""))
             where = (str(gpu.index), instance.uuid, instance.profile or "")
             mig.samples.append(((*where, by.project, by.user, by.run), 1))
-        holder = held.get(gpu.key, Holder("", ""))
-        labels = (str(gpu.index), gpu.uuid or "", holder.project, holder.user, holder.run)
-        info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, host.driver or ""), 1))
-        up.samples.append((labels, 0 if gpu.lost else 1))
-        for family, reading in zip(readings, READINGS, strict=True):
-            value = reading.read(gpu)
-            if value is not None:
-                family.samples.append((labels, float(value)))
-        if gpu.clocks_event_reasons is not None:
-            for name, bit in CLOCK_EVENT_REASONS:
-                reasons.samples.append(
-                    ((*labels, name), 1 if gpu.clocks_event_reasons & bit else 0)
-                )
-        for kind, count in (("corrected", gpu.ecc_corrected), ("uncorrected", gpu.ecc_uncorrected)):
-            if count is not None:
-                ecc.samples.append(((*labels, kind), count))
-        for finding in assess(gpu):
-            health.samples.append(((*labels, finding.kind, finding.severity), 1))
-        for (index, xid), count in sorted(xid_counts.items()):
-            if index == gpu.index:
-                xids.samples.append(((*labels, str(xid)), count))
-    return [info, up, *readings, reasons, ecc, health, xids, mig]
+    return mig

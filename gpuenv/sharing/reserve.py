@@ -29,18 +29,7 @@ def reserve(
     try:
         while True:
             with store.locked():
-                if ticket is None:
-                    queued = store.waiting()
-                    if queued and wait is None:  # first come, first served: waiters go first
-                        names = "; ".join(w.describe() for w in queued)
-                        raise GpusBusy(
-                            f"other runs are queued for GPUs on this host: {names}",
-                            hint="queue behind them with --wait (`gpuenv top` shows who uses what)",
-                        )
-                    if queued:
-                        ticket = store.enqueue()
-                else:
-                    store.touch([ticket])  # the heartbeat that keeps the ticket live
+                ticket = _hold_place(store, ticket, wait)
                 if ticket is None or store.first_in_queue(ticket):
                     try:
                         granted, keys = choose(request, host, store.claims())
@@ -60,3 +49,20 @@ def reserve(
     finally:
         if ticket is not None:
             store.release([ticket])
+
+
+def _hold_place(store: ClaimStore, ticket: str | None, wait: float | None) -> str | None:
+    """The run's place in the queue, under the store's lock: kept alive once it has one;
+    else taken behind the runs already queued (GpusBusy naming them without `wait`),
+    none while nobody queues."""
+    if ticket is not None:
+        store.touch([ticket])  # the heartbeat that keeps the ticket live
+        return ticket
+    queued = store.waiting()
+    if queued and wait is None:  # first come, first served: waiters go first
+        names = "; ".join(w.describe() for w in queued)
+        raise GpusBusy(
+            f"other runs are queued for GPUs on this host: {names}",
+            hint="queue behind them with --wait (`gpuenv top` shows who uses what)",
+        )
+    return store.enqueue() if queued else None
