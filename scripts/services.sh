@@ -9,6 +9,7 @@
 #   engine-nogpu   one without the hook, as on a host without the NVIDIA Container Toolkit
 #   engine-claims  one with the hook, for the shared-server tests alone (all in engine.sh)
 #   registry       an OCI registry, reached as 127.0.0.1:5000 from the engines and the host
+#   docker-tcp     the 'gpu' engine over TCP on the host's loopback (127.0.0.1:23750)
 #   images         the stand-in NGC images, built and pushed to the registry
 #   munge          the authentication both Slurm clusters use
 #   slurm          a Slurm controller and node with four GPUs as GRES
@@ -40,6 +41,8 @@ ENV_FILE=.cache/services.env
 . scripts/services/engine.sh
 # shellcheck source=scripts/services/registry.sh
 . scripts/services/registry.sh
+# shellcheck source=scripts/services/docker-tcp.sh
+. scripts/services/docker-tcp.sh
 # shellcheck source=scripts/services/images.sh
 . scripts/services/images.sh
 # shellcheck source=scripts/services/munge.sh
@@ -54,7 +57,7 @@ ENV_FILE=.cache/services.env
 . scripts/services/podman.sh
 
 # In the order `up` starts them: each after those it needs.
-SERVICES=(netns engine-gpu engine-nogpu engine-claims registry images munge slurm
+SERVICES=(netns engine-gpu engine-nogpu engine-claims registry docker-tcp images munge slurm
   slurm-multi tester podman)
 # What `up` makes rather than starts: nothing of theirs runs and `down` keeps it. The
 # status of every service leaves them out: it says whether there is anything for `down`
@@ -128,6 +131,7 @@ env_file() {  # the tests' settings: where each service is
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_DOCKER_CLAIMS=unix://$RUN/claims.sock
+GPUENV_TEST_DOCKER_TCP=tcp://$DOCKER_TCP
 GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_NETNS=/proc/$(netns_pid)/ns/net
 GPUENV_TEST_STATE=$STATE
