@@ -95,14 +95,6 @@ check_names() {  # check_names SERVICE...: fails on a name that is not a service
   done
 }
 
-in_order() {  # in_order SERVICE...: the SERVICEs in the order of $SERVICES, one a line
-  local service
-  for service in "${SERVICES[@]}"; do
-    if is_one_of "$service" "$@"; then
-      echo "$service"
-    fi
-  done
-}
 
 check_needs() {  # check_needs SERVICE...: what each SERVICE needs runs, or is one of them
   local service need
@@ -200,7 +192,7 @@ services_status() {  # services_status SERVICE...: one line a service on stderr;
 }
 
 main() {
-  local action=${1:-} services=()
+  local action=${1:-} services=() service
   [ $# -eq 0 ] || shift
   case "$action" in
     up | down | status) ;;
@@ -211,7 +203,11 @@ main() {
     EVERY=yes
     set -- "${SERVICES[@]}"
   fi
-  mapfile -t services < <(in_order "$@")
+  for service in "${SERVICES[@]}"; do  # in the order of $SERVICES, whatever the order named
+    if is_one_of "$service" "$@"; then
+      services+=("$service")
+    fi
+  done
   "services_$action" "${services[@]}"
 }
 
