@@ -72,7 +72,7 @@ TEXT
   install_missing docker-registry:docker-registry debootstrap:debootstrap
   mkdir -p "$STATE"
   if ! python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=2)" 2>/dev/null; then
-    registry_up
+    registry_serve tcp "$REGISTRY"
     started+=("$RUN/registry.pid|registry")
   fi
   export GPUENV_REGISTRY_MIRROR=$REGISTRY

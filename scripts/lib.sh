@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Shell helpers shared by scripts/services.sh (the test services) and scripts/demo.sh.
-# Expects STATE, RUN and REGISTRY to be set by the caller.
+# Shell helpers shared by scripts/services.sh and the services in scripts/services/, by
+# scripts/test.sh and bench.sh (use_services: the services for one run) and scripts/demo.sh.
+# Expects STATE and RUN to be set by the caller where a helper uses them.
 
 log() { echo "• $*" >&2; }
 die() { echo "error: $*" >&2; exit 1; }
@@ -15,6 +16,7 @@ install_missing() {  # install_missing COMMAND:PACKAGE...
     command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
   done
   if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing: ${missing[*]}: install them (apt) or run as root"
     log "installing ${missing[*]} (apt)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -37,15 +39,16 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   die "$what did not come up within ${seconds}s"
 }
 
-registry_up() {  # registry_up [LAUNCHER...]: a registry on $REGISTRY, or on the unix socket
-  # $REGISTRY_SOCKET when the caller sets it; started through LAUNCHER (nsenter) if given
-  local pidfile="$RUN/registry.pid" net=tcp addr=$REGISTRY
+registry_serve() {  # registry_serve tcp|unix ADDRESS [LAUNCHER...]: a registry on ADDRESS
+  # (HOST:PORT or a socket's path), started through LAUNCHER (nsenter) if given; its pid in
+  # $RUN/registry.pid, its storage in $STATE/registry
+  local net=$1 addr=$2 pidfile="$RUN/registry.pid"
+  shift 2
   if alive "$pidfile"; then
     return 0
   fi
-  if [ -n "${REGISTRY_SOCKET:-}" ]; then
-    net=unix addr=$REGISTRY_SOCKET
-    rm -f "$REGISTRY_SOCKET"
+  if [ "$net" = unix ]; then
+    rm -f "$addr"
   fi
   mkdir -p "$STATE/registry"
   cat >"$STATE/registry.yml" <<YAML
@@ -65,11 +68,24 @@ YAML
   setsid "$@" docker-registry serve "$STATE/registry.yml" >"$RUN/registry.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   if [ "$net" = unix ]; then
-    wait_for 30 "the registry (log: $RUN/registry.log)" test -S "$REGISTRY_SOCKET"
+    wait_for 30 "the registry (log: $RUN/registry.log)" test -S "$addr"
   else
     wait_for 30 "the registry (log: $RUN/registry.log)" \
-      python3 -c "import urllib.request; urllib.request.urlopen('http://$REGISTRY/v2/', timeout=1)"
+      python3 -c "import urllib.request; urllib.request.urlopen('http://$addr/v2/', timeout=1)"
   fi
+}
+
+forward() {  # forward NAME HOST:PORT SOCKET [LAUNCHER...]: TCP HOST:PORT on the loopback of
+  # the namespace LAUNCHER runs in (this one when none), to the unix SOCKET (socat); its pid
+  # in $RUN/NAME.pid, its log in $RUN/NAME.log
+  local name=$1 listen=$2 socket=$3 pidfile="$RUN/$1.pid"
+  shift 3
+  if alive "$pidfile"; then
+    return 0
+  fi
+  setsid "$@" socat "TCP-LISTEN:${listen##*:},bind=${listen%:*},reuseaddr,fork" \
+    "UNIX-CONNECT:$socket" >"$RUN/$name.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
 }
 
 bookworm_rootfs() {  # a Debian bookworm root with Python 3 and pip, made once
@@ -96,168 +112,6 @@ stop() {  # stop PIDFILE NAME
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
   fi
   rm -f "$pidfile"
-}
-
-slurm_conf_shared() {  # the slurm.conf lines both test clusters share
-  cat <<'CONF'
-SlurmUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-ReturnToService=2
-MpiDefault=none
-SchedulerType=sched/backfill
-CONF
-}
-
-slurm_up() {  # a Slurm controller and node on this machine, four GPUs as GRES
-  local host conf=/etc/slurm/slurm.conf
-  host=$(hostname -s)
-  install_missing slurmctld:slurm-wlm munged:munge sbatch:slurm-client
-  mkdir -p /etc/munge /run/munge /var/log/munge /var/lib/munge /etc/slurm \
-    /var/spool/slurmctld /var/spool/slurmd /var/log/slurm "$RUN"
-  chown munge:munge /etc/munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
-  if [ ! -s /etc/munge/munge.key ]; then
-    mungekey -c -f -k /etc/munge/munge.key >/dev/null 2>&1 ||
-      dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
-    chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
-  fi
-  # munged runs as the munge user, which can write its pid file only in /run/munge.
-  if ! alive /run/munge/gpuenv-munged.pid; then
-    log "starting munged"
-    runuser -u munge -- munged --pid-file=/run/munge/gpuenv-munged.pid --force
-    wait_for 20 "munged" test -f /run/munge/gpuenv-munged.pid
-  fi
-  for n in 0 1 2 3; do
-    [ -e "/dev/fakegpu$n" ] || mknod "/dev/fakegpu$n" c 1 3
-  done
-  {
-    printf 'ClusterName=gpuenv-test\nSlurmctldHost=%s\n' "$host"
-    slurm_conf_shared
-    cat <<CONF
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
-SlurmctldPidFile=$RUN/slurmctld.pid
-SlurmdPidFile=$RUN/slurmd.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-JobAcctGatherType=jobacct_gather/none
-NodeName=$host CPUs=$(nproc) RealMemory=2000 Gres=gpu:4 State=UNKNOWN
-PartitionName=gpu Nodes=$host Default=YES MaxTime=INFINITE State=UP
-CONF
-  } >"$conf.gpuenv"
-  printf 'NodeName=%s Name=gpu File=/dev/fakegpu[0-3]\n' "$host" >/etc/slurm/gres.conf
-  if ! cmp -s "$conf.gpuenv" "$conf"; then
-    cp "$conf.gpuenv" "$conf"
-  fi
-  if ! alive "$RUN/slurmctld.pid"; then
-    log "starting slurmctld"
-    slurmctld
-  fi
-  if ! alive "$RUN/slurmd.pid"; then
-    log "starting slurmd"
-    slurmd
-  fi
-  wait_for 60 "the Slurm node (log: /var/log/slurm/)" sh -c "sinfo -h -o %T | grep -qE '^(idle|mixed|allocated)'"
-}
-
-# A second Slurm cluster, gpuenv-multi, for multi-node jobs: its controller and node mn1 in
-# the network namespace gpuenv-mn1 (10.77.0.1), node mn2 in gpuenv-mn2 (10.77.0.2), joined
-# by a veth pair made inside them: two "hosts" on their own private subnet, so that
-# traffic between nodes (srun, a c10d rendezvous) crosses a real link and never touches
-# this machine's interfaces. Debian's Slurm is built without --enable-multiple-slurmd, so
-# two slurmd need two network namespaces. Mounts, munge and users are shared, as on a
-# cluster with a shared file system. Clients use SLURM_CONF=$MULTI_CONF from gpuenv-mn1.
-MULTI_CONF=/etc/slurm-multi/slurm.conf
-MULTI_NODES=(mn1:10.77.0.1 mn2:10.77.0.2)
-
-multi_netns_up() {  # the nodes' link is gpuenv0 on both, as nodes share interface names
-  local pair name addr
-  for pair in "${MULTI_NODES[@]}"; do
-    name=gpuenv-${pair%%:*}
-    [ -e "/run/netns/$name" ] || ip netns add "$name"
-    ip -n "$name" link set lo up
-  done
-  if ! ip -n gpuenv-mn1 link show gpuenv0 >/dev/null 2>&1; then
-    ip -n gpuenv-mn1 link add gpuenv0 type veth peer name gpuenv0 netns gpuenv-mn2
-  fi
-  for pair in "${MULTI_NODES[@]}"; do
-    name=${pair%%:*} addr=${pair#*:}
-    ip -n "gpuenv-$name" addr replace "$addr/24" dev gpuenv0
-    ip -n "gpuenv-$name" link set gpuenv0 up
-  done
-}
-
-slurm_multi_up() {
-  local pair name addr dir=${MULTI_CONF%/*} gres=4
-  multi_netns_up
-  mkdir -p "$dir" /var/spool/slurmctld-multi
-  {
-    printf 'ClusterName=gpuenv-multi\nSlurmctldHost=%s(10.77.0.1)\n' "$(hostname -s)"
-    slurm_conf_shared
-    cat <<CONF
-StateSaveLocation=/var/spool/slurmctld-multi
-SlurmdSpoolDir=/var/spool/slurmd-%n
-SlurmctldPidFile=$RUN/slurmctld-multi.pid
-SlurmdPidFile=$RUN/slurmd-%n.pid
-SlurmctldLogFile=/var/log/slurm/slurmctld-multi.log
-SlurmdLogFile=/var/log/slurm/slurmd-%n.log
-JobAcctGatherType=jobacct_gather/none
-CONF
-    for pair in "${MULTI_NODES[@]}"; do
-      echo "NodeName=${pair%%:*} NodeAddr=${pair#*:} CPUs=$(nproc) RealMemory=2000 Gres=gpu:2 State=UNKNOWN"
-    done
-    echo "PartitionName=multi Nodes=mn[1-2] Default=YES MaxTime=INFINITE State=UP"
-  } >"$MULTI_CONF.new"
-  : >"$dir/gres.conf.new"
-  for pair in "${MULTI_NODES[@]}"; do
-    name=${pair%%:*}
-    for _ in 1 2; do
-      [ -e "/dev/fakegpu$gres" ] || mknod "/dev/fakegpu$gres" c 1 3
-      gres=$((gres + 1))
-    done
-    echo "NodeName=$name Name=gpu File=/dev/fakegpu[$((gres - 2))-$((gres - 1))]" >>"$dir/gres.conf.new"
-  done
-  mv "$dir/gres.conf.new" "$dir/gres.conf"
-  if ! cmp -s "$MULTI_CONF.new" "$MULTI_CONF"; then
-    mv "$MULTI_CONF.new" "$MULTI_CONF"
-  else
-    rm -f "$MULTI_CONF.new"
-  fi
-  if ! alive "$RUN/slurmctld-multi.pid"; then
-    log "starting slurmctld of gpuenv-multi (in gpuenv-mn1)"
-    nsenter --net=/run/netns/gpuenv-mn1 slurmctld -f "$MULTI_CONF"
-  fi
-  for pair in "${MULTI_NODES[@]}"; do
-    name=${pair%%:*}
-    if ! alive "$RUN/slurmd-$name.pid"; then
-      log "starting slurmd $name (in gpuenv-$name)"
-      mkdir -p "/var/spool/slurmd-$name"
-      nsenter --net="/run/netns/gpuenv-$name" slurmd -f "$MULTI_CONF" -N "$name"
-    fi
-  done
-  wait_for 60 "the gpuenv-multi nodes (log: /var/log/slurm/)" sh -c \
-    "nsenter --net=/run/netns/gpuenv-mn1 env SLURM_CONF=$MULTI_CONF sinfo -h -o '%D %T' | grep -qE '^2 (idle|mixed|allocated)'"
-}
-
-slurm_multi_down() {
-  local pair
-  for pair in "${MULTI_NODES[@]}"; do
-    stop "$RUN/slurmd-${pair%%:*}.pid" "slurmd ${pair%%:*}"
-  done
-  stop "$RUN/slurmctld-multi.pid" "slurmctld of gpuenv-multi"
-  for pair in "${MULTI_NODES[@]}"; do
-    [ ! -e "/run/netns/gpuenv-${pair%%:*}" ] || ip netns del "gpuenv-${pair%%:*}"
-  done
-}
-
-slurm_down() {
-  stop "$RUN/slurmd.pid" slurmd
-  stop "$RUN/slurmctld.pid" slurmctld
-  stop /run/munge/gpuenv-munged.pid munged
 }
 
 # What `make test` must leave as it found it: the host's interfaces, its firewall rules,

@@ -4,6 +4,8 @@
 # integration; none is skipped), and stops whatever it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 scripts/dev-env.sh
 
@@ -16,12 +18,15 @@ echo "• architecture (import-linter contracts) and dead code (vulture)" >&2
 .venv/bin/vulture gpuenv scripts/vulture_whitelist.py --min-confidence 60 \
   --ignore-decorators "@click.command,@click.group,@export.command"
 
+echo "• shell scripts (shellcheck: scripts/ and .ci/run)" >&2
+install_missing shellcheck:shellcheck
+mapfile -t shell_scripts <<<"$(find scripts -name '*.sh' | sort)"
+shellcheck -x -P scripts "${shell_scripts[@]}" .ci/run
+
 echo "• docs (mkdocs build --strict: broken links, anchors and pages missing from nav fail)" >&2
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .cache/site
 
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
 use_services
 echo "• the scripted NVML the tests load (tests/nvml/, gcc against NVIDIA's nvml.h)" >&2
 tests/nvml/build.sh >/dev/null

@@ -1,0 +1,141 @@
+# shellcheck shell=bash
+# Service 'podman': Podman, rootful and rootless (as gpuenv-tester), each a `podman system
+# service` in the services' network namespace (containers get no network: netns = "none")
+# and in a mount namespace of its own where /etc is an overlay holding /etc/cdi, a bind of
+# $PODMAN/cdi: Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi, and the
+# host's stay untouched. Test-private containers.conf, storage.conf and registries.conf (the
+# registry at $REGISTRY is plain http), never the system's. Sourced by scripts/services.sh.
+
+PODMAN=$STATE/podman
+
+# catatonit is the init (`Init: true`) Podman runs as PID 1.
+podman_packages() {
+  echo podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
+    runc:runc curl:curl catatonit:catatonit
+}
+podman_needs() { echo netns tester; }
+
+podman_files() {
+  mkdir -p "$PODMAN/cdi" "$PODMAN/rootful" "$PODMAN/dev"
+  chmod 0755 "$PODMAN" "$PODMAN/cdi" "$PODMAN/dev"
+  # Stand-in GPU device nodes for the tests' CDI specs: /dev/null's and /dev/zero's numbers,
+  # in the test folder (rootless Podman 4.3 binds a node's own path: it must exist).
+  [ -e "$PODMAN/dev/nvidia0" ] || mknod -m 0666 "$PODMAN/dev/nvidia0" c 1 3
+  [ -e "$PODMAN/dev/nvidia1" ] || mknod -m 0666 "$PODMAN/dev/nvidia1" c 1 5
+  # The runtime cannot raise limits above the service's own (no CAP_SYS_RESOURCE in
+  # some sandboxes): containers get the limits the service itself has; crun 1.8 refuses
+  # hybrid cgroups, runc does not.
+  cat >"$PODMAN/containers.conf" <<CONF
+[containers]
+netns = "none"
+default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)"]
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime = "runc"
+CONF
+  cat >"$PODMAN/registries.conf" <<CONF
+unqualified-search-registries = []
+[[registry]]
+location = "$REGISTRY"
+insecure = true
+CONF
+  cat >"$PODMAN/storage-rootful.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$PODMAN/rootful"
+runroot = "$RUN/podman-rootful"
+CONF
+  cat >"$PODMAN/storage-rootless.conf" <<CONF
+[storage]
+driver = "overlay"
+graphroot = "$PODMAN/rootless"
+rootless_storage_path = "$PODMAN/rootless"
+runroot = "$RUN/podman-rootless/run"
+CONF
+  cat >"$PODMAN/launch.sh" <<'LAUNCH'
+# launch.sh UPPER CDI CMD...: /etc as an overlay (upper on a tmpfs at UPPER) with /etc/cdi
+# bound to CDI, in this (private) mount namespace; then CMD.
+set -e
+upper=$1 cdi=$2
+shift 2
+mkdir -p "$upper"
+mount -t tmpfs gpuenv-podman-etc "$upper"
+mkdir -p "$upper/u" "$upper/w"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$upper/u,workdir=$upper/w" /etc
+mkdir -p /etc/cdi
+mount --bind "$cdi" /etc/cdi
+exec "$@"
+LAUNCH
+  chmod 0644 "$PODMAN"/*.conf "$PODMAN/launch.sh"
+}
+
+podman_service_up() {  # podman_service_up NAME SOCKET [USER]
+  local name=$1 sock=$2 user=${3:-} pidfile="$RUN/$1.pid"
+  if alive "$pidfile"; then
+    return 0
+  fi
+  local as=() storage=$PODMAN/storage-rootful.conf runtime=/run/user/0 pidns=() in_netns
+  in_netns=(nsenter --target "$(netns_pid)" --net --)
+  if [ -n "$user" ]; then
+    # A /proc of its own: in some sandboxes a user cannot read /proc/self of the host's.
+    pidns=(--pid --fork --kill-child --mount-proc)
+    runtime=$RUN/$name/xdg
+    mkdir -p "$RUN/$name" "$runtime" "$PODMAN/rootless"
+    chown "$user:" "$RUN/$name" "$runtime" "$PODMAN/rootless"
+    chmod 0700 "$runtime"
+    chmod 0755 "$RUN/$name"
+    storage=$PODMAN/storage-rootless.conf
+    as=(setpriv "--reuid=$user" "--regid=$user" --init-groups)
+  fi
+  rm -f "${sock#unix://}"
+  log "starting podman '$name' on $sock"
+  # From /: the checkout may be a private folder (mktemp -d) the user cannot enter, and
+  # rootless Podman's pause process fails where it cannot chdir.
+  (
+    cd /
+    exec setsid "${in_netns[@]}" unshare --mount --propagation private "${pidns[@]}" -- \
+      sh "$PODMAN/launch.sh" "$RUN/$name-etc" "$PODMAN/cdi" \
+      "${as[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "HOME=$(getent passwd "${user:-root}" | cut -d: -f6)" \
+      "XDG_RUNTIME_DIR=$runtime" "CONTAINERS_CONF=$PODMAN/containers.conf" \
+      "CONTAINERS_STORAGE_CONF=$storage" "CONTAINERS_REGISTRIES_CONF=$PODMAN/registries.conf" \
+      podman system service --time=0 "$sock" >"$RUN/$name.log" 2>&1 </dev/null
+  ) &
+  echo $! >"$pidfile"
+  wait_for 30 "podman '$name' (log: $RUN/$name.log)" \
+    curl -sf --unix-socket "${sock#unix://}" http://podman/_ping
+}
+
+podman_subids() {
+  # Rootless Podman maps the user's ids through /etc/subuid and /etc/subgid.
+  grep -q '^gpuenv-tester:' /etc/subuid 2>/dev/null ||
+    usermod --add-subuids 300000-365535 gpuenv-tester
+  grep -q '^gpuenv-tester:' /etc/subgid 2>/dev/null ||
+    usermod --add-subgids 300000-365535 gpuenv-tester
+}
+
+podman_up() {
+  podman_subids
+  podman_files
+  podman_service_up podman "unix://$RUN/podman.sock"
+  podman_service_up podman-rootless "unix://$RUN/podman-rootless/podman.sock" gpuenv-tester
+}
+
+podman_down() {
+  # The rootless service runs under `unshare --fork`, which does not pass SIGTERM on:
+  # stop the podman it forked first (--kill-child ends it with unshare otherwise).
+  local child
+  if alive "$RUN/podman-rootless.pid"; then
+    child=$(pgrep -P "$(cat "$RUN/podman-rootless.pid")" -x podman || true)
+    if [ -n "$child" ]; then
+      echo "$child" >"$RUN/podman-rootless-child.pid"
+      stop "$RUN/podman-rootless-child.pid" "podman 'podman-rootless' (service)"
+    fi
+  fi
+  stop "$RUN/podman-rootless.pid" "podman 'podman-rootless'"
+  stop "$RUN/podman.pid" "podman 'podman'"
+}
+
+podman_status() {
+  alive "$RUN/podman.pid" && alive "$RUN/podman-rootless.pid"
+}
