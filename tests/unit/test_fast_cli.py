@@ -180,7 +180,8 @@ def test_the_fast_run_does_not_load_click(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     modules = set(out.rsplit("MODULES=", 1)[1].strip().split(","))
     assert "gpuenv.cli.running" in modules  # it got as far as running the command
-    assert not modules & {"click", "http.client", "gpuenv.cli.tree", "gpuenv.cli.app"}
+    # (http.client is loaded: it comes with docker-py, the engine's one adapter.)
+    assert not modules & {"click", "gpuenv.cli.tree", "gpuenv.cli.app"}
 
 
 @pytest.mark.parametrize("argv", [["build"], ["build", "-q"], ["build", "--bake", "--quiet"]])
