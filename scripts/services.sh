@@ -8,6 +8,9 @@
 #   - an OCI registry holding stand-in NGC images (Debian bookworm + Python 3 + pip, pushed
 #     as nvidia/pytorch:<tag>), on a unix socket, reached as 127.0.0.1:5000 both from the
 #     engines and from the host (two socat forwarders);
+#   - the first engine over tcp:// too, on 127.0.0.1:23750 (a socat forwarder to its
+#     socket), for the tests of the tcp transport. Like the socket, it gives whoever can
+#     reach it root on this machine: loopback only, on test machines only;
 # `up` installs what is missing (apt), starts what is not running and waits until it
 # answers; `down` stops what `up` started, by pid. State that is slow to make (the
 # debootstrap root, images, registry storage) is kept, so a second run is fast.
@@ -27,6 +30,7 @@ STATE=${GPUENV_TEST_STATE:-/var/lib/gpuenv-test}
 RUN=${GPUENV_TEST_RUN:-/run/gpuenv-test}
 REGISTRY=127.0.0.1:5000
 REGISTRY_SOCKET=$RUN/registry.sock
+DOCKER_TCP=127.0.0.1:23750  # the 'gpu' engine over tcp://
 NETNS_PID=$RUN/netns.pid
 ENV_FILE=.cache/services.env
 IN_MN1=(nsenter --net=/run/netns/gpuenv-mn1)
@@ -298,16 +302,22 @@ LABEL io.gpuenv.torch-stand-in-version="$TORCH_STANDIN_VERSION"
 DOCKERFILE
 }
 
-forward_up() {  # forward_up NAME [LAUNCHER...]: TCP $REGISTRY on the loopback of the
-  # namespace LAUNCHER runs in (this one when none), to the registry's socket
-  local name=$1 pidfile="$RUN/$1.pid"
-  shift
+forward_up() {  # forward_up NAME ADDRESS SOCKET [LAUNCHER...]: TCP ADDRESS (IP:PORT) on
+  # the loopback of the namespace LAUNCHER runs in (this one when none), to the unix SOCKET
+  local name=$1 address=$2 socket=$3 pidfile="$RUN/$1.pid"
+  shift 3
   if alive "$pidfile"; then
     return 0
   fi
-  setsid "$@" socat "TCP-LISTEN:${REGISTRY##*:},bind=${REGISTRY%:*},reuseaddr,fork" \
-    "UNIX-CONNECT:$REGISTRY_SOCKET" >"$RUN/$name.log" 2>&1 </dev/null &
+  setsid "$@" socat "TCP-LISTEN:${address##*:},bind=${address%:*},reuseaddr,fork" \
+    "UNIX-CONNECT:$socket" >"$RUN/$name.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
+}
+
+docker_tcp_up() {  # the 'gpu' engine as tcp://$DOCKER_TCP, from this namespace
+  forward_up docker-tcp "$DOCKER_TCP" "$RUN/gpu.sock"
+  wait_for 30 "the 'gpu' engine over tcp://$DOCKER_TCP (log: $RUN/docker-tcp.log)" \
+    docker -H "tcp://$DOCKER_TCP" info
 }
 
 registry_answers() {
@@ -316,8 +326,8 @@ registry_answers() {
 
 registry_reachable() {  # as 127.0.0.1:5000 from the engines' namespace and from this one
   registry_up "${IN_NETNS[@]}"
-  forward_up registry-engines "${IN_NETNS[@]}"
-  forward_up registry-host
+  forward_up registry-engines "$REGISTRY" "$REGISTRY_SOCKET" "${IN_NETNS[@]}"
+  forward_up registry-host "$REGISTRY" "$REGISTRY_SOCKET"
   wait_for 30 "the registry, from the engines (log: $RUN/registry-engines.log)" \
     registry_answers "${IN_NETNS[@]}"
   wait_for 30 "the registry, from the host (log: $RUN/registry-host.log)" registry_answers
@@ -487,6 +497,7 @@ up() {
   # seconds, and a test session that starts elsewhere clears gpuenv's containers from
   # the engines it uses (conftest clear_leftovers).
   dockerd_up claims yes
+  docker_tcp_up
   registry_reachable
   standin_images
   sync_standin_images
@@ -498,7 +509,7 @@ up() {
   # batch host, enroot on every node).
   local node
   for node in mn1 mn2; do
-    forward_up "registry-$node" nsenter --net="/run/netns/gpuenv-$node"
+    forward_up "registry-$node" "$REGISTRY" "$REGISTRY_SOCKET" nsenter --net="/run/netns/gpuenv-$node"
     wait_for 30 "the registry, from gpuenv-$node (log: $RUN/registry-$node.log)" \
       registry_answers nsenter --net="/run/netns/gpuenv-$node"
   done
@@ -512,6 +523,7 @@ up() {
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_DOCKER_CLAIMS=unix://$RUN/claims.sock
+GPUENV_TEST_DOCKER_TCP=tcp://$DOCKER_TCP
 GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_NETNS=/proc/$(cat "$NETNS_PID")/ns/net
 GPUENV_TEST_STATE=$STATE
@@ -548,6 +560,7 @@ podman_down() {
 
 engines_down() {
   podman_down
+  stop "$RUN/docker-tcp.pid" "the 'gpu' engine's tcp forwarder"
   stop "$RUN/registry-host.pid" "the registry's forwarder on the host"
   stop "$RUN/registry-engines.pid" "the registry's forwarder for the engines"
   stop "$RUN/registry.pid" registry
@@ -568,7 +581,8 @@ down() {
 
 status() {  # exit 0 when every service is running
   local pidfile
-  for pidfile in netns gpu nogpu claims registry registry-engines registry-host slurmctld slurmd \
+  for pidfile in netns gpu nogpu claims docker-tcp registry registry-engines registry-host \
+    slurmctld slurmd \
     podman podman-rootless slurmctld-multi slurmd-mn1 slurmd-mn2 registry-mn1 registry-mn2; do
     alive "$RUN/$pidfile.pid" || return 1
   done
