@@ -68,12 +68,16 @@ class DockerEngine:
     def _calls(self, refused: Refusal = EngineRefused) -> Iterator[None]:
         """The one translation of docker-py's failures: an error status (APIError) is
         `refused(status, message)`, EngineRefused unless a call means something more
-        particular; no answer at all (a refused connection, a broken one, a timeout, TLS)
-        is the engine error that names the address and what to do."""
+        particular, with the engine's address as its hint when it has none; no answer
+        at all (a refused connection, a broken one, a timeout, TLS) is the engine error
+        that names the address and what to do."""
         try:
             yield
         except docker.errors.APIError as exc:
-            raise refused(_status(exc), _explanation(exc)) from None
+            status = _status(exc)
+            error = refused(status, _explanation(exc))
+            error.hint = error.hint or f"refused by the engine at {self.host} (HTTP {status})"
+            raise error from None
         except (requests.exceptions.ConnectionError, docker.errors.DockerException, OSError) as exc:
             raise engine_error(exc, self.host) from None
 
