@@ -146,7 +146,7 @@ def print_traceback() -> None:
 
 
 def engine() -> Engine:
-    """The engine at DOCKER_HOST (the Unix-socket client, or docker-py for tcp/ssh)."""
+    """The engine the environment names (DOCKER_HOST, CONTAINER_HOST, GPUENV_ENGINE)."""
     from gpuenv.engine import connect
 
     return connect()

@@ -27,7 +27,7 @@ def connect(host: str | None = None) -> Engine:
             hint="run gpuenv on the Podman host, or forward its socket "
             "(`ssh -L /tmp/podman.sock:/run/user/UID/podman/podman.sock HOST`)",
         )
-    # Here, not at the top: docker-py takes ~140 ms to import, which `gpuenv --version`
+    # Here, not at the top: docker-py takes ~0.1 s to import, which `gpuenv --version`
     # and `gpuenv resolve` must not pay.
     from gpuenv.engine import dockerpy, podman
 

@@ -27,8 +27,9 @@ from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import Event, Frame, ImageInfo, Stream, frames
 from gpuenv.errors import BuildError, EngineRefused, GpuenvError
 
-# Seconds one answer may take: a push can be quiet for minutes while a large layer is
-# prepared. Waits, builds, pulls, attached streams and followed logs have no limit.
+# Seconds docker-py waits for an answer (or the next part of one): a commit of a large
+# container, an image removal or a push can take minutes, as with docker-py before.
+# Waits, builds, pulls, attached streams and followed logs have no limit.
 TIMEOUT = 600
 
 T = TypeVar("T")
