@@ -138,7 +138,7 @@ class DockerEngine:
     def build(self, context: bytes, tag: str) -> Iterator[Event]:
         """The context's Dockerfile built by the classic builder (the intermediate
         containers removed, the base not pulled again); the engine's messages as they come."""
-        with self._calls(self._build_refused):
+        with self._calls(lambda status, text: BuildError(f"the engine refused the build: {text}")):
             yield from self.api.build(
                 fileobj=io.BytesIO(context),
                 custom_context=True,
@@ -148,10 +148,6 @@ class DockerEngine:
                 pull=False,
                 decode=True,
             )
-
-    def _build_refused(self, status: int, text: str) -> BuildError:
-        del status  # a build's refusal is the build's failure, whatever the status
-        return BuildError(f"the engine at {self.host} refused the build: {text}")
 
     def tag(self, source: str, repository: str, tag: str) -> None:
         with self._calls(_saying(f"could not tag {source} as {repository}:{tag}")):

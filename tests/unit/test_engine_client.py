@@ -228,7 +228,7 @@ def test_a_build_streams_the_engines_messages(engine: DockerEngine) -> None:
 def test_a_refused_build_is_a_build_error(engine: DockerEngine, address: str) -> None:
     with pytest.raises(BuildError, match="refused the build: no Dockerfile") as refused:
         list(engine.build(b"refuse", "gpuenv/x:1"))
-    assert address in refused.value.message
+    assert refused.value.hint == f"refused by the engine at {address} (HTTP 500)"
 
 
 def test_image_config_and_commit(engine: DockerEngine) -> None:
