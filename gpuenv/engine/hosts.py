@@ -87,12 +87,11 @@ def engine_error(exc: BaseException, host: str) -> GpuenvError:
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
             "in again), or use rootless Docker",
         )
-    product = "Podman service" if podman else "Docker engine"
+    product, cli = ("Podman service", "podman") if podman else ("Docker engine", "docker")
     if "timed out" in text.lower():
         return EngineError(
             f"the {product} at {host} did not answer in time",
-            hint="it may be overloaded or stuck: check it (`docker info`, `podman info`), "
-            "then try again",
+            hint=f"it may be overloaded or stuck: check it (`{cli} info`), then try again",
         )
     if any(word in text for word in ("SSL", "TLS", "certificate")):
         return EngineError(

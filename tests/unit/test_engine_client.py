@@ -380,6 +380,45 @@ def test_a_socket_without_permission_says_how_to_get_it() -> None:
     assert "docker group" in (error.hint or "")
 
 
+@pytest.mark.parametrize(
+    ("failure", "host", "message", "hint"),
+    [
+        (
+            TimeoutError("UnixHTTPConnectionPool(host='localhost'): Read timed out."),
+            "unix:///var/run/docker.sock",
+            "the Docker engine at unix:///var/run/docker.sock did not answer in time",
+            "`docker info`",
+        ),
+        (
+            TimeoutError("Connection to 10.0.0.9 timed out. (connect timeout=600)"),
+            "unix:///run/podman/podman.sock",
+            "the Podman service at unix:///run/podman/podman.sock did not answer in time",
+            "`podman info`",
+        ),
+        (
+            OSError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"),
+            "tcp://gpu1:2376",
+            "TLS with the Docker engine at tcp://gpu1:2376 failed: "
+            "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed",
+            "DOCKER_CERT_PATH",
+        ),
+        (
+            ConnectionRefusedError(111, "Connection refused"),
+            "tcp://gpu1:2376",
+            "cannot reach the Docker engine at tcp://gpu1:2376: is it running?",
+            "DOCKER_HOST",
+        ),
+    ],
+    ids=["timeout", "podman-timeout", "tls", "refused"],
+)
+def test_no_answer_is_worded_by_what_happened(
+    failure: OSError, host: str, message: str, hint: str
+) -> None:
+    error = engine_error(failure, host)
+    assert (error.message, error.exit_code) == (message, 10)
+    assert hint in (error.hint or "")
+
+
 def test_tls_comes_from_the_docker_clis_variables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
