@@ -1,154 +1,164 @@
-"""The Engine protocol over docker-py: the only module that imports docker.
+"""The Engine protocol over docker-py's low-level APIClient: the one Docker adapter, on
+unix://, tcp:// (TLS as DOCKER_TLS_VERIFY and DOCKER_CERT_PATH say) and ssh:// alike,
+and the base of Podman's (`engine.podman`).
 
-Used for image transfers and builds on every engine, and for everything on engines
-the Unix-socket client cannot reach (tcp://, ssh://). Every daemon failure is
-translated here, in one place, into a gpuenv error that says what happened and what to
-do next. docker-py itself is imported when an instance is made, never at import.
+Every failure of a call is translated in one place, `_calls`: an error status is
+`EngineRefused` (or the pull, push, build or tag error it means), an engine that does
+not answer is `hosts.engine_error`, which names its address and what to do. Only
+docker-py's public API is used; where APIClient has no call that keeps what gpuenv
+needs (`logs` keeps which stream each frame came from; Podman's libpod calls), the
+request goes through APIClient's own requests.Session methods (`api.get`, `api.post`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+import io
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests
 
 from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, Frame, ImageInfo, WaitAfter, frames
-from gpuenv.errors import BuildError, EngineError, EngineRefused
+from gpuenv.engine.protocol import Event, Frame, ImageInfo, Stream, frames
+from gpuenv.errors import BuildError, EngineRefused, GpuenvError
+
+# Seconds docker-py waits for an answer (or the next part of one): a commit of a large
+# container, an image removal or a push can take minutes, as with docker-py before.
+# Waits, builds, pulls, attached streams and followed logs have no limit.
+TIMEOUT = 600
+
+T = TypeVar("T")
+Refusal = Callable[[int, str], GpuenvError]  # (status, the engine's message) -> the error
 
 
 class DockerEngine:
-    """The Engine protocol over docker-py's low-level APIClient (streaming calls)."""
+    """The Engine protocol for a Docker engine (docker-py's APIClient, streaming calls)."""
+
+    # Negotiated: docker-py asks the engine (Docker Engine 29 refuses versions below 1.44).
+    api_version = "auto"
 
     def __init__(self, host: str | None = None) -> None:
-        self._host = host or docker_host()
-        try:
-            import docker
-            from docker.errors import DockerException
-        except ImportError as exc:  # pragma: no cover - a dependency of gpuenv
-            raise EngineError(f"the docker Python package is missing: {exc}") from None
-        self._docker = docker
-        try:
-            self.api = docker.APIClient(base_url=self._host, version="auto", timeout=600)
-        except DockerException as exc:
-            raise engine_error(exc, self._host) from None
-        except OSError as exc:
-            raise engine_error(exc, self._host) from None
+        self.host = host or docker_host()
+        self._client: Any = None
+
+    @property
+    def api(self) -> Any:
+        """docker-py's APIClient, made on first use: negotiating the API version asks the
+        engine, and `connect()` talks to none (a command may fail before it needs one,
+        or do without: `gpuenv top` shows the GPUs when no engine answers)."""
+        if self._client is None:
+            with self._calls():
+                self._client = docker.APIClient(
+                    base_url=self.host,
+                    version=self.api_version,
+                    timeout=TIMEOUT,
+                    tls=_tls(self.host),
+                )
+        return self._client
 
     @property
     def endpoint(self) -> str:
-        return self._host
+        return self.host
 
     @contextlib.contextmanager
-    def _calls(self) -> Iterator[None]:
-        from docker.errors import APIError, DockerException
-        from requests.exceptions import ConnectionError as RequestsConnectionError
-
+    def _calls(self, refused: Refusal = EngineRefused) -> Iterator[None]:
+        """The one translation of docker-py's failures: an error status (APIError) is
+        `refused(status, message)`, EngineRefused unless a call means something more
+        particular, with the engine's address as its hint when it has none; no answer
+        at all (a refused connection, a broken one, a timeout, TLS) is the engine error
+        that names the address and what to do."""
         try:
             yield
-        except APIError:
-            raise
-        except (RequestsConnectionError, DockerException, OSError) as exc:
-            raise engine_error(exc, self._host) from None
+        except docker.errors.APIError as exc:
+            status = _status(exc)
+            error = refused(status, _explanation(exc))
+            error.hint = error.hint or f"refused by the engine at {self.host} (HTTP {status})"
+            raise error from None
+        except (requests.exceptions.ConnectionError, docker.errors.DockerException, OSError) as exc:
+            raise engine_error(exc, self.host) from None
+
+    def _unless_absent(self, call: Callable[[], T]) -> T | None:
+        """What `call` answers, None when the engine says its object is not there (404)."""
+        with self._calls():
+            try:
+                return call()
+            except docker.errors.NotFound:
+                return None
+
+    @staticmethod
+    def _checked(response: requests.Response) -> requests.Response:
+        """The answer to a request made through APIClient's session (`api.get`,
+        `api.post`), its error status raised as docker-py raises it for its own calls
+        (an APIError; NotFound for a 404)."""
+        try:
+            response.raise_for_status()
+        except requests.exceptions.HTTPError as exc:
+            docker.errors.create_api_error_from_http_exception(exc)  # raises what it makes
+        return response
+
+    def _url(self, path: str) -> str:
+        """The URL of an Engine API path, versioned as docker-py's own calls are."""
+        return f"{self.api.base_url}/v{self.api.api_version}{path}"
 
     def ping(self) -> None:
         with self._calls():
             self.api.ping()
 
+    # -- images -------------------------------------------------------------------------
+
+    def _image(self, reference: str) -> dict[str, Any] | None:
+        image: dict[str, Any] | None = self._unless_absent(
+            lambda: self.api.inspect_image(reference)
+        )
+        return image
+
     def has_image(self, reference: str) -> bool:
-        from docker.errors import ImageNotFound, NotFound
-
-        with self._calls():
-            try:
-                self.api.inspect_image(reference)
-            except (ImageNotFound, NotFound):
-                return False
-        return True
-
-    def repo_digests(self, reference: str) -> list[str]:
-        from docker.errors import ImageNotFound, NotFound
-
-        with self._calls():
-            try:
-                data = self.api.inspect_image(reference)
-            except (ImageNotFound, NotFound):
-                return []
-        return list(data.get("RepoDigests") or [])
+        return self._image(reference) is not None
 
     def image_config(self, reference: str) -> dict[str, Any] | None:
-        from docker.errors import ImageNotFound, NotFound
+        image = self._image(reference)
+        return None if image is None else dict(image.get("Config") or {})
 
-        with self._calls():
-            try:
-                data = self.api.inspect_image(reference)
-            except (ImageNotFound, NotFound):
-                return None
-        return dict(data.get("Config") or {})
+    def repo_digests(self, reference: str) -> list[str]:
+        image = self._image(reference) or {}
+        return list(image.get("RepoDigests") or [])
 
     def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
-        from docker.errors import APIError
-
         reference = f"{repository}@{tag}" if tag.startswith("sha256:") else f"{repository}:{tag}"
-        try:
-            with self._calls():
-                stream = self.api.pull(
-                    repository,
-                    tag=tag,
-                    stream=True,
-                    decode=True,
-                    auth_config=dict(auth) if auth else None,
-                )
-                yield from stream
-        except APIError as exc:
-            raise pull_error(
-                reference, _explanation(exc), getattr(exc, "status_code", None)
-            ) from None
+        with self._calls(lambda status, text: pull_error(reference, text, status)):
+            yield from self.api.pull(
+                repository, tag=tag, stream=True, decode=True, auth_config=_auth(auth)
+            )
 
     def build(self, context: bytes, tag: str) -> Iterator[Event]:
-        from docker.errors import APIError
-
-        try:
-            with self._calls():
-                yield from self.api.build(
-                    fileobj=_Reader(context),
-                    custom_context=True,
-                    tag=tag,
-                    rm=True,
-                    forcerm=True,
-                    decode=True,
-                    pull=False,
-                )
-        except APIError as exc:
-            raise BuildError(f"the Docker engine refused the build: {_explanation(exc)}") from None
+        """The context's Dockerfile built by the classic builder (the intermediate
+        containers removed, the base not pulled again); the engine's messages as they come."""
+        with self._calls(lambda status, text: BuildError(f"the engine refused the build: {text}")):
+            yield from self.api.build(
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+            )
 
     def tag(self, source: str, repository: str, tag: str) -> None:
-        from docker.errors import APIError
-
-        with self._calls():
-            try:
-                self.api.tag(source, repository, tag=tag)
-            except APIError as exc:
-                raise EngineError(
-                    f"could not tag {source} as {repository}:{tag}: {_explanation(exc)}"
-                ) from None
+        with self._calls(_saying(f"could not tag {source} as {repository}:{tag}")):
+            self.api.tag(source, repository, tag=tag)
 
     def push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
-        from docker.errors import APIError
-
-        try:
-            with self._calls():
-                yield from self.api.push(
-                    repository,
-                    tag=tag,
-                    stream=True,
-                    decode=True,
-                    auth_config=dict(auth) if auth else None,
-                )
-        except APIError as exc:
-            status = getattr(exc, "status_code", None)
-            raise pull_error(f"{repository}:{tag}", _explanation(exc), status, "push") from None
+        reference = f"{repository}:{tag}"
+        with self._calls(lambda status, text: pull_error(reference, text, status, "push")):
+            yield from self.api.push(
+                repository, tag=tag, stream=True, decode=True, auth_config=_auth(auth)
+            )
 
     def images(self, label: str | None = None) -> list[ImageInfo]:
         with self._calls():
@@ -156,175 +166,146 @@ class DockerEngine:
         return [ImageInfo.from_summary(row) for row in rows]
 
     def remove_image(self, reference: str) -> None:
-        from docker.errors import APIError
-
-        with self._calls():
-            try:
-                self.api.remove_image(reference)
-            except APIError as exc:
-                raise EngineRefused(
-                    _status(exc), f"could not remove {reference}: {_explanation(exc)}"
-                ) from None
+        with self._calls(_saying(f"could not remove {reference}")):
+            self.api.remove_image(reference)
 
     def image_users(self, image: str) -> list[str]:
         with self._calls():
             rows = self.api.containers(all=True, filters={"ancestor": image})
         return [str((row.get("Names") or [row["Id"][:12]])[0]).lstrip("/") for row in rows]
 
-    # -- containers (engines the Unix-socket client cannot reach) -------------------------
-
-    @contextlib.contextmanager
-    def _container_calls(self) -> Iterator[None]:
-        from docker.errors import APIError
-
-        with self._calls():
-            try:
-                yield
-            except APIError as exc:
-                raise EngineRefused(_status(exc), _explanation(exc)) from None
+    # -- containers ---------------------------------------------------------------------
 
     def version(self) -> dict[str, Any]:
-        with self._container_calls():
-            result: dict[str, Any] = self.api.version()
-        return result
+        with self._calls():
+            return dict(self.api.version())
 
     def info(self) -> dict[str, Any]:
-        with self._container_calls():
-            result: dict[str, Any] = self.api.info()
-        return result
+        with self._calls():
+            return dict(self.api.info())
 
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
-        # The API's own JSON, as the Unix-socket client sends it: no docker-py translation.
-        with self._container_calls():
-            url = self.api._url("/containers/create")
-            params = {"name": name} if name else None
-            response = self.api._post_json(url, data=dict(config), params=params)
-            result = self.api._result(response, True)
-        return str(result["Id"])
+        # The Engine API's own JSON, sent as it is (docker-py builds no config here).
+        with self._calls():
+            created = self.api.create_container_from_config(dict(config), name)
+        return str(created["Id"])
 
     def start(self, container: str) -> None:
-        with self._container_calls():
+        with self._calls():
             self.api.start(container)
 
     def kill(self, container: str, signal: str) -> None:
-        with contextlib.suppress(EngineRefused), self._container_calls():
+        with contextlib.suppress(EngineRefused), self._calls():  # gone, or not running
             self.api.kill(container, signal=signal)
 
     def stop(self, container: str, timeout: int) -> None:
-        with self._container_calls():
+        with self._calls():
             self.api.stop(container, timeout=timeout)
 
     def remove(self, container: str) -> None:
         try:
-            with self._container_calls():
+            with self._calls():
                 self.api.remove_container(container, v=True, force=True)
         except EngineRefused as exc:
             if not removal_done(exc):
                 raise
 
     def inspect(self, container: str) -> dict[str, Any]:
-        with self._container_calls():
-            result: dict[str, Any] = self.api.inspect_container(container)
-        return result
+        with self._calls():
+            return dict(self.api.inspect_container(container))
 
     def wait(self, container: str) -> int:
-        with self._container_calls():
+        with self._calls():
             result = self.api.wait(container, timeout=None)
         return int(result.get("StatusCode", 1))
 
-    def watch_exit(self, container: str) -> WaitAfter:
-        return WaitAfter(self, container)
-
     def resize(self, container: str, rows: int, columns: int) -> None:
-        with contextlib.suppress(EngineRefused), self._container_calls():
+        with contextlib.suppress(EngineRefused), self._calls():
             self.api.resize(container, height=rows, width=columns)
 
     def get_archive(self, container: str, path: str) -> bytes | None:
-        from docker.errors import NotFound
+        def read() -> bytes:
+            chunks, _ = self.api.get_archive(container, path)
+            return b"".join(chunks)
 
-        with self._calls():
-            try:
-                stream, _ = self.api.get_archive(container, path)
-            except NotFound:
-                return None
-            return b"".join(stream)
+        return self._unless_absent(read)
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
-        with self._container_calls():
+        with self._calls():
             self.api.put_archive(container, path, tar)
 
     def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
-        with self._container_calls():
+        with self._calls():
             result = self.api.commit(
                 container, repository=repository, tag=tag, pause=False, conf=dict(config)
             )
         return str(result["Id"])
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
-        with self._container_calls():
-            result: list[dict[str, Any]] = self.api.containers(all=all, filters={"label": label})
-        return result
+        with self._calls():
+            return list(self.api.containers(all=all, filters={"label": label}))
 
-    def attach(self, container: str, stdin: bool) -> tuple[Any, bytes]:
+    def attach(self, container: str, stdin: bool) -> tuple[Stream, bytes]:
         params = {"stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin else 0}
-        with self._container_calls():
-            sock = self.api.attach_socket(container, params=params)
-        # A raw socket over tcp://; ssh:// gives a socket-like channel.
-        return getattr(sock, "_sock", sock), b""
+        with self._calls():
+            answer = self.api.attach_socket(container, params=params)
+        # On unix:// and tcp:// docker-py hands over the connection's socket.SocketIO,
+        # whose `_sock` (the standard library's attribute, as docker-py's docs and
+        # dockerpty use it) is the socket; TLS gives an SSLSocket, ssh:// a channel.
+        return getattr(answer, "_sock", answer), b""
 
     def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
-        # docker-py's logs() drops which stream a frame came from: read the body as
-        # its _multiplexed_response_stream_helper does (response.raw: urllib3 undoes
-        # the chunked encoding), and keep each frame's kind.
-        with self._container_calls():
-            tty = bool((self.api.inspect_container(container).get("Config") or {}).get("Tty"))
-            params = {"stdout": 1, "stderr": 1, "follow": 1 if follow else 0, "tail": tail}
-            url = self.api._url("/containers/{0}/logs", container)
-            response = self.api._get(url, params=params, stream=True)
-            self.api._raise_for_status(response)
-        self.api._disable_socket_timeout(self.api._get_raw_response_socket(response))
-        raw = response.raw
-
-        def chunks() -> Iterator[bytes]:
-            while True:
-                if tty:
-                    chunk = raw.read1(65536)
-                else:
-                    chunk = raw.read(8)
-                    if len(chunk) == 8:
-                        chunk += raw.read(int.from_bytes(chunk[4:8], "big"))
-                if not chunk:
-                    return
-                yield chunk
-
+        """GET /containers/{id}/logs through the session: docker-py's logs() drops which
+        stream (stdout or stderr) each frame came from, and gpuenv keeps them apart."""
+        tty = bool((self.inspect(container).get("Config") or {}).get("Tty"))
+        params = {"stdout": 1, "stderr": 1, "follow": int(follow), "tail": tail}
+        url = self._url(f"/containers/{_quote(container)}/logs")
+        with self._calls():
+            response = self._checked(
+                self.api.get(url, params=params, stream=True, timeout=None if follow else TIMEOUT)
+            )
         try:
-            yield from frames(chunks(), tty)
+            yield from frames(_body(response), tty)
         finally:
             response.close()
 
 
-def _status(exc: Any) -> int:
-    return int(getattr(exc, "status_code", None) or 500)
+def _tls(host: str) -> Any:
+    """docker-py's TLSConfig from DOCKER_TLS_VERIFY and DOCKER_CERT_PATH (as the docker
+    CLI reads them) for a tcp:// engine; False when they ask for none."""
+    if not host.startswith("tcp://"):
+        return False
+    return docker.utils.kwargs_from_env().get("tls", False)
 
 
-class _Reader:
-    """A file-like view of bytes for docker-py's streaming upload."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = memoryview(data)
-        self._offset = 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._data) if size < 0 else self._offset + size
-        chunk = bytes(self._data[self._offset : end])
-        self._offset += len(chunk)
-        return chunk
+def _auth(auth: Mapping[str, str] | None) -> dict[str, str] | None:
+    return dict(auth) if auth else None
 
 
-def _explanation(exc: Any) -> str:
-    text = getattr(exc, "explanation", None) or str(exc)
+def _saying(what: str) -> Refusal:
+    """A refusal worded as what could not be done: ``could not remove X: <message>``."""
+    return lambda status, text: EngineRefused(status, f"{what}: {text}")
+
+
+def _body(response: requests.Response) -> Iterator[bytes]:
+    """A streamed body as its chunks come; a connection that breaks ends it (the
+    engine went away: the output ends there)."""
+    with contextlib.suppress(OSError):
+        yield from response.iter_content(chunk_size=None)
+
+
+def _quote(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+def _status(exc: docker.errors.APIError) -> int:
+    return int(exc.status_code or 500)
+
+
+def _explanation(exc: docker.errors.APIError) -> str:
+    """The engine's own message (docker-py takes it from the JSON body), the NGC key
+    removed (daemon errors echo requests)."""
+    text = exc.explanation or str(exc)
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
-    with contextlib.suppress(ValueError, TypeError):
-        text = json.loads(text).get("message", text)
-    return redact(str(text).strip())
+    return redact(str(text).strip() or f"HTTP {_status(exc)}")

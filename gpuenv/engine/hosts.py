@@ -87,4 +87,16 @@ def engine_error(exc: BaseException, host: str) -> GpuenvError:
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
             "in again), or use rootless Docker",
         )
+    product, cli = ("Podman service", "podman") if podman else ("Docker engine", "docker")
+    if "timed out" in text.lower():
+        return EngineError(
+            f"the {product} at {host} did not answer in time",
+            hint=f"it may be overloaded or stuck: check it (`{cli} info`), then try again",
+        )
+    if any(word in text for word in ("SSL", "TLS", "certificate")):
+        return EngineError(
+            f"TLS with the {product} at {host} failed: {text}",
+            hint="check DOCKER_CERT_PATH (ca.pem, cert.pem, key.pem) and DOCKER_TLS_VERIFY, "
+            "which gpuenv reads as the docker CLI does",
+        )
     return not_running(host, "Podman" if podman else "Docker")

@@ -5,8 +5,9 @@ because the compatible API ignores ``DeviceRequests`` before Podman 5.4 (contain
 #22645, docker-py#3182) and does not resolve CDI names in ``HostConfig.Devices`` (Debian
 12's 4.3.1: "stat nvidia.com/gpu=…: no such file or directory"); libpod's
 SpecGenerator takes CDI names as devices and the user namespace mode. Everything else
-(attach, start, wait, signals, archives, lists, images) is the compatible API, which the
-Unix-socket client and docker-py already speak.
+(attach, start, wait, signals, archives, lists, images, builds) is the compatible API,
+through the Docker adapter (`engine.dockerpy`) this one extends. The API version is
+fixed, not negotiated (see `PodmanEngine.api_version`).
 
 Rootless Podman maps the invoking user to root in its user namespace; a container that
 runs as the user gets ``--userns=keep-id`` so that files written in the project stay the
@@ -18,15 +19,16 @@ from __future__ import annotations
 import os
 import resource
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from gpuenv.engine.api import UnixSocketEngine
+from gpuenv.engine.dockerpy import TIMEOUT, DockerEngine
 from gpuenv.engine.hosts import podman_socket
-from gpuenv.engine.protocol import ExitWatch, ImageInfo, WaitAfter
+from gpuenv.engine.protocol import ImageInfo
 from gpuenv.errors import GpuRuntimeMissing
-from gpuenv.records import replace
 
 LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
+COMPATIBLE_API = "1.41"  # the Docker API version of Podman 4's compatible API
 RLIMIT_DEFAULT = 1048576  # what rootful Podman gives nofile and nproc by default
 RLIM_INFINITY = 2**64 - 1  # libpod's rlimits are unsigned: -1 is "unlimited"
 
@@ -123,10 +125,12 @@ def libpod_spec(config: Mapping[str, Any], *, rootless: bool) -> dict[str, Any]:
     return spec
 
 
-class PodmanEngine(UnixSocketEngine):
+class PodmanEngine(DockerEngine):
     """The Engine protocol for Podman's API socket (``podman system service``)."""
 
-    product = "podman"
+    # Not negotiated: Podman 4.3 answers /version in about a second (it asks conmon and
+    # the runtime for theirs); its compatible API is Docker's 1.41.
+    api_version = COMPATIBLE_API
 
     def __init__(self, host: str | None = None) -> None:
         super().__init__(host or podman_socket(os.environ))
@@ -138,25 +142,30 @@ class PodmanEngine(UnixSocketEngine):
         (a rootless service runs as its user; libpod's /info says the same, slowly)."""
         if self._rootless is None:
             try:
-                self._rootless = os.stat(self.path).st_uid != 0
+                self._rootless = os.stat(self.host.removeprefix("unix://")).st_uid != 0
             except OSError:
-                info = self.call("GET", "/info", prefix=LIBPOD) or {}
-                security = (info.get("host") or {}).get("security") or {}
+                security = (self._libpod_info().get("host") or {}).get("security") or {}
                 self._rootless = bool(security.get("rootless"))
         return self._rootless
 
+    def _libpod_info(self) -> dict[str, Any]:
+        with self._calls():
+            response = self.api.get(f"{self.api.base_url}{LIBPOD}/info", timeout=TIMEOUT)
+            return dict(self._checked(response).json())
+
     def version(self) -> dict[str, Any]:
         """The version from ``GET /_ping``'s headers (Libpod-Api-Version, Api-Version),
-        with ``Rootless``: Podman 4.3 answers /version in about a second (it asks
-        conmon and the runtime for theirs), /_ping in milliseconds, and a run needs it."""
-        _, headers = self.head("/_ping", prefix="")
-        libpod = headers.get("libpod-api-version", "")
-        api = headers.get("api-version") or "1.41"
+        with ``Rootless``: Podman 4.3 answers /version in about a second, /_ping in
+        milliseconds, and a run needs it."""
+        with self._calls():
+            response = self.api.get(f"{self.api.base_url}/_ping", timeout=TIMEOUT)
+            headers = self._checked(response).headers
+        libpod = headers.get("Libpod-Api-Version", "")
         if not libpod:
             return super().version()
         return {
             "Version": libpod,
-            "ApiVersion": api,
+            "ApiVersion": headers.get("Api-Version") or COMPATIBLE_API,
             "Components": [{"Name": "Podman Engine", "Version": libpod}],
             "Rootless": self.rootless,
         }
@@ -178,16 +187,11 @@ class PodmanEngine(UnixSocketEngine):
             for image in super().images(label)
         ]
 
-    def watch_exit(self, container: str) -> ExitWatch:
-        """A wait after the output ends: Podman's compatible `wait?condition=next-exit`
-        answers with its head before it subscribes to the container's "died" event, so
-        a watch armed before the start could miss a command that ends at once and wait
-        for ever."""
-        return WaitAfter(self, container)
-
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         spec = libpod_spec(config, rootless=self.rootless)
         if name:  # libpod's SpecGenerator names the container in the body, not the query
             spec["name"] = name
-        result = self.call("POST", "/containers/create", spec, prefix=LIBPOD)
-        return str(result["Id"])
+        url = f"{self.api.base_url}{LIBPOD}/containers/create"
+        with self._calls():
+            response = self.api.post(url, json=spec, timeout=TIMEOUT)
+            return str(self._checked(response).json()["Id"])

@@ -2,17 +2,17 @@
 
 The core sees only these protocols, the engine's JSON event dicts (which
 `images.progress` turns into state) and `EngineRefused` for an error status.
-`engine.connect()` gives the implementation: the Unix-socket client, or docker-py for
-tcp:// and ssh:// engines. Tests use a fake that records the calls.
+`engine.connect()` gives the implementation: the docker-py adapter (`engine.dockerpy`),
+or Podman's (`engine.podman`). Tests use a fake that records the calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuenv.errors import PullError
-from gpuenv.records import field, record
 
 Event = dict[str, Any]
 Frame = tuple[int, bytes]  # (1: stdout, 2: stderr; a TTY's output is all 1), data
@@ -41,7 +41,7 @@ def frames(chunks: Iterable[bytes], tty: bool) -> Iterator[Frame]:
             del buffer[: 8 + size]
 
 
-@record
+@dataclass(frozen=True)
 class ImageInfo:
     id: str
     tags: tuple[str, ...]
@@ -51,7 +51,7 @@ class ImageInfo:
 
     @classmethod
     def from_summary(cls, row: Mapping[str, Any]) -> ImageInfo:
-        """From an Engine API image summary (``GET /images/json``), as both adapters get it."""
+        """From an Engine API image summary (``GET /images/json``)."""
         return cls(
             id=str(row["Id"]),
             tags=tuple(t for t in row.get("RepoTags") or () if t != "<none>:<none>"),
@@ -117,20 +117,6 @@ class ImageEngine(Protocol):
         ...
 
 
-class ExitWatch(Protocol):
-    """A wait for a container's next exit, begun before it starts (as `docker run` does),
-    so that its answer is there as soon as the command ends."""
-
-    def armed(self) -> None:
-        """Return once the engine is watching (call it before the start)."""
-
-    def code(self) -> int:
-        """Block until the container exits; its exit code."""
-        ...
-
-    def close(self) -> None: ...
-
-
 class ContainerEngine(Protocol):
     """What gpuenv needs from an engine for containers (Engine API shapes: a create
     config is the API's JSON; a listed container is the API's summary dict)."""
@@ -157,11 +143,9 @@ class ContainerEngine(Protocol):
     def inspect(self, container: str) -> dict[str, Any]: ...
 
     def wait(self, container: str) -> int:
-        """Block until the container exits; its exit code."""
-        ...
-
-    def watch_exit(self, container: str) -> ExitWatch:
-        """Begin waiting for the container's next exit (before it is started)."""
+        """Block until the container is not running (at once when it has already
+        exited); its exit code. gpuenv removes its containers itself, so a wait asked
+        once the output has ended cannot miss the exit."""
         ...
 
     def resize(self, container: str, rows: int, columns: int) -> None: ...
@@ -196,7 +180,7 @@ class Engine(ImageEngine, ContainerEngine, Protocol):
     """A whole engine: images and containers."""
 
 
-@record
+@dataclass(frozen=True)
 class Manifest:
     """A manifest or index as a registry serves it: its media type, its digest
     (Docker-Content-Digest) and the JSON document."""
@@ -225,22 +209,3 @@ class RegistryReader(Protocol):
     def blob(self, repository: str, digest: str) -> dict[str, Any]:
         """A JSON blob (an image config), checked against its digest."""
         ...
-
-
-class WaitAfter:
-    """An ExitWatch that waits once the output has ended (the default condition,
-    not-running, so the start can come first): for docker-py's engines, and for Podman,
-    whose compatible wait sends its head before it listens for the exit (so a command
-    that ends at once could be missed by a watch armed before the start)."""
-
-    def __init__(self, engine: ContainerEngine, container: str) -> None:
-        self._engine, self._container = engine, container
-
-    def armed(self) -> None:
-        return
-
-    def code(self) -> int:
-        return self._engine.wait(self._container)
-
-    def close(self) -> None:
-        return

@@ -4,13 +4,10 @@ root) reads its output: a training log can carry what its environment holds."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 from collections.abc import Callable, Sequence
-from types import FrameType
 
 from gpuenv.common.labels import USAGE_LABEL
-from gpuenv.engine.protocol import ContainerEngine, frames
+from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, UsageError
 from gpuenv.run.session import finished
 from gpuenv.sharing.monitor import RunInfo, find_run
@@ -42,44 +39,19 @@ def attach_run(
     write: Write,
     notice: Callable[[str], None],
 ) -> int | None:
-    """Follow a running run's output from now on. Returns its exit code when it ends,
+    """Follow a running run's output from now on: its logs, followed from their end (an
+    attach to a running container can lose what came with the engine's answer, which
+    docker-py's attach socket does not hand over). Returns its exit code when it ends,
     None when the user detaches (Ctrl-C: the run goes on)."""
     if run.state != "running":
         raise UsageError(
             f"{run.name} is not running ({run.state})",
             hint=f"`gpuenv logs {run.name}` shows its output, `gpuenv wait {run.name}` its code",
         )
-    tty = bool((engine.inspect(run.id).get("Config") or {}).get("Tty"))
-    sock, ahead = engine.attach(run.id, False)
-    detached = False
-
-    def detach(_number: int, _frame: FrameType | None) -> None:
-        nonlocal detached
-        detached = True
-        with contextlib.suppress(OSError):
-            sock.shutdown(2)
-
-    previous = signal.signal(signal.SIGINT, detach)
     try:
-
-        def chunks() -> object:
-            if ahead:
-                yield ahead
-            while True:
-                try:
-                    chunk = sock.recv(65536)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                yield chunk
-
-        for kind, data in frames(chunks(), tty):  # type: ignore[arg-type]
+        for kind, data in engine.logs(run.id, follow=True, tail="0"):
             write(kind, data)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        sock.close()
-    if detached:
+    except KeyboardInterrupt:
         notice(f"detached from {run.name}: it goes on running (`gpuenv attach {run.name}`)")
         return None
     return engine.wait(run.id)

@@ -174,7 +174,6 @@ class EngineFacts:
     api_version: str = "0.0"
     cdi_dirs: tuple[str, ...] | None = None  # None: the engine does not say (API < 1.44)
     cdi_devices: tuple[str, ...] = ()  # DiscoveredDevices (Docker >= 28.3, API 1.50)
-    runtimes: tuple[str, ...] = ()
     rootless: bool = False
 
     @classmethod
@@ -208,7 +207,6 @@ class EngineFacts:
             api_version=str(version.get("ApiVersion", "0.0")),
             cdi_dirs=tuple(str(d) for d in dirs) if isinstance(dirs, list) else None,
             cdi_devices=tuple(d for d in devices if d),
-            runtimes=tuple(sorted(info.get("Runtimes") or ())),
             rootless=rootless,
         )
 

@@ -281,63 +281,56 @@ def run_container(
             _upload_identity(api, container, identity, accounts)
         if before_start is not None:
             before_start()
-        watch = api.watch_exit(container)  # on its own connection, as `docker run` does
-        with contextlib.closing(watch):
+        try:
+            sock, ahead = api.attach(container, stdin)
+        except EngineRefused as exc:
+            # Podman prepares the container (runtime, CDI devices) when it is attached.
+            if "CDI" in exc.message:
+                raise _cdi_refused(exc) from None
+            raise StartError(f"the container did not start: {exc.message}") from None
+        with contextlib.closing(sock):
             try:
-                sock, ahead = api.attach(container, stdin)
+                api.start(container)
             except EngineRefused as exc:
-                # Podman prepares the container (runtime, CDI devices) when it is attached.
-                if "CDI" in exc.message:
-                    raise _cdi_refused(exc) from None
-                raise StartError(f"the container did not start: {exc.message}") from None
-            watch.armed()  # before the start: an exit cannot be missed
-            with contextlib.closing(sock):
-                try:
-                    api.start(container)
-                except EngineRefused as exc:
-                    raise _no_driver(exc) from None
-                if after_start is not None:
-                    after_start()
-                handlers: dict[int, Callable[[int, FrameType | None], None]] = {
-                    signal.SIGINT: lambda *_: interrupt("SIGINT"),
-                    signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
-                    signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
-                }
-                if tty:
+                raise _no_driver(exc) from None
+            if after_start is not None:
+                after_start()
+            handlers: dict[int, Callable[[int, FrameType | None], None]] = {
+                signal.SIGINT: lambda *_: interrupt("SIGINT"),
+                signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
+                signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
+            }
+            if tty:
 
-                    def resize(*_: object) -> None:
-                        size = os.get_terminal_size(sys.stdout.fileno())
-                        api.resize(container, size.lines, size.columns)
+                def resize(*_: object) -> None:
+                    size = os.get_terminal_size(sys.stdout.fileno())
+                    api.resize(container, size.lines, size.columns)
 
-                    handlers[signal.SIGWINCH] = resize
-                    resize()
-                with _signals(handlers), _raw_terminal(tty):
-                    if stdin:
-                        on_byte = (
-                            (lambda: interrupt("SIGINT"))
-                            if tty and second_interrupt_kills
-                            else None
-                        )
-                        threading.Thread(
-                            target=_pump_stdin, args=(sock, on_byte), daemon=True
-                        ).start()
-                    buffer = bytearray(ahead)
-                    if tty and buffer:
-                        _write(1, bytes(buffer))
-                        buffer.clear()
-                    while True:
-                        try:
-                            chunk = sock.recv(65536)
-                        except OSError:
-                            break
-                        if not chunk:
-                            break
-                        if tty:
-                            _write(1, chunk)
-                        else:
-                            buffer += chunk
-                            _demultiplex(buffer, _write)
-                    code = watch.code()
+                handlers[signal.SIGWINCH] = resize
+                resize()
+            with _signals(handlers), _raw_terminal(tty):
+                if stdin:
+                    on_byte = (
+                        (lambda: interrupt("SIGINT")) if tty and second_interrupt_kills else None
+                    )
+                    threading.Thread(target=_pump_stdin, args=(sock, on_byte), daemon=True).start()
+                buffer = bytearray(ahead)
+                if tty and buffer:
+                    _write(1, bytes(buffer))
+                    buffer.clear()
+                while True:
+                    try:
+                        chunk = sock.recv(65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    if tty:
+                        _write(1, chunk)
+                    else:
+                        buffer += chunk
+                        _demultiplex(buffer, _write)
+                code = api.wait(container)  # the output ended with the command: its exit code
         # Only a SIGKILLed command (137) can have been killed for memory: ask then only.
         oom = code == 137 and bool(api.inspect(container).get("State", {}).get("OOMKilled"))
         return Outcome(code, oom, interrupts > 0)

@@ -447,7 +447,7 @@ def test_a_detached_run_stopped_frees_its_gpu(server: Server) -> None:
 
 @pytest.mark.parametrize("through", ["unix", "tcp"])
 def test_detached_run_logs_wait_and_rm(server: Server, engine: str, through: str) -> None:
-    """Both adapters (the Unix-socket client, docker-py on tcp://): create with a name,
+    """Both transports of the one adapter (unix:// and tcp://): create with a name,
     logs with stdout and stderr apart, wait, rm."""
     project = server.alice.project  # run as root here
     if through == "tcp":

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import resource
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 
 from gpuenv.engine.podman import PodmanEngine
 
-from .conftest import Installed, Project, _missing, registry_digest
+from .conftest import Installed, Project, _missing, podman_service_limits, registry_digest
 
 pytestmark = pytest.mark.integration
 
@@ -69,25 +68,10 @@ def cdi_dir() -> Iterator[Path]:
     spec.unlink(missing_ok=True)
 
 
-def _service_limits(address: str) -> None:
-    """Run below the service's own process limits: rootful Podman gives a container
-    this process's nofile/nproc (`engine.podman`), which the service must be able to set."""
-    pidfile = Path(address.removeprefix("unix://")).with_suffix(".pid")
-    pid = pidfile.read_text().strip() if pidfile.exists() else ""
-    limits = Path(f"/proc/{pid}/limits").read_text() if pid else ""
-    for line in limits.splitlines():
-        for name, number in (("Max processes", resource.RLIMIT_NPROC),):
-            if line.startswith(name) and line.split()[3].isdigit():
-                hard = int(line.split()[3])
-                soft, current = resource.getrlimit(number)
-                if current == resource.RLIM_INFINITY or current > hard:
-                    resource.setrlimit(number, (min(soft, hard), hard))
-
-
 @pytest.fixture
 def rootful(make_project, cdi_dir: Path, tmp_path: Path) -> Iterator[Project]:
     address = _service("GPUENV_TEST_PODMAN")
-    _service_limits(address)
+    podman_service_limits(address)
     engine = PodmanEngine(address)
     before = {c["Id"] for c in engine.containers("io.gpuenv.run")}
     made = make_project(spec="gpus: all\n")
@@ -279,7 +263,7 @@ def test_pull_pins_the_digest_and_images_lists_the_build_rootful(
     make_project, registry: str
 ) -> None:
     address = _service("GPUENV_TEST_PODMAN")
-    _service_limits(address)
+    podman_service_limits(address)
     engine = PodmanEngine(address)
     project = make_project()
     expected = registry_digest(registry, "nvidia/pytorch", "24.06-py3")

@@ -157,10 +157,6 @@ class FakeEngine:
         self.running.discard(container)
         return self.exit_code
 
-    def watch_exit(self, container: str) -> _Watch:
-        self._record("watch_exit", container)
-        return _Watch(self, container)
-
     def resize(self, container: str, rows: int, columns: int) -> None:
         self._record("resize", container)
 
@@ -195,20 +191,3 @@ class FakeEngine:
         self._record("logs", container, follow, tail)
         if self.output:
             yield 1, self.output
-
-
-@dataclass
-class _Watch:
-    """The fake's exit watch: armed at once, its code from `wait` (recorded as such)."""
-
-    engine: FakeEngine
-    container: str
-
-    def armed(self) -> None:
-        self.engine._record("armed", self.container)
-
-    def code(self) -> int:
-        return self.engine.wait(self.container)
-
-    def close(self) -> None:
-        return

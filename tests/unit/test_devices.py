@@ -317,7 +317,7 @@ def test_podman_refuses_the_legacy_request() -> None:
 
 def test_connect_picks_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpuenv.engine import connect
-    from gpuenv.engine.api import UnixSocketEngine
+    from gpuenv.engine.dockerpy import DockerEngine
     from gpuenv.engine.podman import PodmanEngine
     from gpuenv.errors import EngineError
 
@@ -328,7 +328,10 @@ def test_connect_picks_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(engine, PodmanEngine)
     assert engine.endpoint == "unix:///run/user/7/podman/podman.sock"
     monkeypatch.setenv("GPUENV_ENGINE", "docker")
-    assert type(connect()) is UnixSocketEngine
+    docker = connect()
+    assert type(docker) is DockerEngine
+    assert docker.endpoint == "unix:///var/run/docker.sock"
+    assert type(connect("tcp://gpu1:2376")) is DockerEngine
     monkeypatch.setenv("GPUENV_ENGINE", "podman")
     monkeypatch.setenv("CONTAINER_HOST", "ssh://gpu1/run/podman/podman.sock")
     with pytest.raises(EngineError, match="only on a unix:// socket"):
@@ -344,21 +347,3 @@ def test_an_unreachable_podman_says_how_to_start_it(tmp_path: Path) -> None:
         engine.version()
     assert "cannot reach the Podman service" in raised.value.message
     assert "podman.socket" in (raised.value.hint or "")
-
-
-def test_podmans_exit_watch_waits_after_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Podman answers `wait?condition=next-exit` with its head before it listens for the
-    exit, so its watch opens no connection before the start (nothing there could miss an
-    exit) and asks for the exit code once the output has ended."""
-    from gpuenv.engine.podman import PodmanEngine
-    from gpuenv.engine.protocol import WaitAfter
-
-    engine = PodmanEngine("unix:///nonexistent/podman.sock")
-    asked: list[str] = []
-    monkeypatch.setattr(engine, "wait", lambda container: asked.append(container) or 7)
-    watch = engine.watch_exit("c1")
-    assert isinstance(watch, WaitAfter)
-    watch.armed()  # no socket: it would raise an engine error if it connected
-    assert asked == []
-    assert watch.code() == 7 and asked == ["c1"]
-    watch.close()

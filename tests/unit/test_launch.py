@@ -92,9 +92,9 @@ def test_a_run_gets_its_grant_identity_and_exit_code(project: Path, state: str) 
     assert ("put_archive", ("account", "/")) in calls
     assert ("put_archive", ("c1", "/")) not in calls
     assert calls.index(("start", ("c1",))) < calls.index(("remove", ("c1",)))
-    # The exit watch is armed before the start, as `docker run` does.
-    assert calls.index(("armed", ("c1",))) < calls.index(("start", ("c1",)))
+    # The exit code is asked once the output has ended, before the removal.
     assert calls.index(("start", ("c1",))) < calls.index(("wait", ("c1",)))
+    assert calls.index(("wait", ("c1",))) < calls.index(("remove", ("c1",)))
     assert not engine.alive
     assert ClaimStore(state).claims() == []  # released
 

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gpuenv.engine.protocol import Frame
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.project.mounts import MountRules, spec_binds
@@ -18,8 +20,12 @@ from gpuenv.run.container import (
     read_env_file,
     without_gpus,
 )
+from gpuenv.run.detached import attach_run
 from gpuenv.run.session import _demultiplex
 from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
+from gpuenv.sharing.monitor import RunInfo
+
+from .fake_engine import FakeEngine
 
 HOST = Host(
     "550.54.15", tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}") for i in range(4)), "test"
@@ -181,3 +187,43 @@ def test_demultiplex() -> None:
 
 def test_spec_gpus_request_default() -> None:
     assert parse_spec_text("framework: none\n", "/tmp").gpus == GpuRequest("all")
+
+
+def _running(container: str) -> RunInfo:
+    return RunInfo(container, "d", "proj", "alice", 1000, "0", "", "", "", "running", None, True)
+
+
+def test_attach_follows_the_logs_from_now_then_gives_the_exit_code() -> None:
+    """An attach to a running container can lose the bytes that came with the engine's
+    answer (docker-py's attach socket does not hand them over): `gpuenv attach` follows
+    the logs from their end instead, stdout and stderr kept apart."""
+    engine = FakeEngine(exit_code=5, output=b"late\n")
+    written: list[tuple[int, bytes]] = []
+    code = attach_run(
+        engine,  # type: ignore[arg-type]
+        _running("c9"),
+        write=lambda kind, data: written.append((kind, data)),
+        notice=lambda text: None,
+    )
+    assert (code, written) == (5, [(1, b"late\n")])
+    assert engine.calls == [("logs", ("c9", True, "0")), ("wait", ("c9",))]
+
+
+def test_ctrl_c_detaches_from_a_run_and_leaves_it_running() -> None:
+    class Interrupted(FakeEngine):
+        def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+            yield 1, b"some\n"
+            raise KeyboardInterrupt
+
+    engine = Interrupted()
+    notices: list[str] = []
+    written: list[tuple[int, bytes]] = []
+    code = attach_run(
+        engine,  # type: ignore[arg-type]
+        _running("c9"),
+        write=lambda kind, data: written.append((kind, data)),
+        notice=notices.append,
+    )
+    assert (code, written) == (None, [(1, b"some\n")])
+    assert notices == ["detached from d: it goes on running (`gpuenv attach d`)"]
+    assert "wait" not in engine.names()
