@@ -1,6 +1,8 @@
-"""`gpuenv run` and `gpuenv shell` as policy: the image (built if missing), the GPUs
-(granted, and claimed on a shared host), the preflight against the driver, the
-container's configuration, the start with the no-runtime fallback, and the outcome.
+"""`gpuenv run` and `gpuenv shell`, read top to bottom in `launch`: plan the run (the
+image, built if missing; the mounts; the GPUs asked for and the host), reserve its GPUs
+(claims on a shared host, kept fresh; the usage record), check the host can run the
+locked image (preflight), then create, start and wait for the container, and release
+what was reserved, whatever happened.
 
 Everything the outside world provides is a parameter (the engine, the host, the claims
 store, the environment, the terminal), so the whole policy runs against a fake engine
@@ -16,30 +18,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.app.build import ViewFactory, image_for_run
+from gpuenv.app.build import RunImage, ViewFactory, image_for_run
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
 from gpuenv.host.machine import Host
-from gpuenv.lock.locked import Locked
-from gpuenv.project.mounts import run_binds
-from gpuenv.project.spec import parse_size
+from gpuenv.images.accounts import Identity
+from gpuenv.matrix.load import load_matrix
+from gpuenv.project.mounts import Bind, run_binds
+from gpuenv.project.spec import GpuRequest, parse_size
 from gpuenv.run.container import (
     command_for,
     container_config,
     detached_labels,
     environment,
     labels,
+    preflight,
     without_gpus,
 )
-from gpuenv.run.devices import (
-    EngineFacts,
-    MissingCdiDevice,
-    detect_path,
-    device_requests,
-    engine_facts,
-)
-from gpuenv.run.preflight import judge
+from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, ClaimStore
 from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
@@ -109,66 +106,71 @@ def oom_advice(memory: str | None) -> str:
     return f"the command was killed because it ran out of memory (OOM); {advice}"
 
 
-class _Preflight:
-    """The preflight (`run.preflight.judge`) in a thread of its own, begun as soon as the
-    grant is known: judging the locked image (or reading the verdict back) takes the
-    time the engine spends creating the container. `verdict` waits for it before the start: the
-    refusal (the container, created but never started, is then removed) or the warnings,
-    said once."""
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run was decided to be before anything is reserved or started."""
 
-    def __init__(
-        self, locked: Locked, host: Host, granted: Grant, notice: Callable[[str], None]
-    ) -> None:
-        self._notice = notice
-        self._outcome: list[str] | BaseException = []
-        self._said = False
-        self._thread = threading.Thread(
-            target=self._judge, args=(locked, host, granted), daemon=True
-        )
-        self._thread.start()
+    image: RunImage
+    identity: Identity | None  # who the command runs as (None: root)
+    command: list[str]
+    binds: list[Bind]
+    gpus: GpuRequest
+    host: Host
+    memory: int | None
 
-    def _judge(self, locked: Locked, host: Host, granted: Grant) -> None:
-        try:
-            self._outcome = judge(locked, host, granted)
-        except BaseException as exc:
-            self._outcome = exc
-
-    def verdict(self) -> None:
-        self._thread.join()
-        if isinstance(self._outcome, BaseException):
-            raise self._outcome
-        if not self._said:
-            self._said = True
-            for warning in self._outcome:
-                self._notice(warning)
+    @property
+    def upload_identity(self) -> Identity | None:
+        """The user's passwd entry and HOME to upload into the container: none when the
+        user's account image has them already."""
+        return self.identity if self.image.account_tag is None else None
 
 
-class _Facts:
-    """The engine's facts for the GPU path (`devices.engine_facts`: GET /version, and
-    /info on Docker 25+), asked in a thread of its own from the start of the run: the
-    answer is there when the container's GPUs are chosen. What the request raised is
-    raised where the facts are needed, as if they had been asked then."""
+def launch(
+    directory: str,
+    request: RunRequest,
+    engine: Engine,
+    *,
+    services: Services,
+    terminal: Terminal,
+    environ: Mapping[str, str],
+    view: ViewFactory,
+    notice: Callable[[str], None],
+) -> Outcome:
+    """Run the request to its end; the Outcome carries the command's exit code (or, for
+    a detached run, its container). What is reserved here is released whatever happens."""
+    terminal = checked_terminal(request, terminal)
+    plan = plan_run(directory, request, engine, services, terminal, environ, view, notice)
+    log = services.usage_log()
+    reaped = reap(engine, log)
+    reservation = reserve_gpus(plan, request, engine, services, log, notice)
+    outcome: Outcome | None = None
+    try:
+        if not request.force and plan.host.driver is not None:
+            check_host(plan, reservation.grant, notice)
+        config = configure(plan, request, reservation, engine, terminal, environ, notice)
+        outcome = start(plan, request, config, reservation, engine, terminal, notice)
+    finally:
+        reservation.release(outcome.exit_code if outcome else None)
+    for name in reaped:
+        notice(f"removed {name}, left behind by a gpuenv run that was killed")
+    return outcome
 
-    def __init__(self, engine: Engine) -> None:
-        self._outcome: EngineFacts | BaseException | None = None
-        self._thread = threading.Thread(target=self._ask, args=(engine,), daemon=True)
-        self._thread.start()
 
-    def _ask(self, engine: Engine) -> None:
-        try:
-            self._outcome = engine_facts(engine)
-        except BaseException as exc:
-            self._outcome = exc
-
-    def get(self) -> EngineFacts:
-        self._thread.join()
-        if isinstance(self._outcome, BaseException):
-            raise self._outcome
-        assert self._outcome is not None
-        return self._outcome
+def checked_terminal(request: RunRequest, terminal: Terminal) -> Terminal:
+    """The terminal the run gets: none for a detached run, which nobody types into."""
+    if request.shell and not terminal.tty:
+        raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
+    if request.name and not request.detach:
+        raise UsageError("--name names a detached run: use it with -d")
+    if request.detach:
+        return Terminal(tty=False, stdin=False, uid=terminal.uid)
+    return terminal
 
 
-def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
+def reap(engine: Engine, log: UsageLog | None) -> list[str]:
+    """Remove the containers of gpuenv runs that were killed (their process is gone),
+    ending their usage records; the names removed."""
+
     def ended(label: str, exit_code: int | None, end: float | None) -> None:
         if log is not None:
             with contextlib.suppress(GpuenvError, OSError):
@@ -180,7 +182,228 @@ def _reap(engine: Engine, log: UsageLog | None) -> list[str]:
         return []  # the run itself reports an unreachable engine
 
 
-def _gpus_used(granted: Grant, host: Host) -> list[tuple[str, str]]:
+def plan_run(
+    directory: str,
+    request: RunRequest,
+    engine: Engine,
+    services: Services,
+    terminal: Terminal,
+    environ: Mapping[str, str],
+    view: ViewFactory,
+    notice: Callable[[str], None],
+) -> RunPlan:
+    """The run as decided from the project, the request and the host: nothing reserved."""
+    memory = memory_limit(request.memory)
+    command = ["bash", "-l"] if request.shell else command_for(request.arguments)
+    identity = None if request.root or terminal.uid == 0 else services.identity()
+    image = image_for_run(directory, engine, view, identity)
+    binds = run_binds(image.spec, request.mounts, request.allow_mounts, env=environ, notice=notice)
+    gpus = parse_gpus_option(request.gpus) if request.gpus else image.spec.gpus
+    # No GPUs, no need to ask NVML about them.
+    host = services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
+    return RunPlan(image, identity, command, binds, gpus, host, memory)
+
+
+class Reservation:
+    """What a run holds while it runs: its GPU grant, its claims on a shared host (kept
+    fresh by a heartbeat) and its usage record. `release` lets them go, unless they were
+    handed over to a detached run's container, which holds them from then on."""
+
+    def __init__(
+        self,
+        grant: Grant,
+        store: ClaimStore | None,
+        claims: list[str],
+        log: UsageLog | None,
+        usage_id: str | None,
+    ) -> None:
+        self.grant = grant
+        self.store = store
+        self.claims = claims
+        self.log = log
+        self.usage_id = usage_id
+        self.container = ""  # a detached run's, once it holds the claims
+        self._done = threading.Event()
+        if store is not None:
+            threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat").start()
+
+    @property
+    def usage_label(self) -> str | None:
+        """The label that ties the container to its usage record (`uid/usage id`)."""
+        return f"{os.getuid()}/{self.usage_id}" if self.usage_id else None
+
+    def _heartbeat(self) -> None:
+        """Hosts sharing the state folder count a claim of this host only while its
+        heartbeat is fresh."""
+        assert self.store is not None
+        while not self._done.wait(HEARTBEAT_INTERVAL):
+            self.store.touch(list(self.claims))
+
+    def hand_over(self, container: str) -> None:
+        """The detached run's container holds the claims from now on."""
+        self._done.set()
+        self.container = container
+        if self.store is not None:
+            with self.store.locked():
+                self.claims = self.store.transfer(self.claims, container)
+
+    def release(self, exit_code: int | None) -> None:
+        """The run ended (with `exit_code`, None when it never ran): free its claims and
+        end its usage record."""
+        self._done.set()
+        if self.store is not None and not self.container:
+            self.store.release(self.claims)
+        if self.log is not None and self.usage_id is not None and not self.container:
+            # A started detached run's record ends with its container (the reaper).
+            with contextlib.suppress(GpuenvError, OSError):
+                self.log.finish(self.usage_id, exit_code)
+        if self.store is not None:
+            self.store.close()
+
+
+def reserve_gpus(
+    plan: RunPlan,
+    request: RunRequest,
+    engine: Engine,
+    services: Services,
+    log: UsageLog | None,
+    notice: Callable[[str], None],
+) -> Reservation:
+    """Grant the run its GPUs: on a host whose GPUs are known, claimed under the claims
+    store's lock (queueing with --wait) so that two runs never share one; the usage
+    record begun."""
+    granted = grant(plan.gpus, plan.host)
+    store, claims = None, list[str]()
+    if plan.host.gpus and granted.mode != "none":
+        store = services.claim_store()
+        store.container_check = container_check(engine)
+        try:
+            granted, claims = reserve(
+                store, plan.gpus, plan.host, plan.image.spec.name, request.wait, notice
+            )
+        except BaseException:
+            store.close()
+            raise
+    used = gpus_used(granted, plan.host)
+    usage_id = begin_usage(log, plan.image.spec.name, used, notice, request.detach)
+    return Reservation(granted, store, claims, log, usage_id)
+
+
+def check_host(plan: RunPlan, granted: Grant, notice: Callable[[str], None]) -> None:
+    """The preflight: can this host's driver and granted GPUs run the locked image? A
+    refusal (ResolutionError) ends the run before a container exists; warnings are said."""
+    if granted.mode == "none":
+        return
+    for warning in preflight(plan.image.locked, plan.host, granted, load_matrix()):
+        notice(warning)
+
+
+def configure(
+    plan: RunPlan,
+    request: RunRequest,
+    reservation: Reservation,
+    engine: Engine,
+    terminal: Terminal,
+    environ: Mapping[str, str],
+    notice: Callable[[str], None],
+) -> dict[str, Any]:
+    """The container's create body: image, command, user, variables, labels, mounts and
+    the granted GPUs as this engine takes them (without them, when they were optional and
+    the engine cannot give them)."""
+    spec, granted = plan.image.spec, reservation.grant
+    variables = environment(spec, request.env, request.env_files, environ)
+    run_labels = labels(spec, plan.image.locked.lock_hash, granted, plan.identity, plan.command)
+    if reservation.usage_label:
+        run_labels[USAGE_LABEL] = reservation.usage_label
+    if request.detach:
+        run_labels = detached_labels(run_labels)
+    missing: GpuRuntimeMissing | None = None
+    try:
+        requests = gpu_requests(engine, plan.host, granted, environ, notice)
+    except GpuRuntimeMissing as exc:
+        if not granted.optional:
+            raise
+        notice(_without_gpus_notice(exc))
+        missing, requests = exc, []
+    config = container_config(
+        spec,
+        plan.image.account_tag or plan.image.tag,
+        plan.command,
+        granted,
+        plan.identity,
+        variables,
+        run_labels,
+        tty=terminal.tty,
+        stdin=terminal.stdin,
+        binds=plan.binds,
+        device_requests=requests,
+    )
+    if plan.memory is not None:
+        config["HostConfig"]["Memory"] = plan.memory
+    return without_gpus(config) if missing else config
+
+
+def start(
+    plan: RunPlan,
+    request: RunRequest,
+    config: dict[str, Any],
+    reservation: Reservation,
+    engine: Engine,
+    terminal: Terminal,
+    notice: Callable[[str], None],
+) -> Outcome:
+    """Create and start the container, and for an attached run stream it and wait for
+    its end; when the engine turns out not to give GPUs that were optional, run without."""
+    try:
+        return _start(plan, request, config, reservation, engine, terminal, notice)
+    except GpuRuntimeMissing as exc:
+        if not reservation.grant.optional:
+            raise
+        notice(_without_gpus_notice(exc))
+        return _start(plan, request, without_gpus(config), reservation, engine, terminal, notice)
+
+
+def _start(
+    plan: RunPlan,
+    request: RunRequest,
+    config: dict[str, Any],
+    reservation: Reservation,
+    engine: Engine,
+    terminal: Terminal,
+    notice: Callable[[str], None],
+) -> Outcome:
+    if request.detach:
+        container = start_detached(
+            engine,
+            config,
+            name=request.name,
+            identity=plan.upload_identity,
+            accounts=plan.image.accounts,
+            after_start=reservation.hand_over,
+        )
+        return Outcome(0, oom_killed=False, container=container)
+    return run_container(
+        engine,
+        config,
+        identity=plan.upload_identity,
+        accounts=plan.image.accounts,
+        tty=terminal.tty,
+        stdin=terminal.stdin,
+        notice=notice,
+        second_interrupt_kills=not request.shell,
+    )
+
+
+def _without_gpus_notice(exc: GpuRuntimeMissing) -> str:
+    why = (
+        f"the engine cannot give the GPUs through CDI ({exc.message})"
+        if isinstance(exc, GpuPathBroken)
+        else "no NVIDIA runtime in this Docker engine"
+    )
+    return f"{why}: running without GPUs (GPUs were optional)"
+
+
+def gpus_used(granted: Grant, host: Host) -> list[tuple[str, str]]:
     """The granted GPUs with their models, for the usage record."""
     models = {gpu.key: gpu.name for gpu in host.gpus} | {str(g.index): g.name for g in host.gpus}
     models |= {m.uuid: f"{g.name} MIG {m.profile or '?'}" for g in host.gpus for m in g.mig_devices}
@@ -191,23 +414,22 @@ def _gpus_used(granted: Grant, host: Host) -> list[tuple[str, str]]:
     return [(key, models.get(key, "unknown")) for key in granted.devices]
 
 
-def _begin_usage(
+def begin_usage(
     log: UsageLog | None,
     project: str,
     gpus: list[tuple[str, str]],
     notice: Callable[[str], None],
     detached: bool = False,
-) -> tuple[str | None, str | None]:
-    """The run's usage id and its container label; a record that cannot be written is
-    said, and never stops the run."""
+) -> str | None:
+    """The run's usage id; a record that cannot be written is said, and never stops
+    the run."""
     if log is None:
-        return None, None
+        return None
     try:
-        usage_id = log.begin(project, gpus, detached=detached)
+        return log.begin(project, gpus, detached=detached)
     except (GpuenvError, OSError) as exc:
         notice(f"GPU usage not recorded: {getattr(exc, 'message', exc)}")
-        return None, None
-    return usage_id, f"{os.getuid()}/{usage_id}"
+        return None
 
 
 def gpu_requests(
@@ -216,15 +438,12 @@ def gpu_requests(
     granted: Grant,
     environ: Mapping[str, str],
     notice: Callable[[str], None],
-    facts: Callable[[], EngineFacts] | None = None,
 ) -> list[dict[str, Any]]:
     """The grant's DeviceRequests the way this engine takes GPUs (legacy or CDI); a
-    GpuPathBroken naming the spec problems when CDI cannot give them. `facts` gives the
-    engine's facts when they were asked beforehand."""
+    GpuPathBroken naming the spec problems when CDI cannot give them."""
     if granted.mode == "none":
         return []
-
-    path = detect_path(engine, host, environ, facts() if facts else None)
+    path = detect_path(engine, host, environ)
     try:
         requests = device_requests(path, granted)
     except MissingCdiDevice as exc:
@@ -240,180 +459,3 @@ def gpu_requests(
     for note in path.notes:
         notice(note)
     return requests
-
-
-def launch(
-    directory: str,
-    request: RunRequest,
-    engine: Engine,
-    *,
-    services: Services,
-    terminal: Terminal,
-    environ: Mapping[str, str],
-    view: ViewFactory,
-    notice: Callable[[str], None],
-) -> Outcome:
-    """Run the request to its end; the Outcome carries the command's exit code. GPU
-    claims made here are released whatever happens."""
-    if request.shell and not terminal.tty:
-        raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
-    if request.name and not request.detach:
-        raise UsageError("--name names a detached run: use it with -d")
-    if request.detach:
-        # Nobody is there to type into a run that outlives its terminal.
-        terminal = Terminal(tty=False, stdin=False, uid=terminal.uid)
-    limit = memory_limit(request.memory)
-    command = ["bash", "-l"] if request.shell else command_for(request.arguments)
-    # Orphans of killed runs are removed alongside: it costs the run no time.
-    reaped: list[str] = []
-    log = services.usage_log()
-    reaper = threading.Thread(target=lambda: reaped.extend(_reap(engine, log)), daemon=True)
-    reaper.start()
-    # Asked now, answered by the time the GPUs are chosen (one round trip less in line).
-    facts = _Facts(engine) if request.gpus != "none" else None
-    identity = None if request.root or terminal.uid == 0 else services.identity()
-    image = image_for_run(directory, engine, view, identity)
-    spec, locked, tag = image.spec, image.locked, image.tag
-    # The user's account image has their passwd entry and HOME already: nothing to upload.
-    upload_for = identity if image.account_tag is None else None
-
-    binds = run_binds(spec, request.mounts, request.allow_mounts, env=environ, notice=notice)
-    gpus = parse_gpus_option(request.gpus) if request.gpus else spec.gpus
-    # No GPUs, no need to ask NVML about them.
-    host = services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
-    granted = grant(gpus, host)
-    store = None
-    claimed: list[str] = []
-    if host.gpus and granted.mode != "none":
-        # A shared host: claim the GPUs under the lock before anything starts on them.
-
-        store = services.claim_store()
-        store.container_check = container_check(engine)
-        granted, claimed = reserve(store, gpus, host, spec.name, request.wait, notice)
-    usage_id, usage_label = _begin_usage(
-        log, spec.name, _gpus_used(granted, host), notice, detached=request.detach
-    )
-    outcome: Outcome | None = None
-    beating = threading.Event()
-    if store is not None and not request.detach:
-        threading.Thread(
-            target=_heartbeat, args=(store, claimed, beating), daemon=True, name="heartbeat"
-        ).start()
-    started = ""
-    try:
-        check = None
-        if not request.force and host.driver is not None and granted.mode != "none":
-            check = _Preflight(locked, host, granted, notice)
-        gpus_missing: GpuRuntimeMissing | None = None
-        try:
-            variables = environment(spec, request.env, request.env_files, environ)
-            run_labels = labels(spec, locked.lock_hash, granted, identity, command)
-            if usage_label:
-                run_labels[USAGE_LABEL] = usage_label
-            if request.detach:
-                run_labels = detached_labels(run_labels)
-            try:
-                requests = gpu_requests(
-                    engine, host, granted, environ, notice, facts.get if facts else None
-                )
-            except GpuRuntimeMissing as exc:
-                if not granted.optional:
-                    raise
-                gpus_missing, requests = exc, []
-            config = container_config(
-                spec,
-                image.account_tag or tag,
-                command,
-                granted,
-                identity,
-                variables,
-                run_labels,
-                tty=terminal.tty,
-                stdin=terminal.stdin,
-                binds=binds,
-                device_requests=requests,
-            )
-        except GpuenvError:
-            if check is not None:
-                check.verdict()  # a refusal of the host is reported first, as it always was
-            raise
-        if limit is not None:
-            config["HostConfig"]["Memory"] = limit
-
-        def verdict() -> None:
-            if check is not None:
-                check.verdict()
-
-        def hand_over(container: str) -> None:
-            if store is not None:
-                with store.locked():
-                    claimed[:] = store.transfer(claimed, container)
-
-        def start(container: dict[str, Any]) -> Outcome:
-            try:
-                return start_now(container)
-            except GpuenvError:
-                verdict()  # a refusal of the host is the error reported, as it always was
-                raise
-
-        def start_now(container: dict[str, Any]) -> Outcome:
-            nonlocal started
-            if request.detach:
-                started = start_detached(
-                    engine,
-                    container,
-                    name=request.name,
-                    identity=upload_for,
-                    accounts=image.accounts,
-                    before_start=verdict,
-                    after_start=hand_over,
-                )
-                return Outcome(0, False, False, container=started)
-            return run_container(
-                engine,
-                container,
-                identity=upload_for,
-                accounts=image.accounts,
-                tty=terminal.tty,
-                stdin=terminal.stdin,
-                notice=notice,
-                second_interrupt_kills=not request.shell,
-                before_start=verdict if check is not None else None,
-            )
-
-        try:
-            if gpus_missing is not None:
-                verdict()
-                raise gpus_missing
-            outcome = start(config)
-        except GpuRuntimeMissing as exc:
-            if not granted.optional:
-                raise
-            why = (
-                f"the engine cannot give the GPUs through CDI ({exc.message})"
-                if isinstance(exc, GpuPathBroken)
-                else "no NVIDIA runtime in this Docker engine"
-            )
-            notice(f"{why}: running without GPUs (GPUs were optional)")
-            outcome = start(without_gpus(config))
-        reaper.join(timeout=30)
-        for name in reaped:
-            notice(f"removed {name}, left behind by a gpuenv run that was killed")
-        return outcome
-    finally:
-        beating.set()
-        if store is not None and not started:
-            store.release(claimed)
-        if log is not None and usage_id is not None and not started:
-            # A started detached run's record ends with its container (the reaper).
-            with contextlib.suppress(GpuenvError, OSError):
-                log.finish(usage_id, outcome.exit_code if outcome else None)
-        if store is not None:
-            store.close()
-
-
-def _heartbeat(store: ClaimStore, claims: list[str], done: threading.Event) -> None:
-    """Refresh the run's claims while it runs: hosts sharing the state folder count a
-    claim of this host only while its heartbeat is fresh."""
-    while not done.wait(HEARTBEAT_INTERVAL):
-        store.touch(list(claims))

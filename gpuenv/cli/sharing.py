@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from typing import Any
 
 import click
 from rich.live import Live
 from rich.markup import escape
 
+from gpuenv.app.idle import check_idle
 from gpuenv.app.top import top_snapshot
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, engine
 from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
-from gpuenv.errors import EXIT_DOCTOR, UsageError
-from gpuenv.host.detect import detect_host
+from gpuenv.errors import EXIT_DOCTOR
 from gpuenv.run.doctor import run_checks
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.idle import duration, idle_for, load_policy, record_name, update
-from gpuenv.sharing.idle import enforce as apply_policy
-from gpuenv.sharing.monitor import container_check
+from gpuenv.sharing.idle import duration, load_policy
 
 
 @click.command()
@@ -103,41 +98,11 @@ def idle(enforce: bool, as_json: bool) -> None:
     With --enforce, run by root every minute (a systemd timer or cron), the policy in
     /etc/gpuenv/config.toml ([idle]) warns the owner of a run whose GPUs all stayed idle
     `warn_after`, and stops it `stop_after` later, recording why. Off without a policy."""
-    me = os.getuid()
     policy, source = load_policy()
-    if enforce and me != 0:
-        raise UsageError(
-            "only root enforces the idle policy", hint="run `sudo gpuenv idle --enforce`"
-        )
-    if enforce and policy is None:
-        raise UsageError(f"no idle policy to enforce: {source}")
-    api = engine()
-    store = ClaimStore(container_check=container_check(api))
-
-    def sample() -> dict[str, int | None]:
-        return {gpu.key: gpu.utilization for gpu in detect_host().gpus}
-
-    now = time.time()
-    state = store.read_record(record_name(me), [me]) or {}
-    with store.locked():
-        if enforce and policy is not None:
-            for _, outcome in apply_policy(store, api, sample, policy, now, state):
-                ui.info(outcome)
-        else:
-            update(state, sample(), now, policy.threshold if policy else 5)
-        store.write_record(record_name(me), state)
-        claims = store.claims()
-    rows: list[dict[str, Any]] = [
-        {
-            "gpu": claim.gpu,
-            "user": claim.user,
-            "project": claim.project,
-            "holder": claim.container[:12] or f"pid {claim.pid}",
-            "idle_seconds": idle_for(state, claim.gpu, now),
-        }
-        for claim in claims
-    ]
-    log = state.get("log") or []
+    report = check_idle(engine(), policy, source, enforcing=enforce)
+    for text in report.done:
+        ui.info(text)
+    rows, log = report.claims, report.log
     if as_json:
         described = source if policy is None else {**vars(policy), "source": source}
         output.data({"policy": described, "claims": rows, "log": log})

@@ -70,47 +70,54 @@ def libpod_spec(config: Mapping[str, Any], *, rootless: bool) -> dict[str, Any]:
         spec["user"] = user
     if rootless and user and user.split(":")[0] not in ("0", "root"):
         spec["userns"] = {"nsmode": "keep-id"}
-    mounts = []
-    for mount in host.get("Mounts") or ():
-        options = ["rbind"] + (["ro"] if mount.get("ReadOnly") else [])
-        mounts.append(
-            {
-                "destination": mount["Target"],
-                "source": mount["Source"],
-                "type": "bind",
-                "options": options,
-            }
-        )
-    if mounts:
-        spec["mounts"] = mounts
-    limits = [
+    optional = {
+        "mounts": _mounts(host),
+        "r_limits": _rlimits(host),
+        "ipcns": {"nsmode": host["IpcMode"]} if host.get("IpcMode") else None,
+        "shm_size": int(host["ShmSize"]) if host.get("ShmSize") else None,
+        "resource_limits": (
+            {"memory": {"limit": int(host["Memory"])}} if host.get("Memory") else None
+        ),
+        "devices": _devices(host),
+    }
+    spec.update({key: value for key, value in optional.items() if value})
+    return spec
+
+
+def _mounts(host: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
         {
-            "type": str(u["Name"]).lower(),
-            "soft": _limit(u["Soft"]),
-            "hard": _limit(u["Hard"]),
+            "destination": mount["Target"],
+            "source": mount["Source"],
+            "type": "bind",
+            "options": ["rbind"] + (["ro"] if mount.get("ReadOnly") else []),
         }
+        for mount in host.get("Mounts") or ()
+    ]
+
+
+def _rlimits(host: Mapping[str, Any]) -> list[dict[str, Any]]:
+    limits = [
+        {"type": str(u["Name"]).lower(), "soft": _limit(u["Soft"]), "hard": _limit(u["Hard"])}
         for u in host.get("Ulimits") or ()
     ]
-    if limits:
-        # A spec that names any rlimit gets nofile and nproc of 1048576 from rootful
-        # Podman unless it names them too (podman pkg/specgen/generate/oci.go addRlimits;
-        # the CLI sends containers.conf's default_ulimits), which a service that cannot
-        # raise its own limits refuses: name them, at this process's own limits.
-        named = {limit["type"] for limit in limits}
-        for name, number in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
-            if name not in named:
-                _, hard = resource.getrlimit(number)
-                hard = (
-                    RLIMIT_DEFAULT if hard == resource.RLIM_INFINITY else min(hard, RLIMIT_DEFAULT)
-                )
-                limits.append({"type": name, "soft": hard, "hard": hard})
-        spec["r_limits"] = limits
-    if host.get("IpcMode"):
-        spec["ipcns"] = {"nsmode": host["IpcMode"]}
-    if host.get("ShmSize"):
-        spec["shm_size"] = int(host["ShmSize"])
-    if host.get("Memory"):
-        spec["resource_limits"] = {"memory": {"limit": int(host["Memory"])}}
+    if not limits:
+        return []
+    # A spec that names any rlimit gets nofile and nproc of 1048576 from rootful Podman
+    # unless it names them too (podman pkg/specgen/generate/oci.go addRlimits; the CLI
+    # sends containers.conf's default_ulimits), which a service that cannot raise its own
+    # limits refuses: name them, at this process's own limits.
+    named = {limit["type"] for limit in limits}
+    for name, number in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+        if name not in named:
+            _, hard = resource.getrlimit(number)
+            hard = RLIMIT_DEFAULT if hard == resource.RLIM_INFINITY else min(hard, RLIMIT_DEFAULT)
+            limits.append({"type": name, "soft": hard, "hard": hard})
+    return limits
+
+
+def _devices(host: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The CDI devices of the create body's device requests (Podman takes no other)."""
     devices = []
     for request in host.get("DeviceRequests") or ():
         if request.get("Driver") != "cdi":
@@ -120,9 +127,7 @@ def libpod_spec(config: Mapping[str, Any], *, rootless: bool) -> dict[str, Any]:
                 "(`sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)",
             )
         devices += [{"path": name} for name in request.get("DeviceIDs") or ()]
-    if devices:
-        spec["devices"] = devices
-    return spec
+    return devices
 
 
 class PodmanEngine(DockerEngine):

@@ -40,7 +40,6 @@ _NO_DRIVER = "could not select device driver"
 class Outcome:
     exit_code: int
     oom_killed: bool
-    interrupted: bool
     container: str = ""  # a detached run's container, which goes on running
 
 
@@ -201,34 +200,43 @@ def start_detached(
     name: str | None,
     identity: Identity | None,
     accounts: tuple[str, str] | None,
-    before_start: Callable[[], None],
     after_start: Callable[[str], None],
 ) -> str:
-    """Create and start a run that outlives this process; `before_start()` runs once the
-    container exists (the preflight's verdict), `after_start(container)` once it runs
-    (it hands the GPU claims to the container: until then they stay this process's, so
-    a container still starting is never taken for one that holds nothing). Returns the
-    container's id. The container is kept after it exits (`gpuenv logs`, `gpuenv wait`);
-    what fails before the hand-over removes it."""
-    try:
-        container = api.create(config, name)
-    except EngineRefused as exc:
-        if "CDI" in exc.message or "cdi" in exc.message:
-            raise _cdi_refused(exc) from None
-        raise
+    """Create and start a run that outlives this process; `after_start(container)` once
+    it runs (it hands the GPU claims to the container: until then they stay this
+    process's, so a container still starting is never taken for one that holds
+    nothing). Returns the container's id. The container is kept after it exits
+    (`gpuenv logs`, `gpuenv wait`); what fails before the hand-over removes it."""
+    container = create_container(api, config, name)
     try:
         if identity is not None:
             _upload_identity(api, container, identity, accounts)
-        before_start()
-        try:
-            api.start(container)
-        except EngineRefused as exc:
-            raise _no_driver(exc) from None
+        start_container(api, container)
         after_start(container)
     except BaseException:
         api.remove(container)
         raise
     return container
+
+
+def create_container(
+    api: ContainerEngine, config: Mapping[str, Any], name: str | None = None
+) -> str:
+    """Create the container; a refusal of its CDI devices says what to do about them."""
+    try:
+        return api.create(config, name)
+    except EngineRefused as exc:
+        if "CDI" in exc.message or "cdi" in exc.message:
+            raise _cdi_refused(exc) from None
+        raise
+
+
+def start_container(api: ContainerEngine, container: str) -> None:
+    """Start it; an engine that cannot give it GPUs says so (GpuRuntimeMissing)."""
+    try:
+        api.start(container)
+    except EngineRefused as exc:
+        raise _no_driver(exc) from None
 
 
 def _cdi_refused(exc: EngineRefused) -> GpuPathBroken:
@@ -249,90 +257,98 @@ def run_container(
     stdin: bool,
     second_interrupt_kills: bool = True,
     notice: Callable[[str], None] = lambda text: None,
-    before_start: Callable[[], None] | None = None,
-    after_start: Callable[[], None] | None = None,
 ) -> Outcome:
-    """Create, attach, start, stream, wait, remove. Raises GpuRuntimeMissing (after
-    removing the container) when the engine cannot give the container GPUs.
-    `before_start` runs once the container exists, before it starts; what it raises
-    ends the run (the container is removed); `after_start` runs once it has started."""
-    try:
-        container = api.create(config)
-    except EngineRefused as exc:
-        if "CDI" in exc.message or "cdi" in exc.message:
-            raise _cdi_refused(exc) from None
-        raise
-    interrupts = 0
-    lock = threading.Lock()
-
-    def interrupt(kind: str = "SIGINT") -> None:
-        nonlocal interrupts
-        with lock:
-            interrupts += 1
-            count = interrupts
-        if count == 1:
-            notice("stopping the container (Ctrl-C again to kill it)")
-            api.kill(container, kind)
-        else:
-            api.kill(container, "SIGKILL")
-
+    """Create, attach, start, stream, wait, remove: the container as a local process.
+    Raises GpuRuntimeMissing (after removing the container) when the engine cannot give
+    the container GPUs."""
+    container = create_container(api, config)
     try:
         if identity is not None:
             _upload_identity(api, container, identity, accounts)
-        if before_start is not None:
-            before_start()
-        try:
-            sock, ahead = api.attach(container, stdin)
-        except EngineRefused as exc:
-            # Podman prepares the container (runtime, CDI devices) when it is attached.
-            if "CDI" in exc.message:
-                raise _cdi_refused(exc) from None
-            raise StartError(f"the container did not start: {exc.message}") from None
+        sock, ahead = _attach(api, container, stdin)
         with contextlib.closing(sock):
-            try:
-                api.start(container)
-            except EngineRefused as exc:
-                raise _no_driver(exc) from None
-            if after_start is not None:
-                after_start()
-            handlers: dict[int, Callable[[int, FrameType | None], None]] = {
-                signal.SIGINT: lambda *_: interrupt("SIGINT"),
-                signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
-                signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
-            }
-            if tty:
-
-                def resize(*_: object) -> None:
-                    size = os.get_terminal_size(sys.stdout.fileno())
-                    api.resize(container, size.lines, size.columns)
-
-                handlers[signal.SIGWINCH] = resize
-                resize()
-            with _signals(handlers), _raw_terminal(tty):
+            start_container(api, container)
+            interrupt = Interrupt(api, container, notice)
+            with _signals(_handlers(api, container, interrupt, tty)), _raw_terminal(tty):
                 if stdin:
-                    on_byte = (
-                        (lambda: interrupt("SIGINT")) if tty and second_interrupt_kills else None
-                    )
+                    on_byte = interrupt if tty and second_interrupt_kills else None
                     threading.Thread(target=_pump_stdin, args=(sock, on_byte), daemon=True).start()
-                buffer = bytearray(ahead)
-                if tty and buffer:
-                    _write(1, bytes(buffer))
-                    buffer.clear()
-                while True:
-                    try:
-                        chunk = sock.recv(65536)
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    if tty:
-                        _write(1, chunk)
-                    else:
-                        buffer += chunk
-                        _demultiplex(buffer, _write)
-                code = api.wait(container)  # the output ended with the command: its exit code
+                _stream(sock, ahead, tty)
+        code = api.wait(container)  # the output ended with the command: its exit code
         # Only a SIGKILLed command (137) can have been killed for memory: ask then only.
         oom = code == 137 and bool(api.inspect(container).get("State", {}).get("OOMKilled"))
-        return Outcome(code, oom, interrupts > 0)
+        return Outcome(code, oom)
     finally:
         api.remove(container)
+
+
+class Interrupt:
+    """Ctrl-C for the container: the first stops the command (SIGINT), the next kills it."""
+
+    def __init__(self, api: ContainerEngine, container: str, notice: Callable[[str], None]):
+        self.api, self.container, self.notice = api, container, notice
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.count += 1
+            first = self.count == 1
+        if first:
+            self.notice("stopping the container (Ctrl-C again to kill it)")
+            self.api.kill(self.container, "SIGINT")
+        else:
+            self.api.kill(self.container, "SIGKILL")
+
+
+def _attach(api: ContainerEngine, container: str, stdin: bool) -> tuple[Stream, bytes]:
+    """The container's streams, attached before it starts so that no output is lost."""
+    try:
+        return api.attach(container, stdin)
+    except EngineRefused as exc:
+        # Podman prepares the container (runtime, CDI devices) when it is attached.
+        if "CDI" in exc.message:
+            raise _cdi_refused(exc) from None
+        raise StartError(f"the container did not start: {exc.message}") from None
+
+
+def _handlers(
+    api: ContainerEngine, container: str, interrupt: Interrupt, tty: bool
+) -> dict[int, Callable[[int, FrameType | None], None]]:
+    """Signals to the container: Ctrl-C (twice kills), TERM and HUP stop it, a resized
+    terminal resizes its."""
+    handlers: dict[int, Callable[[int, FrameType | None], None]] = {
+        signal.SIGINT: lambda *_: interrupt(),
+        signal.SIGTERM: lambda *_: api.kill(container, "SIGTERM"),
+        signal.SIGHUP: lambda *_: api.kill(container, "SIGTERM"),
+    }
+    if tty:
+
+        def resize(*_: object) -> None:
+            size = os.get_terminal_size(sys.stdout.fileno())
+            api.resize(container, size.lines, size.columns)
+
+        handlers[signal.SIGWINCH] = resize
+        resize()
+    return handlers
+
+
+def _stream(sock: Stream, ahead: bytes, tty: bool) -> None:
+    """The container's output to ours until it ends: as it is from a terminal,
+    demultiplexed into stdout and stderr otherwise."""
+    buffer = bytearray(ahead)
+    if tty and buffer:
+        _write(1, bytes(buffer))
+        buffer.clear()
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        if tty:
+            _write(1, chunk)
+        else:
+            buffer += chunk
+            _demultiplex(buffer, _write)

@@ -283,7 +283,7 @@ FINISHED = 1796119200.0  # 2026-12-01T10:00:00Z
 
 
 def test_a_detached_runs_end_comes_from_the_reaper_once(tmp_path: Path) -> None:
-    from gpuenv.app.run import _reap
+    from gpuenv.app.run import reap
 
     engine, state, label = _detached(tmp_path)
     (run,) = UsageLog(state).runs()
@@ -299,7 +299,7 @@ def test_a_detached_runs_end_comes_from_the_reaper_once(tmp_path: Path) -> None:
         }
     ]
     for _ in range(2):  # every later command sees it until it is removed: one end
-        assert _reap(engine, UsageLog(state)) == []
+        assert reap(engine, UsageLog(state)) == []
     (run,) = UsageLog(state).runs()
     assert (run.state, run.end, run.exit) == ("ended", FINISHED, 5)
     assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == [
