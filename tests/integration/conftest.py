@@ -88,6 +88,18 @@ def clear_leftovers(host: str) -> None:
     docker("image", "prune", "-f", "--filter", "label=io.gpuenv.project", host=host)
 
 
+# Where gpuenv keeps a user's files (gpuenv.common.dirs); tests/conftest.py points each
+# at a folder of the test's own.
+USER_FOLDER_VARIABLES = (
+    "GPUENV_CACHE_DIR",
+    "GPUENV_CONFIG",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_STATE_HOME",
+)
+
+
 @dataclass(frozen=True)
 class Installed:
     """gpuenv as another user runs it: a wheel of this checkout installed in a folder
@@ -100,10 +112,19 @@ class Installed:
         return [self.python, "-m", "gpuenv.cli", *args]
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
-        """The environment for another user: without this process's GPUENV_DATA_DIR (a
-        folder of root's under pytest's tmp), so the user's own data folder under its
-        HOME holds its overlay, as for a user who runs gpuenv themselves."""
-        own = {key: value for key, value in env.items() if key != "GPUENV_DATA_DIR"}
+        """The environment for another user: without this process's GPUENV_DATA_DIR,
+        and without the user folders it inherited from the tests' isolation (folders of
+        root's under pytest's tmp), so the user's own folders under its HOME (or those
+        the test names for it) hold its overlay, cache and config, as for a user who
+        runs gpuenv themselves."""
+        inherited = {
+            key for key in USER_FOLDER_VARIABLES if key in env and env[key] == os.environ.get(key)
+        }
+        own = {
+            key: value
+            for key, value in env.items()
+            if key != "GPUENV_DATA_DIR" and key not in inherited
+        }
         return {**own, "PYTHONPATH": self.site}
 
     @staticmethod
