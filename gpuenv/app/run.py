@@ -86,6 +86,19 @@ class Services:
     usage_log: Callable[[], UsageLog | None] = field(default=lambda: None)
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What every step of a run needs: the request and the world outside gpuenv."""
+
+    request: RunRequest
+    engine: Engine
+    services: Services
+    terminal: Terminal
+    environ: Mapping[str, str]
+    view: ViewFactory
+    notice: Callable[[str], None]
+
+
 def memory_limit(memory: str | None) -> int | None:
     """--memory SIZE in bytes (None without it); a usage error below what engines take."""
     if not memory:
@@ -139,16 +152,17 @@ def launch(
     """Run the request to its end; the Outcome carries the command's exit code (or, for
     a detached run, its container). What is reserved here is released whatever happens."""
     terminal = checked_terminal(request, terminal)
-    plan = plan_run(directory, request, engine, services, terminal, environ, view, notice)
+    run = RunContext(request, engine, services, terminal, environ, view, notice)
+    plan = plan_run(run, directory)
     log = services.usage_log()
     reaped = reap(engine, log)
-    reservation = reserve_gpus(plan, request, engine, services, log, notice)
+    reservation = reserve_gpus(run, plan, log)
     outcome: Outcome | None = None
     try:
         if not request.force and plan.host.driver is not None:
             check_host(plan, reservation.grant, notice)
-        config = configure(plan, request, reservation, engine, terminal, environ, notice)
-        outcome = start(plan, request, config, reservation, engine, terminal, notice)
+        config = configure(run, plan, reservation)
+        outcome = start(run, plan, config, reservation)
     finally:
         reservation.release(outcome.exit_code if outcome else None)
     for name in reaped:
@@ -182,25 +196,19 @@ def reap(engine: Engine, log: UsageLog | None) -> list[str]:
         return []  # the run itself reports an unreachable engine
 
 
-def plan_run(
-    directory: str,
-    request: RunRequest,
-    engine: Engine,
-    services: Services,
-    terminal: Terminal,
-    environ: Mapping[str, str],
-    view: ViewFactory,
-    notice: Callable[[str], None],
-) -> RunPlan:
+def plan_run(run: RunContext, directory: str) -> RunPlan:
     """The run as decided from the project, the request and the host: nothing reserved."""
+    request = run.request
     memory = memory_limit(request.memory)
     command = ["bash", "-l"] if request.shell else command_for(request.arguments)
-    identity = None if request.root or terminal.uid == 0 else services.identity()
-    image = image_for_run(directory, engine, view, identity)
-    binds = run_binds(image.spec, request.mounts, request.allow_mounts, env=environ, notice=notice)
+    identity = None if request.root or run.terminal.uid == 0 else run.services.identity()
+    image = image_for_run(directory, run.engine, run.view, identity)
+    binds = run_binds(
+        image.spec, request.mounts, request.allow_mounts, env=run.environ, notice=run.notice
+    )
     gpus = parse_gpus_option(request.gpus) if request.gpus else image.spec.gpus
     # No GPUs, no need to ask NVML about them.
-    host = services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
+    host = run.services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
     return RunPlan(image, identity, command, binds, gpus, host, memory)
 
 
@@ -261,31 +269,24 @@ class Reservation:
             self.store.close()
 
 
-def reserve_gpus(
-    plan: RunPlan,
-    request: RunRequest,
-    engine: Engine,
-    services: Services,
-    log: UsageLog | None,
-    notice: Callable[[str], None],
-) -> Reservation:
+def reserve_gpus(run: RunContext, plan: RunPlan, log: UsageLog | None) -> Reservation:
     """Grant the run its GPUs: on a host whose GPUs are known, claimed under the claims
     store's lock (queueing with --wait) so that two runs never share one; the usage
     record begun."""
     granted = grant(plan.gpus, plan.host)
     store, claims = None, list[str]()
     if plan.host.gpus and granted.mode != "none":
-        store = services.claim_store()
-        store.container_check = container_check(engine)
+        store = run.services.claim_store()
+        store.container_check = container_check(run.engine)
         try:
             granted, claims = reserve(
-                store, plan.gpus, plan.host, plan.image.spec.name, request.wait, notice
+                store, plan.gpus, plan.host, plan.image.spec.name, run.request.wait, run.notice
             )
         except BaseException:
             store.close()
             raise
     used = gpus_used(granted, plan.host)
-    usage_id = begin_usage(log, plan.image.spec.name, used, notice, request.detach)
+    usage_id = begin_usage(log, plan.image.spec.name, used, run.notice, run.request.detach)
     return Reservation(granted, store, claims, log, usage_id)
 
 
@@ -298,20 +299,12 @@ def check_host(plan: RunPlan, granted: Grant, notice: Callable[[str], None]) -> 
         notice(warning)
 
 
-def configure(
-    plan: RunPlan,
-    request: RunRequest,
-    reservation: Reservation,
-    engine: Engine,
-    terminal: Terminal,
-    environ: Mapping[str, str],
-    notice: Callable[[str], None],
-) -> dict[str, Any]:
+def configure(run: RunContext, plan: RunPlan, reservation: Reservation) -> dict[str, Any]:
     """The container's create body: image, command, user, variables, labels, mounts and
     the granted GPUs as this engine takes them (without them, when they were optional and
     the engine cannot give them)."""
-    spec, granted = plan.image.spec, reservation.grant
-    variables = environment(spec, request.env, request.env_files, environ)
+    request, spec, granted = run.request, plan.image.spec, reservation.grant
+    variables = environment(spec, request.env, request.env_files, run.environ)
     run_labels = labels(spec, plan.image.locked.lock_hash, granted, plan.identity, plan.command)
     if reservation.usage_label:
         run_labels[USAGE_LABEL] = reservation.usage_label
@@ -319,11 +312,11 @@ def configure(
         run_labels = detached_labels(run_labels)
     missing: GpuRuntimeMissing | None = None
     try:
-        requests = gpu_requests(engine, plan.host, granted, environ, notice)
+        requests = gpu_requests(run.engine, plan.host, granted, run.environ, run.notice)
     except GpuRuntimeMissing as exc:
         if not granted.optional:
             raise
-        notice(_without_gpus_notice(exc))
+        run.notice(_without_gpus_notice(exc))
         missing, requests = exc, []
     config = container_config(
         spec,
@@ -333,8 +326,8 @@ def configure(
         plan.identity,
         variables,
         run_labels,
-        tty=terminal.tty,
-        stdin=terminal.stdin,
+        tty=run.terminal.tty,
+        stdin=run.terminal.stdin,
         binds=plan.binds,
         device_requests=requests,
     )
@@ -344,53 +337,41 @@ def configure(
 
 
 def start(
-    plan: RunPlan,
-    request: RunRequest,
-    config: dict[str, Any],
-    reservation: Reservation,
-    engine: Engine,
-    terminal: Terminal,
-    notice: Callable[[str], None],
+    run: RunContext, plan: RunPlan, config: dict[str, Any], reservation: Reservation
 ) -> Outcome:
     """Create and start the container, and for an attached run stream it and wait for
     its end; when the engine turns out not to give GPUs that were optional, run without."""
     try:
-        return _start(plan, request, config, reservation, engine, terminal, notice)
+        return _start(run, plan, config, reservation)
     except GpuRuntimeMissing as exc:
         if not reservation.grant.optional:
             raise
-        notice(_without_gpus_notice(exc))
-        return _start(plan, request, without_gpus(config), reservation, engine, terminal, notice)
+        run.notice(_without_gpus_notice(exc))
+        return _start(run, plan, without_gpus(config), reservation)
 
 
 def _start(
-    plan: RunPlan,
-    request: RunRequest,
-    config: dict[str, Any],
-    reservation: Reservation,
-    engine: Engine,
-    terminal: Terminal,
-    notice: Callable[[str], None],
+    run: RunContext, plan: RunPlan, config: dict[str, Any], reservation: Reservation
 ) -> Outcome:
-    if request.detach:
+    if run.request.detach:
         container = start_detached(
-            engine,
+            run.engine,
             config,
-            name=request.name,
+            name=run.request.name,
             identity=plan.upload_identity,
             accounts=plan.image.accounts,
             after_start=reservation.hand_over,
         )
         return Outcome(0, oom_killed=False, container=container)
     return run_container(
-        engine,
+        run.engine,
         config,
         identity=plan.upload_identity,
         accounts=plan.image.accounts,
-        tty=terminal.tty,
-        stdin=terminal.stdin,
-        notice=notice,
-        second_interrupt_kills=not request.shell,
+        tty=run.terminal.tty,
+        stdin=run.terminal.stdin,
+        notice=run.notice,
+        second_interrupt_kills=not run.request.shell,
     )
 
 
