@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpuenv.app.lock import Note, Notify, no_notes
+from gpuenv.app.lock import Note, Notify, no_notes, project_pins
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import atomic_write
 from gpuenv.errors import (
@@ -22,7 +22,6 @@ from gpuenv.project.overrides import Overrides
 from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
 from gpuenv.project.validate import parse_spec_text
 from gpuenv.resolution.hostplan import HostPlan
-from gpuenv.resolution.pins import project_pins
 from gpuenv.resolution.resolve import resolve
 from gpuenv.resolution.verdicts import Resolution
 

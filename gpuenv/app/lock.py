@@ -27,9 +27,12 @@ from gpuenv.lock.lockfile import (
     write_lock,
 )
 from gpuenv.matrix.load import load_matrix
+from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.overrides import Overrides, spec_for
+from gpuenv.project.sources import environment
+from gpuenv.project.spec import Spec
 from gpuenv.resolution.hostplan import HostPlan
-from gpuenv.resolution.pins import project_pins
+from gpuenv.resolution.pins import Pin
 from gpuenv.resolution.resolve import resolve
 from gpuenv.resolution.verdicts import Resolution
 
@@ -140,3 +143,19 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
         previous_image=existing.image if existing is not None else None,
         resolution=resolution,
     )
+
+
+def project_pins(spec: Spec) -> list[Pin]:
+    """Every version pin of the spec's dependency sources. Each is checked against what
+    an image provides where that is known: the framework's own version always, other
+    packages (torchvision, flash-attn, numpy, ...) where the row records them in `ships`;
+    so a pin the image's constraint file would refuse fails at lock time where the data
+    allows. Reading a source may raise SpecError (exit 3)."""
+    if spec.framework == "none" or not (spec.requirements or spec.packages):
+        return []
+    env = environment(None)
+    out = []
+    for dependency in read_dependencies(spec).dependencies:
+        if dependency.specifier and not dependency.constraint and dependency.applies(env):
+            out.append(Pin(dependency.name, dependency.specifier, dependency.where))
+    return out

@@ -16,7 +16,7 @@ from gpuenv.errors import exit_codes_help
 
 COMMANDS = {
     "init": "gpuenv.cli.project.init",
-    "resolve": "gpuenv.cli.project.resolve",
+    "resolve": "gpuenv.cli.resolve.resolve",
     "lock": "gpuenv.cli.project.lock",
     "check": "gpuenv.cli.project.check",
     "matrix": "gpuenv.cli.matrix.matrix",

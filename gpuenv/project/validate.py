@@ -223,8 +223,6 @@ def _packages(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
     items = check.located_texts(("packages",), value, "pip requirements")
     if not items:
         return ()
-    # Imported here: reading a spec without `packages` (the hot paths) skips the parser.
-
     out = []
     for path, text in items:
         try:

@@ -10,10 +10,7 @@ from dataclasses import dataclass
 
 from gpuenv.errors import ResolutionError
 from gpuenv.matrix.model import ImageRow
-from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.packages import FRAMEWORK_PACKAGES, ngc_satisfies
-from gpuenv.project.sources import environment
-from gpuenv.project.spec import Spec
 from gpuenv.resolution.verdicts import Candidate
 
 
@@ -72,19 +69,3 @@ def pins_unsatisfiable(
         hint="relax the pin to a version an image ships (NVIDIA's builds count as their "
         "series: ==0.20.1 accepts 0.20.0a0+...), or remove it and let the image provide it",
     )
-
-
-def project_pins(spec: Spec) -> list[Pin]:
-    """Every version pin of the spec's dependency sources. Each is checked against what
-    an image provides where that is known: the framework's own version always, other
-    packages (torchvision, flash-attn, numpy, ...) where the row records them in `ships`;
-    so a pin the image's constraint file would refuse fails at lock time where the data
-    allows. Reading a source may raise SpecError (exit 3)."""
-    if spec.framework == "none" or not (spec.requirements or spec.packages):
-        return []
-    env = environment(None)
-    out = []
-    for dependency in read_dependencies(spec).dependencies:
-        if dependency.specifier and not dependency.constraint and dependency.applies(env):
-            out.append(Pin(dependency.name, dependency.specifier, dependency.where))
-    return out

@@ -179,7 +179,7 @@ def test_why_a_uv_pin_change_makes_the_lock_stale(tmp_path: Path) -> None:
 
 
 def test_why_poetry_and_wheel_url_pins_steer_resolution(tmp_path: Path) -> None:
-    from gpuenv.resolution.pins import project_pins
+    from gpuenv.app.lock import project_pins
 
     write(tmp_path, PROJECTS[2][1], "requirements: [pyproject.toml]\n")
     assert [(p.name, p.specifier) for p in project_pins(load_spec(str(tmp_path)))] == [

@@ -1,0 +1,71 @@
+"""gpuenv resolve: the image for the spec on this host, or a described one. Its own
+module: scripts call it often (`IMAGE=$(gpuenv resolve)`, `--json`), and it loads only
+what resolving needs; the rich tables of its human output are loaded when shown."""
+
+from __future__ import annotations
+
+import click
+
+from gpuenv.cli import output
+from gpuenv.cli.app import Context, host_options, json_option, spec_options
+from gpuenv.errors import ResolutionError
+from gpuenv.matrix.load import load_matrix
+from gpuenv.project.overrides import checked_overrides, spec_for
+from gpuenv.resolution.hostplan import HostPlan
+from gpuenv.resolution.resolve import resolve as do_resolve
+
+
+@click.command()
+@spec_options
+@host_options
+@click.option("--explain", is_flag=True, help="Show every candidate image and why it fits or not.")
+@json_option("the resolution")
+@click.pass_obj
+def resolve(
+    obj: Context,
+    framework: str | None,
+    version: str | None,
+    python: str | None,
+    cuda: str | None,
+    driver: str | None,
+    gpu_models: tuple[str, ...],
+    platform: str | None,
+    explain: bool,
+    as_json: bool,
+) -> None:
+    """Choose the image for the spec on this host (or a described one).
+
+    Uses gpuenv.yaml when present; flags override its fields, and with --framework
+    no spec file is needed. Prints the image reference; details go to stderr.
+    Nothing is written: `gpuenv lock` pins the result.
+
+    \b
+    Examples:
+      gpuenv resolve --explain
+      gpuenv resolve --framework pytorch --version 2.4 --driver 535.104.05 --gpu 'RTX 4090'
+      gpuenv resolve --json | jq -r .image
+    """
+    spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
+    matrix = load_matrix()
+    host = HostPlan(driver, gpu_models, platform).host(matrix)
+    try:
+        resolution = do_resolve(spec, matrix, host)
+    except ResolutionError as exc:
+        if explain:
+            from gpuenv.cli.views import explain_table  # rich: only to show the table
+
+            explain_table(exc.candidates, None, host)
+        raise exc from None
+    if as_json:
+        # Warnings are in the object (`warnings`); stdout carries nothing else.
+        payload = resolution.to_data()
+        payload["matrix_version"] = matrix.version
+        output.data(payload)
+        return
+
+    from gpuenv.cli.views import explain_table, show_resolution  # rich: not for --json
+
+    if explain:
+        explain_table(resolution.candidates, resolution.candidate, host)
+    output.result(resolution.row.image)
+    show_resolution(resolution)
