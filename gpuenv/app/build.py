@@ -15,13 +15,27 @@ from gpuenv.errors import GpuenvError, ResolutionError, UsageError
 from gpuenv.images.accounts import Identity, account_image, image_accounts, usable_account_image
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.registry import InvalidMirror, registry_mirror
-from gpuenv.images.service import BuildResult, View, build, build_inputs, ensure_base, plan
+from gpuenv.images.service import (
+    BUILDER_KINDS,
+    BuildResult,
+    View,
+    build,
+    build_inputs,
+    build_network,
+    ensure_base,
+    plan,
+)
 from gpuenv.lock.locked import Locked
 from gpuenv.lock.project import Project, load_project
 from gpuenv.project import stamp
 from gpuenv.project.spec import Spec, spec_from_data
 
 ViewFactory = Callable[[], "View"]
+CLASSIC_BUILDER = (
+    "this engine builds with Docker's classic builder, not BuildKit: the build keeps no "
+    "download cache (every requirement is downloaded and installed again on each rebuild) "
+    "and installs with pip, not uv; Docker 18.09 and later build with BuildKit"
+)
 
 
 def configured_mirror() -> str | None:
@@ -103,16 +117,19 @@ def build_project(
     project = load_project(directory)
     check_platform(project.lock.image, project.lock.resolved.get("platforms") or (), engine)
     mirror = configured_mirror()
+    builder = engine.builder
     result = None
-    planned = plan(project, mirror, bake=bake) if project.lock.digest else None
+    planned = plan(project, mirror, bake=bake, builder=builder) if project.lock.digest else None
     if bake:
-        files = (planned or plan(project, mirror, bake=True)).files
+        files = (planned or plan(project, mirror, bake=True, builder=builder)).files
         notice(check_bake(files, bake_policy or BakePolicy()).describe())
     if planned is None or not engine.has_image(planned.tag):
+        if builder == "classic":
+            notice(CLASSIC_BUILDER)
         shown = view()
         project, _ = ensure_base(project, engine, shown, mirror)
-        planned = plan(project, mirror, bake=bake)
-        result = build(planned, engine, shown)
+        planned = plan(project, mirror, bake=bake, builder=builder)
+        result = build(planned, engine, shown, network=build_network())
     inputs = build_inputs(project, planned)
     accounts = image_accounts(engine, planned.tag)
     account = None
@@ -177,5 +194,8 @@ def pushed_is_stale(project: Project) -> bool:
     reference = str(pushed.get("reference", ""))
     if not reference or project.lock.digest == "":
         return False
-    current = plan(project, configured_mirror(), bake=True).tag.rsplit(":", 1)[1]
-    return reference.rsplit(":", 1)[-1] != current
+    mirror = configured_mirror()
+    current = {
+        plan(project, mirror, bake=True, builder=b).tag.rsplit(":", 1)[1] for b in BUILDER_KINDS
+    }
+    return reference.rsplit(":", 1)[-1] not in current

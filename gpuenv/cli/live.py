@@ -35,6 +35,7 @@ class PlainView(QuietView):
 
     def __init__(self) -> None:
         self._states: dict[str, str] = {}
+        self._shown_steps = 0
 
     def pull_started(self, reference: str) -> None:
         self._states = {}
@@ -60,10 +61,17 @@ class PlainView(QuietView):
 
     def build_started(self, tag: str) -> None:
         ui.step(f"building {tag}")
+        self._shown_steps = 0
 
     def build_lines(self, progress: BuildProgress, lines: list[str]) -> None:
+        """Each step once when it starts (`cached` when the builder reused it), then its
+        output lines, indented."""
+        for step in progress.steps[self._shown_steps :]:
+            ui.info(step.line())
+        self._shown_steps = len(progress.steps)
         for line in lines:
-            ui.info(line if line.startswith("Step ") else f"  {line}")
+            if not line.startswith("Step "):  # the classic builder's step lines: shown above
+                ui.info(f"  {line}")
 
 
 class LiveView(QuietView):
@@ -133,7 +141,7 @@ class LiveView(QuietView):
 
     def build_lines(self, progress: BuildProgress, lines: list[str]) -> None:
         while self._printed_steps < len(progress.steps) - 1:
-            ui.err.print(Text(progress.steps[self._printed_steps]))
+            ui.err.print(Text(progress.steps[self._printed_steps].line()))
             self._printed_steps += 1
         if self._live is not None:
             self._live.update(self._render(progress))
@@ -143,7 +151,7 @@ class LiveView(QuietView):
             self._live.stop()
             self._live = None
         for step in progress.steps[self._printed_steps :]:
-            ui.err.print(Text(step))
+            ui.err.print(Text(step.line()))
         self._printed_steps = len(progress.steps)
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, TypeVar
 
 import docker
@@ -24,13 +25,14 @@ import requests
 
 from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Event, Frame, ImageInfo, Stream, frames
+from gpuenv.engine.protocol import Builder, Event, Frame, ImageInfo, Stream, frames
 from gpuenv.errors import BuildError, EngineRefused, GpuenvError
 
 # Seconds docker-py waits for an answer (or the next part of one): a commit of a large
 # container, an image removal or a push can take minutes, as with docker-py before.
 # Waits, builds, pulls, attached streams and followed logs have no limit.
 TIMEOUT = 600
+BUILDKIT_API = (1, 39)  # Docker 18.09: BuildKit through the Engine API's /build
 
 T = TypeVar("T")
 Refusal = Callable[[int, str], GpuenvError]  # (status, the engine's message) -> the error
@@ -135,19 +137,55 @@ class DockerEngine:
                 repository, tag=tag, stream=True, decode=True, auth_config=_auth(auth)
             )
 
-    def build(self, context: bytes, tag: str) -> Iterator[Event]:
-        """The context's Dockerfile built by the classic builder (the intermediate
-        containers removed, the base not pulled again); the engine's messages as they come."""
-        with self._calls(lambda status, text: BuildError(f"the engine refused the build: {text}")):
-            yield from self.api.build(
-                fileobj=io.BytesIO(context),
-                custom_context=True,
-                tag=tag,
-                rm=True,
-                forcerm=True,
-                pull=False,
-                decode=True,
+    @property
+    def builder(self) -> Builder:
+        """BuildKit, through the Engine API (Docker 18.09, API 1.39, and later), else the
+        classic builder."""
+        version = tuple(int(part) for part in str(self.api.api_version).split(".")[:2])
+        return "buildkit" if version >= BUILDKIT_API else "classic"
+
+    def build(
+        self, context: bytes, tag: str, *, network: str | None = None
+    ) -> Generator[Event, None, None]:
+        """The context's Dockerfile built by this engine's builder; the engine's messages
+        as they come. Closing the iterator (Ctrl-C) closes the request, which cancels a
+        BuildKit build."""
+        with self._calls(_build_refused):
+            if self.builder == "buildkit":
+                yield from self._buildkit(context, tag, network)
+            else:
+                yield from self.api.build(
+                    fileobj=io.BytesIO(context),
+                    custom_context=True,
+                    tag=tag,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    network_mode=network,
+                    decode=True,
+                )
+
+    def _buildkit(self, context: bytes, tag: str, network: str | None) -> Iterator[Event]:
+        """POST /build?version=2 with the context as the body: BuildKit without a session
+        (the engine reads the context from the request, so no docker CLI is needed), its
+        progress as `moby.buildkit.trace` messages (`images.buildkit`). docker-py's
+        build() has no parameter for the builder version: the request goes through its
+        session, with its base URL and API version."""
+        params: dict[str, Any] = {"t": tag, "version": "2", "rm": "1", "forcerm": "1"}
+        if network:
+            params["networkmode"] = network
+        response = self._checked(
+            self.api.post(
+                self._url("/build"),
+                params=params,
+                data=context,
+                headers={"Content-Type": "application/x-tar"},
+                stream=True,
+                timeout=None,
             )
+        )
+        with contextlib.closing(response):
+            yield from _json_lines(response.iter_lines())
 
     def tag(self, source: str, repository: str, tag: str) -> None:
         with self._calls(_saying(f"could not tag {source} as {repository}:{tag}")):
@@ -309,3 +347,22 @@ def _explanation(exc: docker.errors.APIError) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     return redact(str(text).strip() or f"HTTP {_status(exc)}")
+
+
+def _build_refused(status: int, text: str) -> GpuenvError:
+    return BuildError(f"the engine refused the build: {text}")
+
+
+def _json_lines(lines: Iterator[bytes]) -> Iterator[Event]:
+    """The engine's build messages, one JSON object a line (a line that is not JSON is
+    passed on as build output, as docker-py's decode does not)."""
+    for line in lines:
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            event = json.loads(text)
+        except ValueError:
+            event = {"stream": text.decode(errors="replace") + "\n"}
+        if isinstance(event, dict):
+            yield event

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuenv.engine.dockerpy import TIMEOUT, DockerEngine
 from gpuenv.engine.hosts import podman_socket
-from gpuenv.engine.protocol import ImageInfo
+from gpuenv.engine.protocol import Builder, ImageInfo
 from gpuenv.errors import GpuRuntimeMissing
 
 LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
@@ -157,6 +157,12 @@ class PodmanEngine(DockerEngine):
         with self._calls():
             response = self.api.get(f"{self.api.base_url}{LIBPOD}/info", timeout=TIMEOUT)
             return dict(self._checked(response).json())
+
+    @property
+    def builder(self) -> Builder:
+        """Podman builds with buildah, through its compatible /build: RUN --mount works
+        (cache mounts, binds of another stage), and the messages are the classic ones."""
+        return "buildah"
 
     def version(self) -> dict[str, Any]:
         """The version from ``GET /_ping``'s headers (Libpod-Api-Version, Api-Version),

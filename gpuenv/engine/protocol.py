@@ -8,13 +8,16 @@ or Podman's (`engine.podman`). Tests use a fake that records the calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from gpuenv.errors import PullError
 
 Event = dict[str, Any]
+Builder = Literal["buildkit", "buildah", "classic"]
+# What a Dockerfile's RUN --mount needs (cache mounts, binds of another stage's files).
+MOUNTING_BUILDERS: tuple[Builder, ...] = ("buildkit", "buildah")
 Frame = tuple[int, bytes]  # (1: stdout, 2: stderr; a TTY's output is all 1), data
 
 
@@ -96,8 +99,18 @@ class ImageEngine(Protocol):
         self, repository: str, tag: str, auth: Mapping[str, str] | None
     ) -> Iterator[Event]: ...
 
-    def build(self, context: bytes, tag: str) -> Iterator[Event]:
-        """Build the context's Dockerfile (labels are in it) and tag the result."""
+    @property
+    def builder(self) -> Builder:
+        """How this engine builds: with BuildKit (Docker), with buildah (Podman), or
+        with Docker's classic builder (no cache mounts, no other stages' files)."""
+        ...
+
+    def build(
+        self, context: bytes, tag: str, *, network: str | None = None
+    ) -> Generator[Event, None, None]:
+        """Build the context's Dockerfile (labels are in it) with this engine's builder
+        and tag the result; `network` is the network mode of its RUN steps (None: the
+        engine's default)."""
         ...
 
     def tag(self, source: str, repository: str, tag: str) -> None: ...

@@ -1,8 +1,10 @@
 """Pure consumers of the engine's pull and build event streams.
 
-Views (`gpuenv.live`) render their state; tests feed them lists of dicts. Docker's
-event shapes: pull `{"status", "id", "progressDetail": {"current", "total"}}`, build
-`{"stream": "Step 2/7 : RUN ..."}`, `{"aux": {"ID": ...}}`, and `{"error": ...}` for both.
+Views (`gpuenv.cli.live`) render their state; tests feed them lists of dicts. Docker's
+event shapes: pull `{"status", "id", "progressDetail": {"current", "total"}}`; build, from
+the classic builder (and Podman's) `{"stream": "Step 2/7 : RUN ..."}`, from BuildKit
+`{"id": "moby.buildkit.trace", "aux": "<base64 StatusResponse>"}` (`images.buildkit`);
+`{"error": ...}` for all.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gpuenv.engine.protocol import Event
+from gpuenv.images import buildkit
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 # The daemon colours a RUN step's stderr red with ANSI codes; logs and messages want text.
@@ -76,17 +79,51 @@ class PullProgress:
 
 
 @dataclass
-class BuildProgress:
-    """The current step, every step seen, and the last lines of output."""
+class BuildStep:
+    """One Dockerfile step of a build: its name, whether the builder reused its cached
+    result, and how long it ran (None while it runs, or when the builder does not say)."""
 
-    steps: list[str] = field(default_factory=list)
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=25))
+    name: str
+    cached: bool = False
+    seconds: float | None = None
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=25), repr=False)
+
+    def line(self) -> str:
+        """How a finished step is shown: its name, then `cached` or its time."""
+        if self.cached:
+            return f"{self.name} · cached"
+        if self.seconds is not None:
+            return f"{self.name} · {self.seconds:.1f}s"
+        return self.name
+
+
+@dataclass
+class BuildProgress:
+    """Every step seen, the one that failed, and the last lines of output: from the
+    classic builder's `stream` lines, or from BuildKit's trace (`images.buildkit`),
+    where steps can run side by side and each keeps its own lines."""
+
+    steps: list[BuildStep] = field(default_factory=list)
     error: str | None = None
-    cached_steps: int = 0
+    failed: BuildStep | None = None
+    _vertexes: dict[str, BuildStep] = field(default_factory=dict, repr=False)
+    _partial: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def step(self) -> str | None:
-        return self.steps[-1] if self.steps else None
+        """The failed step, else the last one that started."""
+        current = self.failed or (self.steps[-1] if self.steps else None)
+        return current.name if current else None
+
+    @property
+    def tail(self) -> deque[str]:
+        """The last lines of the failed step, else of the last one that started."""
+        current = self.failed or (self.steps[-1] if self.steps else None)
+        return current.tail if current else deque()
+
+    @property
+    def cached_steps(self) -> int:
+        return sum(1 for step in self.steps if step.cached)
 
     def feed(self, event: Event) -> list[str]:
         """Update from one event; return the output lines it carried."""
@@ -94,17 +131,61 @@ class BuildProgress:
             detail = event.get("errorDetail") or {}
             self.error = str(event.get("error") or detail.get("message") or "build failed")
             return [self.error]
+        if event.get("id") == buildkit.TRACE_ID:
+            return self._trace(buildkit.decode(str(event.get("aux") or "")))
+        if self._vertexes:  # BuildKit's own `stream` lines ("Successfully tagged ...")
+            return []
+        return self._classic(str(event.get("stream", "")))
+
+    def _classic(self, text: str) -> list[str]:
+        """The classic builder's lines: `Step N/M : ...`, `---> Using cache`, output."""
         lines = []
-        for raw in str(event.get("stream", "")).splitlines():
+        for raw in text.splitlines():
             line = _ANSI.sub("", raw).rstrip()
             if not line:
                 continue
             if _STEP.match(line):
-                self.steps.append(line)
-                self.tail.clear()
-            elif line.strip() == "---> Using cache":
-                self.cached_steps += 1
-            elif not line.strip().startswith(_NOISE):
-                self.tail.append(line)
+                self.steps.append(BuildStep(line))
+            elif line.strip() == "---> Using cache" and self.steps:
+                self.steps[-1].cached = True
+            elif not line.strip().startswith(_NOISE) and self.steps:
+                self.steps[-1].tail.append(line)
             lines.append(line)
         return lines
+
+    def _trace(self, status: buildkit.Status) -> list[str]:
+        """BuildKit's vertexes (the Dockerfile's steps among them: `[stage 2/5] RUN ...`)
+        and their logs."""
+        for vertex in status.vertexes:
+            step = self._vertexes.get(vertex.digest)
+            if step is None and _dockerfile_step(vertex.name):
+                step = self._vertexes[vertex.digest] = BuildStep(vertex.name)
+                self.steps.append(step)
+            if step is None:
+                continue
+            step.cached = step.cached or vertex.cached
+            if vertex.started is not None and vertex.completed is not None:
+                step.seconds = max(0.0, vertex.completed - vertex.started)
+            if vertex.error:
+                self.failed = step
+                self.error = vertex.error
+        lines = []
+        for log in status.logs:
+            text = self._partial.pop(log.vertex, b"") + log.data
+            *complete, rest = text.split(b"\n")
+            if rest:
+                self._partial[log.vertex] = rest
+            step = self._vertexes.get(log.vertex)
+            for raw in complete:
+                line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).rstrip()
+                if line:
+                    lines.append(line)
+                    if step is not None:
+                        step.tail.append(line)
+        return lines
+
+
+def _dockerfile_step(name: str) -> bool:
+    """A vertex that is a step of the Dockerfile (`[2/5] RUN ...`, `[gpuenv-uv 2/2] ...`),
+    not one of BuildKit's own (`[internal] load metadata ...`, `exporting to image`)."""
+    return name.startswith("[") and not name.startswith("[internal]")

@@ -24,6 +24,7 @@ from pathlib import Path
 from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
+from gpuenv.engine.protocol import MOUNTING_BUILDERS, Builder
 from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
 from gpuenv.lock.lockfile import Lock
@@ -31,6 +32,8 @@ from gpuenv.project.dependencies import InstallPlan, needs_python, plan_install,
 from gpuenv.project.spec import Spec
 
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
+UV_DIR = "/opt/gpuenv-uv"  # the uv stage's installation, bound into the install step
+UV_VERSION = "0.13.9"  # the uv a build installs (from the project's index), pinned
 
 
 class _Template(string.Template):
@@ -125,42 +128,114 @@ def _support_files() -> list[ContextFile]:
     ]
 
 
-def _dockerfile(base: str, canonical: str, steps: list[str]) -> str:
-    return _template("Dockerfile.in").substitute(
-        base=base, canonical=canonical, steps="".join(steps)
-    )
+@dataclass(frozen=True)
+class Caches:
+    """The build's cache mounts (BuildKit's and buildah's `RUN --mount`), each named for
+    the user who builds (`owner`), so no user installs from what another user's build
+    downloaded; none for Docker's classic builder, which has no mounts."""
+
+    owner: str | None  # a uid; None: no cache mounts
+
+    def mount(self, name: str, target: str) -> str:
+        if self.owner is None:
+            return ""
+        return f"--mount=type=cache,id=gpuenv-{name}-{self.owner},target={target},sharing=locked "
+
+    @property
+    def pip(self) -> str:
+        return self.mount("pip", "/root/.cache/pip")
+
+    @property
+    def uv(self) -> str:
+        return self.mount("uv", "/root/.cache/uv")
+
+    @property
+    def apt(self) -> str:
+        return self.mount("apt", "/var/cache/apt") + self.mount("apt-lists", "/var/lib/apt/lists")
 
 
-def plan_build(
-    spec: Spec, lock: Lock, *, pull_repository: str, bake: bool = False, lock_digest: str = ""
-) -> BuildPlan:
-    """Everything a build needs, decided: Dockerfile, context files, tag, labels."""
-    files = _support_files()
+def _steps(
+    spec: Spec, plan: InstallPlan | None, caches: Caches, base: str, *, uv: bool, bake: bool
+) -> tuple[list[str], list[str]]:
+    """The Dockerfile's stages before the image's own, and the image's steps in the order
+    users change things: apt packages, the dependency files and their install, then
+    (with --bake) the project."""
+    stages: list[str] = []
     steps: list[str] = []
+    cached = ["--cached"] if caches.owner is not None else []
     if spec.apt:
-        steps.append(_template("apt.in").substitute(packages=_json_args(spec.apt)))
-    plan = python_plan(spec, lock)
+        packages = _json_args([*cached, *spec.apt])
+        steps.append(_template("apt.in").substitute(mounts=caches.apt, arguments=packages))
     if plan is not None and not plan.empty:
         for text in plan.notes():
             steps.append(_template("note.in").substitute(text=" ".join(text.splitlines())))
-        for name, data in plan_files(plan).items():
-            files.append(ContextFile(f"requirements/{name}", data=data.encode()))
         steps.append(
             _template("copy.in").substitute(
                 source=json.dumps("requirements/"), target=json.dumps(f"{REQUIREMENTS_DIR}/")
             )
         )
+        mounts = caches.pip
+        arguments = [REQUIREMENTS_DIR, *cached]
+        if uv:
+            stages.append(_template("uv-stage.in").substitute(base=base, mounts=caches.pip))
+            mounts = f"--mount=type=bind,from=gpuenv-uv,source={UV_DIR},target={UV_DIR} "
+            mounts += caches.uv + caches.pip
+            arguments += ["--uv", f"{UV_DIR}/bin/uv"]
         steps.append(
-            _template("requirements.in").substitute(arguments=_json_args([REQUIREMENTS_DIR]))
+            _template("requirements.in").substitute(mounts=mounts, arguments=_json_args(arguments))
         )
     if bake:
-        files.extend(project_files(spec.project_dir))
         steps.append(_template("bake.in").substitute())
+    return stages, steps
 
+
+def _dockerfile(base: str, canonical: str, stages: list[str], steps: list[str]) -> str:
+    return _template("Dockerfile.in").substitute(
+        base=base, canonical=canonical, stages="".join(stages), steps="".join(steps)
+    )
+
+
+def _files(spec: Spec, plan: InstallPlan | None, *, uv: bool, bake: bool) -> list[ContextFile]:
+    files = _support_files()
+    if plan is not None and not plan.empty:
+        for name, data in plan_files(plan).items():
+            files.append(ContextFile(f"requirements/{name}", data=data.encode()))
+        if uv:
+            listed = [*plan.options, f"uv=={UV_VERSION}"]
+            files.append(ContextFile("uv/uv.txt", data="".join(f"{x}\n" for x in listed).encode()))
+    if bake:
+        files.extend(project_files(spec.project_dir))
+    return files
+
+
+def plan_build(
+    spec: Spec,
+    lock: Lock,
+    *,
+    pull_repository: str,
+    bake: bool = False,
+    lock_digest: str = "",
+    builder: Builder = "buildkit",
+    cache_owner: int | None = None,
+) -> BuildPlan:
+    """Everything a build needs, decided: Dockerfile, context files, tag, labels. With a
+    builder that mounts (BuildKit, buildah), dependency downloads go to cache mounts
+    named for `cache_owner` (default: this process's user) and uv installs the
+    requirements unless the spec asks for pip; with the classic builder, pip installs
+    them without a cache."""
+    mounting = builder in MOUNTING_BUILDERS
+    owner = str(os.getuid() if cache_owner is None else cache_owner) if mounting else None
+    plan = python_plan(spec, lock)
+    uv = mounting and spec.installer == "uv"
+    files = _files(spec, plan, uv=uv, bake=bake)
     reference = parse_reference(lock.image)
     canonical = base_reference(lock, reference.repository)
-    dockerfile = _dockerfile(base_reference(lock, pull_repository), canonical, steps)
-    canonical_dockerfile = _dockerfile(canonical, canonical, steps)
+    base = base_reference(lock, pull_repository)
+    built = _steps(spec, plan, Caches(owner), base, uv=uv, bake=bake)
+    dockerfile = _dockerfile(base, canonical, *built)
+    # The tag hashes what the image is made of, whoever builds it: not whose caches.
+    neutral = _steps(spec, plan, Caches("USER" if mounting else None), canonical, uv=uv, bake=bake)
+    canonical_dockerfile = _dockerfile(canonical, canonical, *neutral)
 
     digest = hashlib.sha256(b"gpuenv-image-v1\n" + canonical_dockerfile.encode())
     for item in sorted(files, key=lambda f: f.name):

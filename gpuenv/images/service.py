@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -17,7 +17,7 @@ from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import pull_error, redact
-from gpuenv.engine.protocol import Engine, Event, ImageInfo
+from gpuenv.engine.protocol import Builder, Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.bake import BakePolicy, check_bake
@@ -98,7 +98,11 @@ def ensure_base(
     return Project(project.spec, pinned, project.lock_path), f"{repository}@{digest}"
 
 
-def plan(project: Project, mirror: str | None, *, bake: bool = False) -> BuildPlan:
+def plan(
+    project: Project, mirror: str | None, *, bake: bool = False, builder: Builder = "buildkit"
+) -> BuildPlan:
+    """The project's image as `builder` builds it (BuildKit's, or buildah's, Dockerfile
+    has cache mounts and installs with uv; the classic builder's has neither)."""
     canonical = parse_reference(project.lock.image)
     return plan_build(
         project.spec,
@@ -106,6 +110,7 @@ def plan(project: Project, mirror: str | None, *, bake: bool = False) -> BuildPl
         pull_repository=pull_repository(canonical.repository, mirror),
         bake=bake,
         lock_digest=file_hash(project.lock_path),
+        builder=builder,
     )
 
 
@@ -130,6 +135,18 @@ def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
     return inputs
 
 
+# Each kind of Dockerfile a builder gets: with mounts (BuildKit, buildah), or classic.
+BUILDER_KINDS: tuple[Builder, ...] = ("buildkit", "classic")
+BUILD_NETWORK_ENV = "GPUENV_BUILD_NETWORK"
+
+
+def build_network(env: Mapping[str, str] | None = None) -> str | None:
+    """The network mode of a build's RUN steps: GPUENV_BUILD_NETWORK (`host`, to reach a
+    package index on this machine's loopback), else the engine's default."""
+    env = os.environ if env is None else env
+    return env.get(BUILD_NETWORK_ENV) or None
+
+
 @dataclass(frozen=True)
 class BuildResult:
     tag: str
@@ -138,18 +155,25 @@ class BuildResult:
     seconds: float = 0.0
 
 
-def build(plan: BuildPlan, engine: Engine, view: BuildView) -> BuildResult:
-    """Build the plan's image unless the engine already has its content-addressed tag."""
+def build(
+    plan: BuildPlan, engine: Engine, view: BuildView, *, network: str | None = None
+) -> BuildResult:
+    """Build the plan's image unless the engine already has its content-addressed tag;
+    `network`: the network mode of its RUN steps (None: the engine's default)."""
     if engine.has_image(plan.tag):
         return BuildResult(plan.tag, built=False)
     started = time.monotonic()
     progress = BuildProgress()
     view.build_started(plan.tag)
-    for event in engine.build(plan.context(), plan.tag):
-        lines = progress.feed(event)
-        view.build_lines(progress, lines)
-        if progress.error:
-            break
+    events = engine.build(plan.context(), plan.tag, network=network)
+    try:
+        for event in events:
+            lines = progress.feed(event)
+            view.build_lines(progress, lines)
+            if progress.error:
+                break
+    finally:
+        events.close()  # Ctrl-C, a failed step: the request ends, and BuildKit stops
     view.build_finished(progress)
     if progress.error or not engine.has_image(plan.tag):
         raise _build_failure(progress)
@@ -219,9 +243,11 @@ def referenced_tags(directory: str, mirror: str | None) -> set[str]:
         project = load_project(directory)
     except GpuenvError:
         return set()
-    tags = {plan(project, mirror).tag}
-    with contextlib.suppress(GpuenvError, OSError):
-        tags.add(plan(project, mirror, bake=True).tag)
+    tags = set()
+    for builder in BUILDER_KINDS:  # whichever builder made it, the lock refers to it
+        tags.add(plan(project, mirror, builder=builder).tag)
+        with contextlib.suppress(GpuenvError, OSError):
+            tags.add(plan(project, mirror, bake=True, builder=builder).tag)
     return tags
 
 
@@ -337,8 +363,8 @@ def push(
     baked = plan(project, mirror, bake=True).files
     notice(check_bake(baked, bake_policy or BakePolicy()).describe())
     project, _ = ensure_base(project, engine, view, mirror)
-    planned = plan(project, mirror, bake=True)
-    result = build(planned, engine, view)
+    planned = plan(project, mirror, bake=True, builder=engine.builder)
+    result = build(planned, engine, view, network=build_network())
     tag = reference.tag or result.tag.rsplit(":", 1)[1]
     engine.tag(result.tag, reference.repository, tag)
     target = f"{reference.repository}:{tag}"

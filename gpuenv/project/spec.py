@@ -67,7 +67,9 @@ FIELDS = (
     "shm_size",
     "ipc",
     "mounts",
+    "installer",
 )
+INSTALLERS = ("uv", "pip")  # what installs the Python requirements in a build
 # Names people reach for first, mapped to ours, so did-you-mean finds them.
 ALIASES = {
     "framework_version": "version",
@@ -148,6 +150,7 @@ class Spec:
     shm_size: int | None = None
     ipc: str | None = None
     mounts: tuple[Mount, ...] = ()
+    installer: str = "uv"
     path: str | None = None
 
     @property
@@ -185,11 +188,16 @@ class Spec:
         }
         if self.extras:  # only when set: specs without it keep the digest they had
             data["extras"] = list(self.extras)
+        if self.installer != "uv":
+            data["installer"] = self.installer
         return data
 
     def digest(self) -> str:
-        """A hash of the spec's meaning: reformatting or comments do not change it."""
-        blob = json.dumps(self.to_data(), sort_keys=True, separators=(",", ":"))
+        """A hash of the spec's meaning for the lock: reformatting or comments do not
+        change it, nor does how the build installs (`installer`), which the lock does
+        not decide."""
+        meaning = {k: v for k, v in self.to_data().items() if k != "installer"}
+        blob = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
 
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
 
@@ -228,6 +236,7 @@ def spec_from_data(data: Mapping[str, Any], project_dir: str, path: str | None) 
         shm_size=data["shm_size"],
         ipc=data["ipc"],
         mounts=tuple(Mount(**m) for m in data["mounts"]),
+        installer=data.get("installer", "uv"),
     )
 
 

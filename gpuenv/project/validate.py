@@ -26,6 +26,7 @@ from gpuenv.project.spec import (
     FIELDS,
     FRAMEWORKS,
     GPU_KEYWORDS,
+    INSTALLERS,
     IPC_MODES,
     SPEC_FILENAME,
     WORKSPACE,
@@ -154,6 +155,7 @@ def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
         ("shm_size", lambda v: _size(check, v)),
         ("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES)),
         ("mounts", lambda v: _mounts(check, v)),
+        ("installer", lambda v: check.choice(("installer",), v, INSTALLERS)),
     )
     values: dict[str, Any] = {}
     for key, parse in parsers:

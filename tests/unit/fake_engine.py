@@ -4,7 +4,7 @@ records every call, and plays back scripted answers (exit codes, refusals)."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +71,11 @@ class FakeEngine:
         self.images_present.add(f"{repository}@{DIGEST}")
         yield {"status": f"Digest: {DIGEST}"}
 
-    def build(self, context: bytes, tag: str) -> Iterator[Event]:
+    builder = "buildkit"
+
+    def build(
+        self, context: bytes, tag: str, *, network: str | None = None
+    ) -> Generator[Event, None, None]:
         self._record("build", tag)
         self.images_present.add(tag)
         yield {"stream": "Step 1/1 : FROM base\n"}

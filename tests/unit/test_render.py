@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuenv.images.context import project_files
-from gpuenv.images.render import label_value, plan_build
+from gpuenv.engine.protocol import Builder
+from gpuenv.images.render import UV_VERSION, label_value, plan_build
 from gpuenv.lock.lockfile import lock_from_resolution
 from gpuenv.matrix.load import Matrix
 from gpuenv.project.validate import load_spec
@@ -35,7 +36,13 @@ def project(tmp_path: Path) -> Path:
 
 
 def planned(
-    project: Path, matrix: Matrix, digest: str = DIGEST, bake: bool = False, repo: str = MIRROR_REPO
+    project: Path,
+    matrix: Matrix,
+    digest: str = DIGEST,
+    bake: bool = False,
+    repo: str = MIRROR_REPO,
+    builder: Builder = "buildkit",
+    owner: int = 1000,
 ):
     spec = load_spec(str(project))
     lock = lock_from_resolution(
@@ -43,7 +50,15 @@ def planned(
         matrix.version,
         digest,
     )
-    return plan_build(spec, lock, pull_repository=repo, bake=bake, lock_digest="sha256:lock")
+    return plan_build(
+        spec,
+        lock,
+        pull_repository=repo,
+        bake=bake,
+        lock_digest="sha256:lock",
+        builder=builder,
+        cache_owner=owner,
+    )
 
 
 def instructions(dockerfile: str) -> list[str]:
@@ -59,11 +74,20 @@ def test_layer_order_and_pinning(project: Path, matrix: Matrix) -> None:
     text = plan.dockerfile
     assert f"FROM {MIRROR_REPO}@{DIGEST}\n" in text
     assert f"# Base: nvcr.io/nvidia/pytorch@{DIGEST}\n" in text
-    assert instructions(text) == ["FROM", "COPY", "RUN", "COPY", "RUN", "WORKDIR", "LABEL"]
+    # The uv stage, then the image: its files, apt, the dependency files and their
+    # install, in the order users change them.
+    assert instructions(text) == [
+        *("FROM", "COPY", "COPY", "RUN"),
+        *("FROM", "COPY", "RUN", "COPY", "RUN", "WORKDIR", "LABEL"),
+    ]
+    assert f"FROM {MIRROR_REPO}@{DIGEST} AS gpuenv-uv\n" in text
     apt, requirements = text.index('apt-install.sh",'), text.index('pip-install.sh"')
     assert apt < requirements
     assert 'COPY ["requirements/", "/tmp/gpuenv/requirements/"]' in text
-    assert '"/usr/local/lib/gpuenv/pip-install.sh", "/tmp/gpuenv/requirements"]' in text
+    assert (
+        '"/usr/local/lib/gpuenv/pip-install.sh", "/tmp/gpuenv/requirements", "--cached", '
+        '"--uv", "/opt/gpuenv-uv/bin/uv"]'
+    ) in text
     # What the project asks for reaches pip as data (install.txt), never a shell or the
     # Dockerfile; each line says where it was written.
     files = {f.name: f.content().decode() for f in plan.files if f.name.startswith("req")}
@@ -76,13 +100,85 @@ def test_layer_order_and_pinning(project: Path, matrix: Matrix) -> None:
     assert "x; python_version" not in text
 
 
-def test_exec_form_keeps_values_away_from_a_shell(project: Path, matrix: Matrix) -> None:
-    for line in planned(project, matrix).dockerfile.splitlines():
-        if line.startswith("RUN "):
-            arguments = json.loads(line[4:])
-            assert arguments[:2] == ["/bin/sh", arguments[1]] and arguments[1].startswith(
-                "/usr/local/lib/gpuenv/"
-            )
+@pytest.mark.parametrize("builder", ["buildkit", "classic"])
+def test_exec_form_keeps_values_away_from_a_shell(
+    project: Path, matrix: Matrix, builder: Builder
+) -> None:
+    runs = [
+        line
+        for line in planned(project, matrix, builder=builder).dockerfile.splitlines()
+        if line.startswith("RUN ")
+    ]
+    assert runs
+    for line in runs:
+        arguments = json.loads(line[line.index("[") :])  # after the mounts, if any
+        assert arguments[:2] == ["/bin/sh", arguments[1]] and arguments[1].startswith(
+            "/usr/local/lib/gpuenv/"
+        )
+
+
+def test_dependency_downloads_go_to_the_builders_caches_of_the_user(
+    project: Path, matrix: Matrix
+) -> None:
+    """pip's, uv's and apt's downloads are cache mounts named for the user who builds:
+    nothing of them lands in a layer, and no user installs from another user's cache."""
+    text = planned(project, matrix, owner=1234).dockerfile
+    for mount in (
+        "--mount=type=cache,id=gpuenv-pip-1234,target=/root/.cache/pip,sharing=locked",
+        "--mount=type=cache,id=gpuenv-uv-1234,target=/root/.cache/uv,sharing=locked",
+        "--mount=type=cache,id=gpuenv-apt-1234,target=/var/cache/apt,sharing=locked",
+        "--mount=type=cache,id=gpuenv-apt-lists-1234,target=/var/lib/apt/lists,sharing=locked",
+        "--mount=type=bind,from=gpuenv-uv,source=/opt/gpuenv-uv,target=/opt/gpuenv-uv",
+    ):
+        assert mount in text
+    assert '"apt-install.sh", "--cached", "git", "libgl1"]' in text.replace(
+        "/usr/local/lib/gpuenv/", ""
+    )
+    assert "# syntax=" not in text  # BuildKit's built-in frontend: nothing to fetch
+    # The tag is what the image is made of, whoever builds it.
+    assert planned(project, matrix, owner=1234).tag == planned(project, matrix, owner=5).tag
+
+
+def test_the_uv_stage_installs_the_pinned_uv_from_the_projects_index(
+    project: Path, matrix: Matrix
+) -> None:
+    (project / "requirements.txt").write_text(
+        "--index-url http://127.0.0.1:8099/simple/\nnumpy\n-r extra/dev.txt\n"
+    )
+    files = {f.name: f.content().decode() for f in planned(project, matrix).files}
+    assert files["uv/uv.txt"].splitlines() == [
+        "--index-url=http://127.0.0.1:8099/simple/",
+        f"uv=={UV_VERSION}",
+    ]
+
+
+def test_the_classic_builder_gets_no_mounts_and_pip(project: Path, matrix: Matrix) -> None:
+    plan = planned(project, matrix, builder="classic")
+    assert "--mount" not in plan.dockerfile and "gpuenv-uv" not in plan.dockerfile
+    assert instructions(plan.dockerfile) == [
+        "FROM",
+        "COPY",
+        "RUN",
+        "COPY",
+        "RUN",
+        "WORKDIR",
+        "LABEL",
+    ]
+    assert '"/tmp/gpuenv/requirements"]' in plan.dockerfile  # neither --cached nor --uv
+    assert "uv/uv.txt" not in {f.name for f in plan.files}
+    assert plan.tag != planned(project, matrix).tag  # another Dockerfile, another image
+
+
+def test_installer_pip_keeps_the_caches_and_drops_uv(project: Path, matrix: Matrix) -> None:
+    spec = project / "gpuenv.yaml"
+    spec.write_text(spec.read_text() + "installer: pip\n")
+    text = planned(project, matrix).dockerfile
+    assert "gpuenv-uv" not in text and "--uv" not in text
+    assert "id=gpuenv-pip-1000" in text and '"--cached"]' in text
+
+
+def test_buildah_gets_the_dockerfile_buildkit_gets(project: Path, matrix: Matrix) -> None:
+    assert planned(project, matrix, builder="buildah") == planned(project, matrix)
 
 
 def test_without_digest_uses_the_tag(project: Path, matrix: Matrix) -> None:
@@ -121,8 +217,10 @@ def test_context_holds_only_what_is_needed(project: Path, matrix: Matrix) -> Non
         [
             "Dockerfile",
             "gpuenv/apt-install.sh",
+            "gpuenv/install-uv.sh",
             "gpuenv/install.py",
             "gpuenv/pip-install.sh",
+            "uv/uv.txt",
             "requirements/constraints.txt",
             "requirements/image.tsv",
             "requirements/install.txt",

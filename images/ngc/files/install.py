@@ -18,8 +18,17 @@ the build stops. NVIDIA's builds match a pin "in the NGC sense": an exact pin ==
 satisfied by any build of the X.Y series (0.20.0a0+afc54f7 for ==0.20.1), any other
 specifier by the release the build precedes. This mirrors gpuenv.project.packages
 (ngc_satisfies); tests/unit/test_ngc_pins.py holds the two to the same table.
+
+    install.py FOLDER [--cached] [--uv UV]
+
+The installer is uv (`uv pip install --system`) when UV runs in this image, else pip.
+Both get the same constraints, explicitly: the image's framework builds as installed
+(keep.txt), the image's pip constraint files (PIP_CONSTRAINT, which uv does not read)
+and the project's own. With --cached their download caches are cache mounts that outlive
+the build (never in the image); without, pip keeps no cache.
 """
 
+import argparse
 import os
 import subprocess
 import sys
@@ -96,16 +105,90 @@ def constraint_pins():
     return pins
 
 
-def pip(*args):
-    env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1", PIP_NO_CACHE_DIR="1",
-               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore", PIP_NO_INPUT="1")
-    print("gpuenv: pip install " + " ".join(args), flush=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "install", *args], env=env)
+PIP_OPTIONS_FOR_UV = {
+    "--pre": ["--prerelease=allow"],
+    "--prefer-binary": [],  # uv prefers wheels anyway
+}
+
+
+class Installer:
+    """pip or uv, run the same way for each call: the image's own python3, its system
+    site-packages (NVIDIA's builds are there), the constraints given."""
+
+    def __init__(self, uv, cached):
+        self.uv = uv
+        self.cached = cached
+
+    def install(self, *args):
+        if self.uv:
+            command = [self.uv, "pip", "install", "--system", "--break-system-packages",
+                       "--python", sys.executable, *_image_constraints(), *_uv_args(args)]
+            env = dict(os.environ, UV_LINK_MODE="copy", UV_PYTHON_DOWNLOADS="never",
+                       UV_NO_PROGRESS="1")
+            env.pop("UV_TORCH_BACKEND", None)  # never pick torch builds for the build host
+        else:
+            command = [sys.executable, "-m", "pip", "install", *args]
+            env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1",
+                       PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore",
+                       PIP_NO_INPUT="1")
+            if not self.cached:
+                env["PIP_NO_CACHE_DIR"] = "1"
+        name = "uv pip" if self.uv else "pip"
+        print(f"gpuenv: {name} install " + " ".join(args), flush=True)
+        done = subprocess.run(command, env=env)
+        if done.returncode:
+            sys.exit(done.returncode)
+
+    def install_file(self, path, *constraints):
+        """A requirements file's packages: pip reads its options (the index) itself; uv
+        gets them on its command line, as it spells them."""
+        if not self.uv:
+            self.install(*constraints, "-r", path)
+            return
+        given = lines(os.path.dirname(path), os.path.basename(path))
+        listed = path + ".uv"
+        with open(listed, "w", encoding="utf-8") as handle:
+            handle.writelines(f"{line}\n" for line in given if not line.startswith("-"))
+        index = [line for line in given if line.startswith("-")]
+        self.install(*index, *constraints, "-r", listed)
+
+
+def _image_constraints():
+    """pip reads PIP_CONSTRAINT (NGC PyTorch's /etc/pip/constraint.txt) itself; uv does
+    not: each file is named to it."""
+    files = os.environ.get("PIP_CONSTRAINT", "").split()
+    return [word for path in files if os.path.isfile(path) for word in ("-c", path)]
+
+
+def _uv_args(args):
+    """pip's options as uv spells them (`--pre`, `--trusted-host`); the others are the same."""
+    out = []
+    for arg in args:
+        name, equals, value = arg.partition("=")
+        if name in PIP_OPTIONS_FOR_UV:
+            out += PIP_OPTIONS_FOR_UV[name]
+        elif name == "--trusted-host":
+            out.append(f"--allow-insecure-host={value}")
+        else:
+            out.append(arg)
+    return out
+
+
+def find_uv(path):
+    """UV when it runs in this image (a stage that could not install it leaves none)."""
+    if not path or not os.access(path, os.X_OK):
+        return None
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True)
+    except OSError:
+        return None
     if done.returncode:
-        sys.exit(done.returncode)
+        return None
+    print(f"gpuenv: installing with {done.stdout.strip()}", flush=True)
+    return path
 
 
-def main(folder):
+def main(folder, options):
     installed = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
@@ -163,16 +246,23 @@ def main(folder):
     constraints = ["-c", keep]
     if lines(folder, "constraints.txt"):
         constraints += ["-c", os.path.join(folder, "constraints.txt")]
-    if any(requirement(line) for line in lines(folder, "install.txt")):
-        pip(*constraints, "-r", os.path.join(folder, "install.txt"))
+    installer = Installer(find_uv(options.uv), options.cached)
+    install_txt = lines(folder, "install.txt")
+    if any(requirement(line) for line in install_txt):
+        installer.install_file(os.path.join(folder, "install.txt"), *constraints)
     if companions:
-        pip("--no-deps", *companions)
+        installer.install("--no-deps", *companions)
     if late:
         print("gpuenv: installing without build isolation (they compile against the "
               "image's torch): " + " ".join(late), flush=True)
-        options = [line for line in lines(folder, "install.txt") if line.startswith("-")]
-        pip("--no-build-isolation", *options, *constraints, *late)
+        index = [line for line in install_txt if line.startswith("-")]
+        installer.install("--no-build-isolation", *index, *constraints, *late)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("folder")
+    parser.add_argument("--cached", action="store_true")
+    parser.add_argument("--uv")
+    arguments = parser.parse_args()
+    main(arguments.folder, arguments)
