@@ -9,6 +9,8 @@
 #   engine-nogpu   one without the hook, as on a host without the NVIDIA Container Toolkit
 #   engine-claims  one with the hook, for the shared-server tests alone (all in engine.sh)
 #   registry       an OCI registry, reached as 127.0.0.1:5000 from the engines and the host
+#   pypi           a package index of real wheels from PyPI, reached as 127.0.0.1:8099 from
+#                  the engines' builds and the host, with a log of each request
 #   docker-tcp     the 'gpu' engine over TCP on the host's loopback (127.0.0.1:23750)
 #   images         the stand-in NGC images, built and pushed to the registry
 #   munge          the authentication both Slurm clusters use
@@ -21,10 +23,10 @@
 #
 # `up` installs what is missing (apt), starts what is not running, in the order above,
 # and waits until it answers; `down` stops what `up` started, by pid, in the reverse order.
-# State that is slow to make (the debootstrap root, images, registry storage, the tester's
-# Python) is kept, so a second run is fast. `status` says which service runs, on stderr.
-# Without SERVICEs they act on every service. `up` writes .cache/services.env for the
-# tests; `down` of every service removes it.
+# State that is slow to make (the debootstrap root, images, registry storage, the index's
+# wheels, the tester's Python) is kept, so a second run is fast. `status` says which
+# service runs, on stderr. Without SERVICEs they act on every service. `up` writes
+# .cache/services.env for the tests; `down` of every service removes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,8 @@ ENV_FILE=.cache/services.env
 . scripts/services/engine.sh
 # shellcheck source=scripts/services/registry.sh
 . scripts/services/registry.sh
+# shellcheck source=scripts/services/pypi.sh
+. scripts/services/pypi.sh
 # shellcheck source=scripts/services/docker-tcp.sh
 . scripts/services/docker-tcp.sh
 # shellcheck source=scripts/services/images.sh
@@ -57,8 +61,8 @@ ENV_FILE=.cache/services.env
 . scripts/services/podman.sh
 
 # In the order `up` starts them: each after those it needs.
-SERVICES=(netns engine-gpu engine-nogpu engine-claims registry docker-tcp images munge slurm
-  slurm-multi tester podman)
+SERVICES=(netns engine-gpu engine-nogpu engine-claims registry pypi docker-tcp images munge
+  slurm slurm-multi tester podman)
 # What `up` makes rather than starts: nothing of theirs runs and `down` keeps it. The
 # status of every service leaves them out: it says whether there is anything for `down`
 # to stop (use_services in lib.sh asks it before a test run, to stop at the end only what
@@ -125,6 +129,8 @@ GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_DOCKER_CLAIMS=unix://$RUN/claims.sock
 GPUENV_TEST_DOCKER_TCP=tcp://$DOCKER_TCP
 GPUENV_TEST_REGISTRY=$REGISTRY
+GPUENV_TEST_INDEX=http://$PYPI/simple/
+GPUENV_TEST_INDEX_LOG=$PYPI_ACCESS_LOG
 GPUENV_TEST_NETNS=/proc/$(netns_pid)/ns/net
 GPUENV_TEST_STATE=$STATE
 GPUENV_TEST_STANDIN_TAGS="${STANDIN_TAGS[*]}"

@@ -1,15 +1,16 @@
 # shellcheck shell=bash
-# Service 'netns': the network and mount namespaces the engines, the registry and Podman
-# run in, with only a loopback interface: they cannot touch the host's interfaces (a
-# --bridge=none dockerd deletes the docker0 of the namespace it runs in), its firewall,
-# its mounts or its Docker engine. Clients reach the engines over their unix sockets.
+# Service 'netns': the network and mount namespaces the engines, the registry, the package
+# index and Podman run in, with only a loopback interface: they cannot touch the host's
+# interfaces (a --bridge=none dockerd deletes the docker0 of the namespace it runs in),
+# its firewall, its mounts or its Docker engine. Clients reach the engines over their
+# unix sockets.
 # Sourced by scripts/services.sh.
 
 # The services' namespaces live as long as a sleeping process that holds them (its pid
 # in $NETNS_PID); everything else enters them with nsenter.
 NETNS_PID=$RUN/netns.pid
 # The services that run inside them, in the order they stop.
-NETNS_RESIDENTS=(podman registry engine-claims engine-nogpu engine-gpu)
+NETNS_RESIDENTS=(podman pypi registry engine-claims engine-nogpu engine-gpu)
 
 netns_packages() { echo ip:iproute2 nsenter:util-linux; }
 netns_needs() { :; }

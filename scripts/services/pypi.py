@@ -1,0 +1,196 @@
+"""The package index of the test services (scripts/services/pypi.sh), in three commands:
+
+    pypi.py index ROOT                  ROOT/simple/: a PEP 503 index of the wheels in ROOT/wheels
+    pypi.py needs-torch-wheel WHEELS    WHEELS/gpuenv_needs_torch-1.0-py3-none-any.whl
+    pypi.py serve ROOT SOCKET LOG       serves ROOT over HTTP on the unix SOCKET, one line a
+                                        request in LOG
+
+Standard library only: it runs with Debian's python3, outside any virtual environment.
+"""
+
+import base64
+import datetime
+import email.parser
+import hashlib
+import html
+import http.server
+import io
+import re
+import socketserver
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+# --- the index -------------------------------------------------------------------------
+
+
+def normalized(name: str) -> str:
+    """A project's name as PEP 503 spells it in URLs: runs of -_. as one -, lower case."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requires_python(wheel: Path) -> str | None:
+    """The Requires-Python of a wheel's METADATA, if it has one."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
+        metadata = email.parser.BytesHeaderParser().parsebytes(archive.read(name))
+    return metadata.get("Requires-Python")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def page(title: str, links: list[str]) -> str:
+    body = "\n".join(links)
+    return (
+        f"<!DOCTYPE html>\n<html>\n<head><title>{html.escape(title)}</title></head>\n"
+        f"<body>\n<h1>{html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def wheel_link(wheel: Path) -> str:
+    """A project page's link to WHEEL: its hash in the fragment (pip and uv check it), and
+    its Requires-Python, which lets a resolver skip a release without downloading it."""
+    href = f"../../wheels/{wheel.name}#sha256={sha256(wheel)}"
+    python = requires_python(wheel)
+    attribute = f' data-requires-python="{html.escape(python)}"' if python else ""
+    return f'<a href="{html.escape(href)}"{attribute}>{html.escape(wheel.name)}</a><br>'
+
+
+def write(path: Path, text: str) -> None:
+    """Writes PATH whole or not at all: the server may be reading it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+def index(root: Path) -> None:
+    projects: dict[str, list[Path]] = {}
+    for wheel in sorted((root / "wheels").glob("*.whl")):
+        # A wheel's file name starts with its project's name, '-' written as '_'.
+        projects.setdefault(normalized(wheel.name.split("-")[0]), []).append(wheel)
+    simple = root / "simple"
+    for project, wheels in projects.items():
+        write(simple / project / "index.html", page(project, [wheel_link(w) for w in wheels]))
+    for stale in simple.glob("*/index.html"):
+        if stale.parent.name not in projects:
+            stale.unlink()
+            stale.parent.rmdir()
+    # Written last: scripts/services/pypi.sh takes the index as current when this file is
+    # newer than every wheel.
+    links = [f'<a href="{project}/">{project}</a><br>' for project in projects]
+    write(simple / "index.html", page("Simple index", links))
+
+
+# --- gpuenv-needs-torch ----------------------------------------------------------------
+
+NEEDS_TORCH = "gpuenv_needs_torch-1.0"
+NEEDS_TORCH_MODULE = '''\
+"""A package of gpuenv's tests that depends on torch: installing it must keep the
+image's own torch."""
+
+import torch
+
+TORCH_VERSION = torch.__version__
+'''
+NEEDS_TORCH_METADATA = """\
+Metadata-Version: 2.1
+Name: gpuenv-needs-torch
+Version: 1.0
+Summary: A test package of gpuenv's that depends on torch
+Requires-Dist: torch>=2.0
+"""
+NEEDS_TORCH_WHEEL = """\
+Wheel-Version: 1.0
+Generator: gpuenv scripts/services/pypi.py
+Root-Is-Purelib: true
+Tag: py3-none-any
+"""
+NEEDS_TORCH_FILES = {
+    "gpuenv_needs_torch.py": NEEDS_TORCH_MODULE,
+    f"{NEEDS_TORCH}.dist-info/METADATA": NEEDS_TORCH_METADATA,
+    f"{NEEDS_TORCH}.dist-info/WHEEL": NEEDS_TORCH_WHEEL,
+}
+
+
+def record_line(name: str, data: bytes) -> str:
+    """A RECORD line: the file's urlsafe base64 sha256 without padding, and its size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}\n"
+
+
+def needs_torch_wheel(wheels: Path) -> None:
+    """Writes the wheel only when its bytes change (fixed dates: the same every time), so
+    the index stays current."""
+    files = {name: text.encode() for name, text in NEEDS_TORCH_FILES.items()}
+    record = f"{NEEDS_TORCH}.dist-info/RECORD"
+    lines = [record_line(name, data) for name, data in files.items()] + [f"{record},,\n"]
+    files[record] = "".join(lines).encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in files.items():  # RECORD last, as the wheel format asks
+            entry = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            entry.external_attr = 0o644 << 16  # rw-r--r--, as a file written by hand
+            archive.writestr(entry, data)
+    wheel = wheels / f"{NEEDS_TORCH}-py3-none-any.whl"
+    if not wheel.exists() or wheel.read_bytes() != buffer.getvalue():
+        partial = wheel.with_name(wheel.name + ".partial")
+        partial.write_bytes(buffer.getvalue())
+        partial.replace(wheel)
+
+
+# --- the server ------------------------------------------------------------------------
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """Files under the server's root, and one line a request in the access log."""
+
+    access_log: io.TextIOBase
+    lock = threading.Lock()
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        # Every answer passes here (send_response), errors and redirects included.
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+        # A request line that did not parse leaves no command, nor (too long) a path.
+        command, path = self.command or "-", getattr(self, "path", "") or "-"
+        line = f"{now} {command} {path} {int(code)}\n"
+        with self.lock:
+            self.access_log.write(line)
+
+    def address_string(self) -> str:
+        # A unix socket's client has no address (client_address is '').
+        return "local"
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+def serve(root: Path, socket_path: str, log: Path) -> None:
+    Handler.access_log = log.open("a", buffering=1)  # line-buffered: tests read it at once
+    handler = lambda *args: Handler(*args, directory=str(root))  # noqa: E731
+    with Server(socket_path, handler) as server:
+        server.serve_forever()
+
+
+def main(argv: list[str]) -> None:
+    match argv:
+        case ["index", root]:
+            index(Path(root))
+        case ["needs-torch-wheel", wheels]:
+            needs_torch_wheel(Path(wheels))
+        case ["serve", root, socket_path, log]:
+            serve(Path(root), socket_path, Path(log))
+        case _:
+            sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
