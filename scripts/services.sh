@@ -123,7 +123,11 @@ install_packages() {  # install_packages SERVICE...: what the SERVICEs need, in 
 }
 
 env_file() {  # the tests' settings: where each service is
+  # The engines have no bridge network (--bridge=none in a namespace of their own):
+  # builds run their steps on the namespace's host network, its loopback, where the
+  # registry and the package index answer (gpuenv's GPUENV_BUILD_NETWORK).
   cat <<ENV
+GPUENV_BUILD_NETWORK=host
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_DOCKER_CLAIMS=unix://$RUN/claims.sock

@@ -25,6 +25,7 @@ from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
 from gpuenv.engine.protocol import MOUNTING_BUILDERS, Builder
+from gpuenv.errors import UsageError
 from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
 from gpuenv.lock.lockfile import Lock
@@ -70,6 +71,18 @@ class BuildPlan:
                     info.size = len(data)
                     archive.addfile(info, io.BytesIO(data))
         return buffer.getvalue()
+
+    def write(self, directory: str) -> None:
+        """The Dockerfile and every file of the context into `directory` (made; an
+        existing one must be empty), for a build elsewhere: `docker buildx build DIR`."""
+        os.makedirs(directory, exist_ok=True)
+        if os.listdir(directory):
+            raise UsageError(
+                f"{directory} is not empty: the build context goes into a folder of its own",
+                hint="name a new folder, or empty that one",
+            )
+        with tarfile.open(fileobj=io.BytesIO(self.context())) as archive:
+            archive.extractall(directory, filter="data")
 
     def _members(self) -> Iterator[tuple[str, bytes, int, str | None]]:
         yield "Dockerfile", self.dockerfile.encode(), 0o644, None
