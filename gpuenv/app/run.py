@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.app.build import RunImage, ViewFactory, image_for_run
+from gpuenv.app.image import RunImage, image_for_run
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
 from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity
-from gpuenv.matrix.load import load_matrix
+from gpuenv.images.progress import ViewFactory
 from gpuenv.project.mounts import Bind, run_binds
 from gpuenv.project.spec import GpuRequest, parse_size
 from gpuenv.run.container import (
@@ -33,7 +33,6 @@ from gpuenv.run.container import (
     detached_labels,
     environment,
     labels,
-    preflight,
     without_gpus,
 )
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
@@ -295,6 +294,11 @@ def check_host(plan: RunPlan, granted: Grant, notice: Callable[[str], None]) -> 
     refusal (ResolutionError) ends the run before a container exists; warnings are said."""
     if granted.mode == "none":
         return
+    # The matrix and the resolver (~60 ms of imports): only for a run with GPUs on a host
+    # with a driver, not for every run.
+    from gpuenv.matrix.load import load_matrix
+    from gpuenv.run.preflight import preflight
+
     for warning in preflight(plan.image.locked, plan.host, granted, load_matrix()):
         notice(warning)
 

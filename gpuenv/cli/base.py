@@ -23,7 +23,7 @@ from gpuenv.errors import (
 
 if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
     from gpuenv.engine.protocol import Engine
-    from gpuenv.images.service import View
+    from gpuenv.images.progress import View
 
 
 def say(text: str) -> None:

@@ -8,7 +8,9 @@ import shlex
 import click
 import yaml
 
-from gpuenv.app.build import engine_platform, image_for_run, pushed_is_stale
+from gpuenv.app.build import pushed_is_stale
+from gpuenv.app.image import image_for_run
+from gpuenv.app.platforms import engine_platform
 from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platform, submit_job
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, apply, engine, view_factory

@@ -1,12 +1,11 @@
-"""gpuenv render, pull, build, images, gc, push: the project image."""
+"""gpuenv render, pull, images, gc, push: the project image."""
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from gpuenv.app.build import build_project, configured_mirror, engine_platform, up_to_date_tag
+from gpuenv.app.build import configured_mirror
+from gpuenv.app.platforms import engine_platform
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import (
     Context,
@@ -16,10 +15,8 @@ from gpuenv.cli.app import (
     quiet_option,
     view_factory,
 )
-from gpuenv.cli.base import up_to_date
 from gpuenv.cli.views import images_table
 from gpuenv.errors import UsageError
-from gpuenv.images.accounts import invoking_identity
 from gpuenv.images.bake import BakePolicy
 from gpuenv.images.registry import parse_reference
 from gpuenv.images.service import collect, ensure_base, list_images, plan
@@ -29,15 +26,30 @@ from gpuenv.lock.project import load_project
 
 @click.command()
 @bake_option
+@click.option(
+    "--context",
+    "context_dir",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Also write the whole build context (the Dockerfile and its files) into DIR, a "
+    "new or empty folder, to build elsewhere: `docker buildx build DIR`.",
+)
 @click.pass_obj
-def render(obj: Context, bake: bool) -> None:
-    """Print the Dockerfile `gpuenv build` would build; builds nothing.
+def render(obj: Context, bake: bool, context_dir: str | None) -> None:
+    """Print the Dockerfile `gpuenv build` would build with BuildKit; builds nothing.
 
     The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
-    in gpuenv.lock; with a registry mirror, FROM names the mirror.
+    in gpuenv.lock; with a registry mirror, FROM names the mirror. Dependency downloads
+    go to cache mounts (RUN --mount=type=cache) named for you, and uv installs the
+    requirements (installer: pip in gpuenv.yaml for pip); it builds with any BuildKit
+    (`docker buildx build`, `docker build` on Docker 23 and later) and with Podman.
     """
     project = load_project(obj.directory)
-    click.echo(plan(project, configured_mirror(), bake=bake).dockerfile, nl=False)
+    planned = plan(project, configured_mirror(), bake=bake)
+    click.echo(planned.dockerfile, nl=False)
+    if context_dir:
+        planned.write(context_dir)
+        ui.success(f"wrote the build context to {context_dir}: `docker buildx build {context_dir}`")
 
 
 @click.command()
@@ -60,59 +72,6 @@ def pull(obj: Context, quiet: bool) -> None:
         ui.success(f"{project.lock.image} is present (pinned at {project.lock.digest})")
     else:
         ui.success(f"pinned {project.lock.image} at {project.lock.digest} in gpuenv.lock")
-
-
-@click.command()
-@bake_option
-@bake_checks
-@quiet_option
-@click.pass_obj
-def build(
-    obj: Context, bake: bool, allow_secrets: tuple[str, ...], allow_large: bool, quiet: bool
-) -> None:
-    """Build the project image: the locked base (pulled and pinned first if needed), apt
-    packages, requirements, extra packages.
-
-    The tag is a hash of the base digest, the Dockerfile and the files copied in
-    (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
-    built. Project code is mounted at run time, not copied, unless --bake.
-
-    With --bake, the project's .dockerignore applies with Docker's rules; files that look
-    like credentials stop the build (exit 12) unless .dockerignore leaves them out or
-    --allow-secret names them, and so does a project over 2 GiB unless --allow-large.
-    """
-
-    # The no-op path: nothing changed since the last build, and the engine has the image.
-    connected = engine()
-    known = up_to_date_tag(obj.directory, bake, connected)
-    if known:
-        up_to_date(known, quiet)
-        return
-
-    # The account image is made for whoever builds (not root: root runs as root).
-    identity = None if os.getuid() == 0 else invoking_identity()
-    _, tag, result = build_project(
-        obj.directory,
-        connected,
-        view_factory(quiet),
-        bake=bake,
-        bake_policy=BakePolicy(allow_secrets, allow_large),
-        notice=(lambda _: None) if quiet else ui.info,
-        identity=identity,
-    )
-    if result is None:
-        up_to_date(tag, quiet)
-        return
-    output.result(tag)
-    if not quiet:
-        if result.built:
-            steps = "step" if result.cached_steps == 1 else "steps"
-            ui.success(
-                f"built {result.tag} in {result.seconds:.1f}s ({result.cached_steps} {steps} "
-                "from cache)"
-            )
-        else:
-            ui.success("up to date: nothing to build")
 
 
 @click.command()

@@ -9,12 +9,19 @@ from typing import Any
 
 from gpuenv.app.run import RunRequest, Services, Terminal, launch, oom_advice
 from gpuenv.cli.base import engine, say, view_factory
-from gpuenv.host.detect import detect_host
+from gpuenv.host.machine import Host
 from gpuenv.run.container import invoking_identity
 from gpuenv.run.session import stdin_is_input
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.statedir import state_dir
 from gpuenv.sharing.usage import UsageLog
+
+
+def _detect_host() -> Host:
+    # NVML, nvidia-smi and host files (~40 ms of imports): only for a run that asks for GPUs.
+    from gpuenv.host.detect import detect_host
+
+    return detect_host()
 
 
 def launch_run(directory: str, quiet: bool, **options: Any) -> None:
@@ -34,7 +41,7 @@ def launch_run(directory: str, quiet: bool, **options: Any) -> None:
         request,
         connected,
         services=Services(
-            detect_host,
+            _detect_host,
             ClaimStore,
             invoking_identity,
             usage_log=lambda: UsageLog(state_dir()),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpuenv.engine.protocol import Event
 from gpuenv.images import buildkit
@@ -189,3 +191,22 @@ def _dockerfile_step(name: str) -> bool:
     """A vertex that is a step of the Dockerfile (`[2/5] RUN ...`, `[gpuenv-uv 2/2] ...`),
     not one of BuildKit's own (`[internal] load metadata ...`, `exporting to image`)."""
     return name.startswith("[") and not name.startswith("[internal]")
+
+
+class PullView(Protocol):
+    def pull_started(self, reference: str) -> None: ...
+    def pull_event(self, progress: PullProgress) -> None: ...
+    def pull_finished(self, progress: PullProgress) -> None: ...
+
+
+class BuildView(Protocol):
+    def build_started(self, tag: str) -> None: ...
+    def build_lines(self, progress: BuildProgress, lines: list[str]) -> None: ...
+    def build_finished(self, progress: BuildProgress) -> None: ...
+
+
+class View(PullView, BuildView, Protocol):
+    pass
+
+
+ViewFactory = Callable[[], View]  # the view, made when a pull or build happens

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import file_hash
@@ -21,7 +21,7 @@ from gpuenv.engine.protocol import Builder, Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.bake import BakePolicy, check_bake
-from gpuenv.images.progress import BuildProgress, PullProgress
+from gpuenv.images.progress import BuildProgress, BuildView, PullProgress, PullView, View
 from gpuenv.images.registry import credentials, parse_reference, pull_repository
 from gpuenv.images.registry import credentials as auth_for
 from gpuenv.images.render import BuildPlan, plan_build
@@ -32,22 +32,6 @@ from gpuenv.lock.lockfile import (
 from gpuenv.lock.project import Project, load_project
 
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
-
-
-class PullView(Protocol):
-    def pull_started(self, reference: str) -> None: ...
-    def pull_event(self, progress: PullProgress) -> None: ...
-    def pull_finished(self, progress: PullProgress) -> None: ...
-
-
-class BuildView(Protocol):
-    def build_started(self, tag: str) -> None: ...
-    def build_lines(self, progress: BuildProgress, lines: list[str]) -> None: ...
-    def build_finished(self, progress: BuildProgress) -> None: ...
-
-
-class View(PullView, BuildView, Protocol):
-    pass
 
 
 def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> PullProgress:

@@ -1,12 +1,10 @@
 """What a run needs of gpuenv.lock: small, and kept in the build stamp, so that
-`gpuenv run` reads no YAML (this module imports neither yaml nor the lock reader)."""
+`gpuenv run` reads no YAML and loads none of the lock reader (`Lock.locked` makes it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from gpuenv.lock.lockfile import Lock
 
 
 @dataclass(frozen=True)
@@ -17,10 +15,6 @@ class Locked:
     lock_hash: str
     resolved: dict[str, Any] = field(default_factory=dict)
     requires: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_lock(cls, lock: Lock, lock_hash: str) -> Locked:
-        return cls(lock.image, lock_hash, dict(lock.resolved), dict(lock.requires))
 
     def to_data(self) -> dict[str, Any]:
         return {

@@ -22,6 +22,7 @@ from gpuenv import __version__
 from gpuenv.common.files import atomic_write, file_hash
 from gpuenv.errors import LockError, file_error
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.lock.locked import Locked
 from gpuenv.matrix.load import Matrix
 from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.sources import Collected
@@ -56,6 +57,10 @@ class Lock:
     gpuenv_version: str = __version__
     lock_version: int = LOCK_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def locked(self, lock_hash: str) -> Locked:
+        """What a run needs of this lock (`lock_hash`: the file's hash)."""
+        return Locked(self.image, lock_hash, dict(self.resolved), dict(self.requires))
 
     @property
     def pinned_image(self) -> str:

@@ -15,17 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
-from gpuenv.errors import ResolutionError, UsageError
-from gpuenv.host.machine import Host
+from gpuenv.errors import UsageError
 from gpuenv.images.accounts import Identity as Identity
 from gpuenv.images.accounts import accounts_archive as accounts_archive
 from gpuenv.images.accounts import invoking_identity as invoking_identity
 from gpuenv.images.accounts import merge_accounts as merge_accounts
-from gpuenv.lock.locked import Locked
-from gpuenv.matrix.load import ImageRow
 from gpuenv.project.mounts import Bind
-from gpuenv.project.spec import WORKSPACE, Spec, default_spec
-from gpuenv.resolution.resolve import classify_gpus, evaluate
+from gpuenv.project.spec import WORKSPACE, Spec
 from gpuenv.run.devices import LEGACY
 from gpuenv.run.devices import device_requests as requests_for
 from gpuenv.sharing.gpus import Grant
@@ -102,53 +98,6 @@ def environment(
         elif key in host_env:
             result[key] = host_env[key]
     return result
-
-
-def preflight(lock: Locked, host: Host, grant: Grant, matrix: Any) -> list[str]:
-    """Refuse (ResolutionError) when this host cannot run the locked image; warnings else."""
-    if host.driver is None or grant.mode == "none":
-        return []
-    resolved, requires = lock.resolved, lock.requires
-    repository, _, tag = lock.image.rpartition(":")
-    row = ImageRow(
-        framework=str(resolved.get("framework") or "none"),
-        family="ngc",
-        repository=repository,
-        tag=tag,
-        release=resolved.get("release"),
-        framework_version=resolved.get("framework_version"),
-        cuda=resolved.get("cuda"),
-        cudnn=resolved.get("cudnn"),
-        python=resolved.get("python"),
-        ubuntu=resolved.get("ubuntu"),
-        min_driver=requires.get("min_driver"),
-        forward_compat=tuple(requires.get("forward_compat") or ()),
-        min_compute_capability=requires.get("min_compute_capability"),
-        evidence=str(resolved.get("evidence") or "unverified"),
-        unverified=tuple(resolved.get("unverified") or ()),
-        note="",
-        source="gpuenv.lock",
-    )
-    gpus = classify_gpus(host, matrix)
-    if grant.mode == "devices":
-        gpus = tuple(
-            g
-            for g in gpus
-            if str(g.gpu.index) in grant.devices
-            or g.gpu.uuid in grant.devices
-            or any(m.uuid in grant.devices for m in g.gpu.mig_devices)  # an instance's GPU
-        )
-    (candidate,) = evaluate(default_spec(".", row.framework), matrix, host, gpus, [row])
-    if candidate.rejections:
-        raise ResolutionError(
-            f"this host cannot run the locked image {lock.image}: {host.describe()}",
-            [r.reason for r in candidate.rejections],
-            hint="upgrade the driver, or re-resolve for this host with `gpuenv lock --upgrade`; "
-            "--force tries anyway",
-        )
-    if candidate.driver_route and candidate.driver_route.startswith("CUDA forward"):
-        return [f"runs through {candidate.driver_route}"]
-    return []
 
 
 def labels(

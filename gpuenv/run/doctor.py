@@ -16,10 +16,8 @@ from gpuenv.engine.protocol import Engine
 from gpuenv.errors import EngineRefused, GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
-from gpuenv.lock.locked import Locked
 from gpuenv.lock.project import load_project
 from gpuenv.matrix.load import load_matrix
-from gpuenv.run.container import preflight
 from gpuenv.run.devices import (
     GPU_PATH_ENV,
     EngineFacts,
@@ -28,6 +26,7 @@ from gpuenv.run.devices import (
     choose_path,
     read_cdi_specs,
 )
+from gpuenv.run.preflight import preflight
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.health import assess_all
@@ -340,7 +339,7 @@ def _lock(directory: str, host: object, checks: list[Check]) -> None:
         return
 
     try:
-        preflight(Locked.from_lock(project.lock, ""), host, Grant("all"), load_matrix())  # type: ignore[arg-type]
+        preflight(project.lock.locked(""), host, Grant("all"), load_matrix())  # type: ignore[arg-type]
     except GpuenvError as exc:
         checks.append(Check("gpuenv.lock", "fail", exc.message, exc.hint or ""))
         return

@@ -62,7 +62,7 @@ def test_the_no_op_build_prints_the_tag(
     argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = FakeEngine(images_present={"gpuenv/demo:0123456789abcdef"})
-    monkeypatch.setattr("gpuenv.cli.images.engine", lambda: engine)
+    monkeypatch.setattr("gpuenv.cli.build.engine", lambda: engine)
     monkeypatch.setattr(
         "gpuenv.project.stamp.fresh_tag", lambda directory, bake: "gpuenv/demo:0123456789abcdef"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.app.build import check_platform, engine_platform
+from gpuenv.app.platforms import check_platform, engine_platform
 from gpuenv.common.platforms import platform_of_machine, this_platform
 from gpuenv.errors import HostError, ResolutionError
 from gpuenv.host.hostfile import load_host_file

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.images.context import project_files
 from gpuenv.engine.protocol import Builder
+from gpuenv.images.context import project_files
 from gpuenv.images.render import UV_VERSION, label_value, plan_build
 from gpuenv.lock.lockfile import lock_from_resolution
 from gpuenv.matrix.load import Matrix

@@ -1,0 +1,73 @@
+"""gpuenv build: the project image. Its own module: a build with nothing to do is one
+look at the build stamp and one question to the engine, so it loads neither the build
+path nor rich until there is something to build."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from gpuenv.app.image import up_to_date_tag
+from gpuenv.cli import output
+from gpuenv.cli.app import Context, bake_checks, bake_option, engine, quiet_option, view_factory
+from gpuenv.cli.base import up_to_date
+from gpuenv.images.accounts import invoking_identity
+from gpuenv.images.bake import BakePolicy
+
+
+@click.command()
+@bake_option
+@bake_checks
+@quiet_option
+@click.pass_obj
+def build(
+    obj: Context, bake: bool, allow_secrets: tuple[str, ...], allow_large: bool, quiet: bool
+) -> None:
+    """Build the project image: the locked base (pulled and pinned first if needed), apt
+    packages, requirements, extra packages.
+
+    The tag is a hash of the base digest, the Dockerfile and the files copied in
+    (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
+    built. Project code is mounted at run time, not copied, unless --bake.
+
+    With --bake, the project's .dockerignore applies with Docker's rules; files that look
+    like credentials stop the build (exit 12) unless .dockerignore leaves them out or
+    --allow-secret names them, and so does a project over 2 GiB unless --allow-large.
+    """
+
+    # The no-op path: nothing changed since the last build, and the engine has the image.
+    connected = engine()
+    known = up_to_date_tag(obj.directory, bake, connected)
+    if known:
+        up_to_date(known, quiet)
+        return
+
+    # The build path (the lock, the matrix, render, pull) and rich's output: only now.
+    from gpuenv.app.build import build_project
+    from gpuenv.cli import ui
+
+    # The account image is made for whoever builds (not root: root runs as root).
+    identity = None if os.getuid() == 0 else invoking_identity()
+    _, tag, result = build_project(
+        obj.directory,
+        connected,
+        view_factory(quiet),
+        bake=bake,
+        bake_policy=BakePolicy(allow_secrets, allow_large),
+        notice=(lambda _: None) if quiet else ui.info,
+        identity=identity,
+    )
+    if result is None:
+        up_to_date(tag, quiet)
+        return
+    output.result(tag)
+    if not quiet:
+        if result.built:
+            steps = "step" if result.cached_steps == 1 else "steps"
+            ui.success(
+                f"built {result.tag} in {result.seconds:.1f}s ({result.cached_steps} {steps} "
+                "from cache)"
+            )
+        else:
+            ui.success("up to date: nothing to build")
