@@ -243,7 +243,7 @@ def main(folder, options):
         for name in KEPT:
             if name in installed:
                 handle.write(f"{name}=={installed[name]}\n")
-    constraints = ["-c", keep]
+    constraints = ["-c", keep] if lines(folder, "keep.txt") else []
     if lines(folder, "constraints.txt"):
         constraints += ["-c", os.path.join(folder, "constraints.txt")]
     installer = Installer(find_uv(options.uv), options.cached)
