@@ -148,6 +148,8 @@ GPUENV_TEST_USER2=gpuenv-tester2
 GPUENV_TEST_USER_PYTHON=$(tester_venv)/bin/python
 GPUENV_TEST_PODMAN=unix://$RUN/podman.sock
 GPUENV_TEST_PODMAN_ROOTLESS=unix://$RUN/podman-rootless/podman.sock
+GPUENV_TEST_PODMAN_TMP=$PODMAN/podman-tmp
+GPUENV_TEST_PODMAN_ROOTLESS_TMP=$PODMAN/podman-rootless-tmp
 GPUENV_TEST_CDI_DIR=$PODMAN/cdi
 ENV
 }

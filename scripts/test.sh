@@ -18,9 +18,9 @@ echo "• architecture (import-linter contracts) and dead code (vulture)" >&2
 .venv/bin/vulture gpuenv scripts/vulture_whitelist.py --min-confidence 60 \
   --ignore-decorators "@click.command,@click.group,@export.command"
 
-echo "• shell scripts (shellcheck: scripts/ and .ci/run)" >&2
+echo "• shell scripts (shellcheck: scripts/, images/ and .ci/run)" >&2
 install_missing shellcheck:shellcheck
-mapfile -t shell_scripts <<<"$(find scripts -name '*.sh' | sort)"
+mapfile -t shell_scripts <<<"$(find scripts images -name '*.sh' | sort)"
 shellcheck -x -P scripts "${shell_scripts[@]}" .ci/run
 
 echo "• docs (mkdocs build --strict: broken links, anchors and pages missing from nav fail)" >&2

@@ -19,7 +19,7 @@ from gpuenv.cli.views import images_table
 from gpuenv.errors import UsageError
 from gpuenv.images.bake import BakePolicy
 from gpuenv.images.registry import parse_reference
-from gpuenv.images.service import collect, ensure_base, list_images, plan
+from gpuenv.images.service import collect, dependency_caches, ensure_base, list_images, plan
 from gpuenv.images.service import push as do_push
 from gpuenv.lock.project import load_project
 
@@ -96,7 +96,13 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
 @click.command()
 @click.argument("folders", nargs=-1, type=click.Path(file_okay=False, exists=True))
 @click.option("--yes", is_flag=True, help="Remove them (without it, only print what would go).")
-def gc(folders: tuple[str, ...], yes: bool) -> None:
+@click.option(
+    "--caches",
+    is_flag=True,
+    help="The builds' dependency caches (downloaded wheels, uv's and apt's caches) "
+    "instead of images.",
+)
+def gc(folders: tuple[str, ...], yes: bool, caches: bool) -> None:
     """Remove gpuenv-built images that no lock refers to.
 
     An image is kept while a lock refers to it: the lock of the folder it was built from,
@@ -105,7 +111,16 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
     container still uses (a stopped one too) is kept, and the container named. Prints
     what it would remove; --yes removes. Base images and images built FROM gpuenv images
     are never touched.
+
+    With --caches, the dependency caches that builds keep in the engine's BuildKit
+    instead: every user's (Docker does not say whose; the next build downloads again).
+    Podman's are folders on its host (/var/tmp/buildah-cache): gpuenv says where.
     """
+    if caches:
+        if folders:
+            raise UsageError("--caches takes no folders: the caches belong to the engine")
+        _gc_caches(yes)
+        return
     connected = engine()
     rows = list_images(connected, configured_mirror(), folders)
     outcome = collect(connected, rows, yes)
@@ -126,6 +141,31 @@ def gc(folders: tuple[str, ...], yes: bool) -> None:
             ui.info("run again with --yes to remove them")
     if not outcome.doomed and not outcome.removed and not outcome.held:
         ui.success("nothing to remove")
+
+
+def _gc_caches(yes: bool) -> None:
+    connected = engine()
+    found = dependency_caches(connected)
+    if found is None:
+        ui.warn(
+            f"{connected.endpoint} builds with buildah, which keeps cache mounts in folders on "
+            "the Podman host and offers no API for them: remove the gpuenv-* folders in "
+            "/var/tmp/buildah-cache there (rootless Podman: in its user's TMPDIR)"
+        )
+        return
+    unused = [cache for cache in found if not cache.in_use]
+    for cache in found:
+        if cache.in_use:
+            ui.warn(f"kept {cache.id} ({ui.size_text(cache.size)}): a build is using it")
+    if not unused:
+        ui.success("no dependency caches to remove")
+        return
+    total = ui.size_text(sum(cache.size for cache in unused))
+    if not yes:
+        ui.info(f"would remove {len(unused)} dependency caches ({total}); run again with --yes")
+        return
+    freed = connected.remove_build_caches([cache.id for cache in unused])
+    ui.success(f"removed {len(unused)} dependency caches ({ui.size_text(freed)} freed)")
 
 
 @click.command("push")

@@ -18,16 +18,7 @@ from rich.text import Text
 
 from gpuenv.cli import ui
 from gpuenv.cli.quiet import QuietView
-from gpuenv.images.progress import BuildProgress, PullProgress
-
-
-def _size(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"
+from gpuenv.images.progress import BuildProgress, PullProgress, is_step_line
 
 
 class PlainView(QuietView):
@@ -47,7 +38,7 @@ class PlainView(QuietView):
                 continue
             if self._states.get(layer.id) != layer.status:
                 self._states[layer.id] = layer.status
-                size = f" ({_size(layer.total)})" if layer.total else ""
+                size = f" ({ui.size_text(layer.total)})" if layer.total else ""
                 ui.info(f"  {layer.id}: {layer.status}{size}")
 
     def pull_finished(self, progress: PullProgress) -> None:
@@ -56,7 +47,7 @@ class PlainView(QuietView):
         elif not progress.error:
             ui.info(
                 f"  {progress.done_layers}/{len(progress.layers)} layers, "
-                f"{_size(progress.total)} downloaded"
+                f"{ui.size_text(progress.total)} downloaded"
             )
 
     def build_started(self, tag: str) -> None:
@@ -70,8 +61,12 @@ class PlainView(QuietView):
             ui.info(step.line())
         self._shown_steps = len(progress.steps)
         for line in lines:
-            if not line.startswith("Step "):  # the classic builder's step lines: shown above
+            if not is_step_line(line):  # shown above, as the step
                 ui.info(f"  {line}")
+
+    def build_finished(self, progress: BuildProgress) -> None:
+        for text in progress.warnings:
+            ui.warn(text)
 
 
 class LiveView(QuietView):
@@ -153,6 +148,8 @@ class LiveView(QuietView):
         for step in progress.steps[self._printed_steps :]:
             ui.err.print(Text(step.line()))
         self._printed_steps = len(progress.steps)
+        for text in progress.warnings:
+            ui.warn(text)
 
 
 def make_view(quiet: bool) -> QuietView:

@@ -1,7 +1,8 @@
-"""The view of a quiet pull or build (`-q`): nothing shown, and rich never loaded."""
+"""The view of a quiet pull or build (`-q`): no progress shown, and rich never loaded."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
@@ -9,7 +10,7 @@ if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
 
 
 class QuietView:
-    """The view of a quiet pull or build: nothing shown (and rich never loaded)."""
+    """The view of a quiet pull or build: no progress, only warnings (and rich never loaded)."""
 
     def pull_started(self, reference: str) -> None:
         pass
@@ -27,4 +28,6 @@ class QuietView:
         pass
 
     def build_finished(self, progress: BuildProgress) -> None:
-        pass
+        """Warnings are said even when quiet (on stderr, plainly: rich is not loaded)."""
+        for text in progress.warnings:
+            sys.stderr.write(f"warning: {text}\n")

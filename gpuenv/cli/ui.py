@@ -95,3 +95,13 @@ def hint(text: str) -> None:
 
 def detail(text: str) -> None:
     err.print(f"  {escape(text)}", style="dim")
+
+
+def size_text(count: int) -> str:
+    """Bytes for people: 512 B, 3.4 MB, 1.2 GB."""
+    value = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"

@@ -16,7 +16,7 @@ import contextlib
 import io
 import json
 import urllib.parse
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import docker
@@ -25,7 +25,7 @@ import requests
 
 from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
-from gpuenv.engine.protocol import Builder, Event, Frame, ImageInfo, Stream, frames
+from gpuenv.engine.protocol import BuildCache, Builder, Event, Frame, ImageInfo, Stream, frames
 from gpuenv.errors import BuildError, EngineRefused, GpuenvError
 
 # Seconds docker-py waits for an answer (or the next part of one): a commit of a large
@@ -195,6 +195,23 @@ class DockerEngine:
         )
         with contextlib.closing(response):
             yield from _json_lines(response.iter_lines())
+
+    def build_caches(self) -> list[BuildCache] | None:
+        """BuildKit's cache-mount records, from ``GET /system/df`` (none on the classic
+        builder, which has no mounts)."""
+        with self._calls():
+            rows = self.api.df().get("BuildCache") or []
+        return [BuildCache.from_record(row) for row in rows if row.get("Type") == "exec.cachemount"]
+
+    def remove_build_caches(self, ids: Sequence[str]) -> int:
+        """``POST /build/prune`` with an id filter, once per record: exactly these
+        records (Docker 20.10 takes one value per filter)."""
+        freed = 0
+        for cache in ids:
+            with self._calls(_saying(f"could not remove the build cache {cache}")):
+                pruned = self.api.prune_builds(filters={"id": cache})
+            freed += int((pruned or {}).get("SpaceReclaimed") or 0)
+        return freed
 
     def tag(self, source: str, repository: str, tag: str) -> None:
         with self._calls(_saying(f"could not tag {source} as {repository}:{tag}")):

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from gpuenv.engine.dockerpy import TIMEOUT, DockerEngine
 from gpuenv.engine.hosts import podman_socket
-from gpuenv.engine.protocol import Builder, ImageInfo
+from gpuenv.engine.protocol import BuildCache, Builder, ImageInfo
 from gpuenv.errors import GpuRuntimeMissing
 
 LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
@@ -163,6 +163,14 @@ class PodmanEngine(DockerEngine):
         """Podman builds with buildah, through its compatible /build: RUN --mount works
         (cache mounts, binds of another stage), and the messages are the classic ones."""
         return "buildah"
+
+    def build_caches(self) -> list[BuildCache] | None:
+        """None: buildah keeps cache mounts in folders on the Podman host
+        (``/var/tmp/buildah-cache``), and Podman's API neither lists nor removes them."""
+        return None
+
+    def remove_build_caches(self, ids: Sequence[str]) -> int:
+        return 0
 
     def version(self) -> dict[str, Any]:
         """The version from ``GET /_ping``'s headers (Libpod-Api-Version, Api-Version),

@@ -8,7 +8,7 @@ or Podman's (`engine.podman`). Tests use a fake that records the calls.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -64,6 +64,28 @@ class ImageInfo:
         )
 
 
+@dataclass(frozen=True)
+class BuildCache:
+    """A cache mount's contents kept by the builder (a BuildKit record)."""
+
+    id: str
+    description: str  # what mounted it: "cached mount TARGET from exec COMMAND"
+    size: int  # bytes
+    last_used: str  # RFC 3339, as the engine says
+    in_use: bool
+
+    @classmethod
+    def from_record(cls, row: Mapping[str, Any]) -> BuildCache:
+        """From a ``BuildCache`` entry of the Engine API's ``GET /system/df``."""
+        return cls(
+            id=str(row["ID"]),
+            description=str(row.get("Description") or ""),
+            size=int(row.get("Size") or 0),
+            last_used=str(row.get("LastUsedAt") or row.get("CreatedAt") or ""),
+            in_use=bool(row.get("InUse")),
+        )
+
+
 class Stream(Protocol):
     """A container's attached streams: a connected socket (or socket-like channel)."""
 
@@ -111,6 +133,15 @@ class ImageEngine(Protocol):
         """Build the context's Dockerfile (labels are in it) with this engine's builder
         and tag the result; `network` is the network mode of its RUN steps (None: the
         engine's default)."""
+        ...
+
+    def build_caches(self) -> list[BuildCache] | None:
+        """The builder's cache mounts (RUN --mount=type=cache); None when the engine
+        offers no way to list them (Podman: buildah keeps them in folders on its host)."""
+        ...
+
+    def remove_build_caches(self, ids: Sequence[str]) -> int:
+        """Remove these cache mounts (unused ones: one in use is left); bytes freed."""
         ...
 
     def tag(self, source: str, repository: str, tag: str) -> None: ...

@@ -2,14 +2,15 @@
 
 Views (`gpuenv.cli.live`) render their state; tests feed them lists of dicts. Docker's
 event shapes: pull `{"status", "id", "progressDetail": {"current", "total"}}`; build, from
-the classic builder (and Podman's) `{"stream": "Step 2/7 : RUN ..."}`, from BuildKit
-`{"id": "moby.buildkit.trace", "aux": "<base64 StatusResponse>"}` (`images.buildkit`);
+the classic builder `{"stream": "Step 2/7 : RUN ..."}` (buildah's: `STEP 2/7: ...`), from
+BuildKit `{"id": "moby.buildkit.trace", "aux": "<base64 StatusResponse>"}` (`images.buildkit`);
 `{"error": ...}` for all.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +19,13 @@ from typing import Protocol
 from gpuenv.engine.protocol import Event
 from gpuenv.images import buildkit
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# A step: Docker's classic builder `Step 2/7 : RUN ...`, buildah `[2/2] STEP 4/6: RUN ...`.
+_STEP = re.compile(r"^(?:Step \d+/\d+ : |(?:\[\d+/\d+\] )?STEP \d+/\d+: )")
 # The daemon colours a RUN step's stderr red with ANSI codes; logs and messages want text.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_NOISE = ("Removing intermediate container", "---> Running in", "---> ")
+_NOISE = ("Removing intermediate container", "---> Running in", "---> ", "--> ")
+_CACHED = ("---> Using cache", "--> Using cache")  # the classic builder's, buildah's
+WARNING = "gpuenv: warning: "  # how the install scripts warn (install.py)
 _DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$")
 
 
@@ -108,6 +112,9 @@ class BuildProgress:
     steps: list[BuildStep] = field(default_factory=list)
     error: str | None = None
     failed: BuildStep | None = None
+    warnings: list[str] = field(default_factory=list)  # said once, after the build
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # classic steps' times
+    _started: float | None = field(default=None, repr=False)
     _vertexes: dict[str, BuildStep] = field(default_factory=dict, repr=False)
     _partial: dict[str, bytes] = field(default_factory=dict, repr=False)
 
@@ -127,6 +134,23 @@ class BuildProgress:
     def cached_steps(self) -> int:
         return sum(1 for step in self.steps if step.cached)
 
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def retry(self) -> None:
+        """The build starts again (without caches): its steps follow those seen."""
+        self._timed()
+        self.error = None
+        self.failed = None
+        self._vertexes.clear()
+        self._partial.clear()
+
+    def _said(self, line: str) -> None:
+        """A line of a step's output: gpuenv's own warnings are kept for the end."""
+        if line.startswith(WARNING):
+            self.warn(line.removeprefix(WARNING))
+
     def feed(self, event: Event) -> list[str]:
         """Update from one event; return the output lines it carried."""
         if "error" in event:
@@ -140,20 +164,35 @@ class BuildProgress:
         return self._classic(str(event.get("stream", "")))
 
     def _classic(self, text: str) -> list[str]:
-        """The classic builder's lines: `Step N/M : ...`, `---> Using cache`, output."""
+        """The classic builder's lines (`Step N/M : ...`, `---> Using cache`, output), and
+        buildah's (`[1/2] STEP N/M: ...`, `--> Using cache ID`)."""
         lines = []
         for raw in text.splitlines():
             line = _ANSI.sub("", raw).rstrip()
             if not line:
                 continue
             if _STEP.match(line):
+                self._timed()
                 self.steps.append(BuildStep(line))
-            elif line.strip() == "---> Using cache" and self.steps:
+                self._started = self.clock()
+            elif line.strip().startswith(_CACHED) and self.steps:
                 self.steps[-1].cached = True
             elif not line.strip().startswith(_NOISE) and self.steps:
                 self.steps[-1].tail.append(line)
+            self._said(line)
             lines.append(line)
         return lines
+
+    def _timed(self) -> None:
+        """The last classic step ran until now (the next one starts, or the build ends):
+        those builders say when a step starts, not how long it took."""
+        if self.steps and self._started is not None and not self.steps[-1].cached:
+            self.steps[-1].seconds = self.clock() - self._started
+        self._started = None
+
+    def finish(self) -> None:
+        """The build ended: the last classic step's time."""
+        self._timed()
 
     def _trace(self, status: buildkit.Status) -> list[str]:
         """BuildKit's vertexes (the Dockerfile's steps among them: `[stage 2/5] RUN ...`)
@@ -181,10 +220,16 @@ class BuildProgress:
             for raw in complete:
                 line = _ANSI.sub("", raw.decode("utf-8", errors="replace")).rstrip()
                 if line:
+                    self._said(line)
                     lines.append(line)
                     if step is not None:
                         step.tail.append(line)
         return lines
+
+
+def is_step_line(line: str) -> bool:
+    """A classic builder's (or buildah's) line that starts a step, not a step's output."""
+    return bool(_STEP.match(line))
 
 
 def _dockerfile_step(name: str) -> bool:

@@ -18,7 +18,7 @@ import os
 import string
 import tarfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpuenv import __version__
@@ -33,7 +33,7 @@ from gpuenv.project.dependencies import InstallPlan, needs_python, plan_install,
 from gpuenv.project.spec import Spec
 
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
-UV_DIR = "/opt/gpuenv-uv"  # the uv stage's installation, bound into the install step
+SUPPORT_DIR = "/usr/local/lib/gpuenv"  # where the templates copy ngc/files, run by every step
 UV_VERSION = "0.13.9"  # the uv a build installs (from the project's index), pinned
 
 
@@ -54,6 +54,11 @@ class BuildPlan:
     labels: dict[str, str] = field(default_factory=dict)
     baked: bool = False
     sources: tuple[str, ...] = ()  # the dependency files the requirements were read from
+    uncached: str = ""  # the Dockerfile without cache mounts, when the engine refuses them
+
+    def without_caches(self) -> BuildPlan:
+        """The same image built without cache mounts (same tag: same content)."""
+        return replace(self, dockerfile=self.uncached or self.dockerfile, uncached="")
 
     def context(self) -> bytes:
         """The build context as an uncompressed tar: Dockerfile plus every file."""
@@ -145,35 +150,40 @@ def _support_files() -> list[ContextFile]:
 class Caches:
     """The build's cache mounts (BuildKit's and buildah's `RUN --mount`), each named for
     the user who builds (`owner`), so no user installs from what another user's build
-    downloaded; none for Docker's classic builder, which has no mounts."""
+    downloaded; none for Docker's classic builder, which has no mounts.
+
+    One cache mount per step: buildah 1.28 (Podman 4.3) unlocks only the last locked mount
+    of a step, so a second one would stay locked in Podman's service and hang the next
+    build. pip's and uv's caches share one mount (both lock their own files, so builds
+    share it); apt's archives and lists share another, locked (apt-get fails, not waits,
+    on a lock another build holds)."""
 
     owner: str | None  # a uid; None: no cache mounts
 
-    def mount(self, name: str, target: str) -> str:
+    def mount(self, name: str, target: str, sharing: str = "shared") -> str:
         if self.owner is None:
             return ""
-        return f"--mount=type=cache,id=gpuenv-{name}-{self.owner},target={target},sharing=locked "
+        return (
+            f"--mount=type=cache,id=gpuenv-{name}-{self.owner},target={target},sharing={sharing} "
+        )
 
     @property
-    def pip(self) -> str:
-        return self.mount("pip", "/root/.cache/pip")
-
-    @property
-    def uv(self) -> str:
-        return self.mount("uv", "/root/.cache/uv")
+    def python(self) -> str:
+        """pip's (/root/.cache/pip) and uv's (/root/.cache/uv) downloads and wheels."""
+        return self.mount("python", "/root/.cache")
 
     @property
     def apt(self) -> str:
-        return self.mount("apt", "/var/cache/apt") + self.mount("apt-lists", "/var/lib/apt/lists")
+        """apt's archives, and its package lists below them (apt-install.sh)."""
+        return self.mount("apt", "/var/cache/apt", sharing="locked")
 
 
-def _steps(
-    spec: Spec, plan: InstallPlan | None, caches: Caches, base: str, *, uv: bool, bake: bool
-) -> tuple[list[str], list[str]]:
-    """The Dockerfile's stages before the image's own, and the image's steps in the order
-    users change things: apt packages, the dependency files and their install, then
-    (with --bake) the project."""
-    stages: list[str] = []
+def _steps(spec: Spec, plan: InstallPlan | None, caches: Caches, *, uv: bool, bake: bool) -> str:
+    """The image's steps in the order users change things: apt packages, the dependency
+    files and their install, then (with --bake) the project. With `uv`, the install step
+    installs uv (from the project's index, through pip's cache) for itself and removes it:
+    the image never carries it. (Not a build stage bound into the step: Podman 4.3 cannot
+    bind a stage that came from its cache, containers/podman#16281.)"""
     steps: list[str] = []
     cached = ["--cached"] if caches.owner is not None else []
     if spec.apt:
@@ -187,25 +197,19 @@ def _steps(
                 source=json.dumps("requirements/"), target=json.dumps(f"{REQUIREMENTS_DIR}/")
             )
         )
-        mounts = caches.pip
-        arguments = [REQUIREMENTS_DIR, *cached]
-        if uv:
-            stages.append(_template("uv-stage.in").substitute(base=base, mounts=caches.pip))
-            mounts = f"--mount=type=bind,from=gpuenv-uv,source={UV_DIR},target={UV_DIR} "
-            mounts += caches.uv + caches.pip
-            arguments += ["--uv", f"{UV_DIR}/bin/uv"]
+        arguments = [REQUIREMENTS_DIR, *cached, *(["--uv"] if uv else [])]
         steps.append(
-            _template("requirements.in").substitute(mounts=mounts, arguments=_json_args(arguments))
+            _template("requirements.in").substitute(
+                mounts=caches.python, arguments=_json_args(arguments)
+            )
         )
     if bake:
         steps.append(_template("bake.in").substitute())
-    return stages, steps
+    return "".join(steps)
 
 
-def _dockerfile(base: str, canonical: str, stages: list[str], steps: list[str]) -> str:
-    return _template("Dockerfile.in").substitute(
-        base=base, canonical=canonical, stages="".join(stages), steps="".join(steps)
-    )
+def _dockerfile(base: str, canonical: str, steps: str) -> str:
+    return _template("Dockerfile.in").substitute(base=base, canonical=canonical, steps=steps)
 
 
 def _files(spec: Spec, plan: InstallPlan | None, *, uv: bool, bake: bool) -> list[ContextFile]:
@@ -215,7 +219,8 @@ def _files(spec: Spec, plan: InstallPlan | None, *, uv: bool, bake: bool) -> lis
             files.append(ContextFile(f"requirements/{name}", data=data.encode()))
         if uv:
             listed = [*plan.options, f"uv=={UV_VERSION}"]
-            files.append(ContextFile("uv/uv.txt", data="".join(f"{x}\n" for x in listed).encode()))
+            text = "".join(f"{line}\n" for line in listed)
+            files.append(ContextFile("requirements/uv.txt", data=text.encode()))
     if bake:
         files.extend(project_files(spec.project_dir))
     return files
@@ -244,11 +249,10 @@ def plan_build(
     reference = parse_reference(lock.image)
     canonical = base_reference(lock, reference.repository)
     base = base_reference(lock, pull_repository)
-    built = _steps(spec, plan, Caches(owner), base, uv=uv, bake=bake)
-    dockerfile = _dockerfile(base, canonical, *built)
+    dockerfile = _dockerfile(base, canonical, _steps(spec, plan, Caches(owner), uv=uv, bake=bake))
     # The tag hashes what the image is made of, whoever builds it: not whose caches.
-    neutral = _steps(spec, plan, Caches("USER" if mounting else None), canonical, uv=uv, bake=bake)
-    canonical_dockerfile = _dockerfile(canonical, canonical, *neutral)
+    neutral = _steps(spec, plan, Caches("USER" if mounting else None), uv=uv, bake=bake)
+    canonical_dockerfile = _dockerfile(canonical, canonical, neutral)
 
     digest = hashlib.sha256(b"gpuenv-image-v1\n" + canonical_dockerfile.encode())
     for item in sorted(files, key=lambda f: f.name):
@@ -264,9 +268,22 @@ def plan_build(
         f"{LABEL_PREFIX}.baked": "true" if bake else "false",
     }
     # Labels go last, outside the hash: they describe the image, they are not its content.
-    dockerfile += _template("labels.in").substitute(labels=_label_arguments(labels))
+    label_lines = _template("labels.in").substitute(labels=_label_arguments(labels))
+    uncached = ""
+    if mounting:
+        without = _steps(spec, plan, Caches(None), uv=uv, bake=bake)
+        uncached = _dockerfile(base, canonical, without) + label_lines
     sources = tuple(os.path.join(spec.project_dir, f) for f in plan.files) if plan else ()
-    return BuildPlan(dockerfile, canonical_dockerfile, tuple(files), tag, labels, bake, sources)
+    return BuildPlan(
+        dockerfile + label_lines,
+        canonical_dockerfile,
+        tuple(files),
+        tag,
+        labels,
+        bake,
+        sources,
+        uncached,
+    )
 
 
 def label_value(value: str) -> str:

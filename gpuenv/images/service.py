@@ -17,14 +17,14 @@ from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import pull_error, redact
-from gpuenv.engine.protocol import Builder, Engine, Event, ImageInfo
+from gpuenv.engine.protocol import BuildCache, Builder, Engine, Event, ImageInfo
 from gpuenv.errors import BuildError, GpuenvError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import BuildProgress, BuildView, PullProgress, PullView, View
 from gpuenv.images.registry import credentials, parse_reference, pull_repository
 from gpuenv.images.registry import credentials as auth_for
-from gpuenv.images.render import BuildPlan, plan_build
+from gpuenv.images.render import SUPPORT_DIR, BuildPlan, plan_build
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
     write_lock,
@@ -119,6 +119,8 @@ def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
     return inputs
 
 
+FAILED = "gpuenv: failed: "  # install.py's last line when a requirement cannot be installed
+
 # Each kind of Dockerfile a builder gets: with mounts (BuildKit, buildah), or classic.
 BUILDER_KINDS: tuple[Builder, ...] = ("buildkit", "classic")
 BUILD_NETWORK_ENV = "GPUENV_BUILD_NETWORK"
@@ -137,18 +139,47 @@ class BuildResult:
     built: bool  # False: the image was already there, the build API was not called
     cached_steps: int = 0
     seconds: float = 0.0
+    warnings: tuple[str, ...] = ()  # gpuenv's own, from the build (said by the view)
 
 
 def build(
     plan: BuildPlan, engine: Engine, view: BuildView, *, network: str | None = None
 ) -> BuildResult:
     """Build the plan's image unless the engine already has its content-addressed tag;
-    `network`: the network mode of its RUN steps (None: the engine's default)."""
+    `network`: the network mode of its RUN steps (None: the engine's default). When the
+    engine cannot use a cache mount, the image is built again without them, with a
+    warning (in the progress's warnings), never a failed build."""
     if engine.has_image(plan.tag):
         return BuildResult(plan.tag, built=False)
     started = time.monotonic()
     progress = BuildProgress()
     view.build_started(plan.tag)
+    _stream(engine, plan, view, progress, network)
+    if progress.error and plan.uncached and cache_refused(progress):
+        reason = redact(_refusal(progress.error))
+        progress.retry()
+        _stream(engine, plan.without_caches(), view, progress, network)
+        progress.warn(
+            f"the engine could not use gpuenv's dependency cache ({reason}): built without "
+            "it, so this build downloaded every requirement; see "
+            "docs/images.md#dependency-caches"
+        )
+    progress.finish()
+    view.build_finished(progress)
+    if progress.error or not engine.has_image(plan.tag):
+        raise _build_failure(progress)
+    return BuildResult(
+        plan.tag, True, progress.cached_steps, time.monotonic() - started, tuple(progress.warnings)
+    )
+
+
+def _stream(
+    engine: Engine,
+    plan: BuildPlan,
+    view: BuildView,
+    progress: BuildProgress,
+    network: str | None,
+) -> None:
     events = engine.build(plan.context(), plan.tag, network=network)
     try:
         for event in events:
@@ -158,10 +189,27 @@ def build(
                 break
     finally:
         events.close()  # Ctrl-C, a failed step: the request ends, and BuildKit stops
-    view.build_finished(progress)
-    if progress.error or not engine.has_image(plan.tag):
-        raise _build_failure(progress)
-    return BuildResult(plan.tag, True, progress.cached_steps, time.monotonic() - started)
+
+
+# What Podman's buildah says when it cannot make or use a cache mount's folder (on
+# Podman 4.3, a rootless build after another user's: all share /var/tmp/buildah-cache).
+CACHE_REFUSED = ("/buildah-cache/", "/buildah-cache:")
+
+
+def _refusal(error: str) -> str:
+    """The clause of buildah's error that names the cache folder: `mkdir /var/tmp/
+    buildah-cache/gpuenv-python-999: permission denied`, not the whole step."""
+    found = [error.find(marker) for marker in CACHE_REFUSED if marker in error]
+    if not found:
+        return error.strip()
+    start = error.rfind(": ", 0, min(found))
+    return error[start + 2 if start >= 0 else 0 :].strip()
+
+
+def cache_refused(progress: BuildProgress) -> bool:
+    """Whether the build failed because the engine could not use a cache mount."""
+    text = "\n".join([progress.error or "", *progress.tail])
+    return any(marker in text for marker in CACHE_REFUSED)
 
 
 def _build_failure(progress: BuildProgress) -> BuildError:
@@ -169,6 +217,16 @@ def _build_failure(progress: BuildProgress) -> BuildError:
     tail = [line for line in progress.tail if line != progress.error][-15:]
     hint = None
     text = "\n".join(tail)
+    failed = [line.removeprefix(FAILED) for line in progress.tail if line.startswith(FAILED)]
+    if failed:
+        # install.py names the requirement (file:line) and the installer's own reason.
+        return BuildError(
+            f"a requirement could not be installed: {redact(failed[-1])}",
+            step=progress.step,
+            output=tail,
+            hint="fix that requirement (its name, its version, its index), then run "
+            "`gpuenv build` again",
+        )
     conflicts = [
         line.removeprefix("gpuenv: conflict: ")
         for line in progress.tail
@@ -326,6 +384,16 @@ def collect(engine: Engine, rows: Sequence[ImageRow], remove: bool) -> GcOutcome
                 engine.remove_image(tag)
             removed.append(row)
     return GcOutcome(tuple(doomed), tuple(removed), tuple(held))
+
+
+def dependency_caches(engine: Engine) -> list[BuildCache] | None:
+    """The cache mounts of gpuenv's install steps (downloaded wheels, uv's and apt's
+    caches) in the engine's builder, every user's: a BuildKit record does not say whose
+    build made it. None when the engine cannot list them (Podman)."""
+    caches = engine.build_caches()
+    if caches is None:
+        return None
+    return [cache for cache in caches if f"{SUPPORT_DIR}/" in cache.description]
 
 
 def push(

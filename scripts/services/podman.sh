@@ -76,7 +76,13 @@ podman_service_up() {  # podman_service_up NAME SOCKET [USER]
     return 0
   fi
   local as=() storage=$PODMAN/storage-rootful.conf runtime=/run/user/0 pidns=() in_netns
+  local tmp=$PODMAN/$name-tmp
   in_netns=(nsenter --target "$(netns_pid)" --net --)
+  # A TMPDIR of its own, the user's alone (as pam_tmpdir makes one): buildah keeps build
+  # cache mounts in $TMPDIR/buildah-cache, which Podman 4.3 shares between all users.
+  mkdir -p "$tmp"
+  chown "${user:-root}:" "$tmp"
+  chmod 0700 "$tmp"
   if [ -n "$user" ]; then
     # A /proc of its own: in some sandboxes a user cannot read /proc/self of the host's.
     pidns=(--pid --fork --kill-child --mount-proc)
@@ -97,7 +103,7 @@ podman_service_up() {  # podman_service_up NAME SOCKET [USER]
     exec setsid "${in_netns[@]}" unshare --mount --propagation private "${pidns[@]}" -- \
       sh "$PODMAN/launch.sh" "$RUN/$name-etc" "$PODMAN/cdi" \
       "${as[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "HOME=$(getent passwd "${user:-root}" | cut -d: -f6)" \
-      "XDG_RUNTIME_DIR=$runtime" "CONTAINERS_CONF=$PODMAN/containers.conf" \
+      "XDG_RUNTIME_DIR=$runtime" "TMPDIR=$tmp" "CONTAINERS_CONF=$PODMAN/containers.conf" \
       "CONTAINERS_STORAGE_CONF=$storage" "CONTAINERS_REGISTRIES_CONF=$PODMAN/registries.conf" \
       podman system service --time=0 "$sock" >"$RUN/$name.log" 2>&1 </dev/null
   ) &

@@ -164,6 +164,15 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         with self.lock:
             self.access_log.write(line)
 
+    def end_headers(self) -> None:
+        # PyPI's own caching headers: files never change, index pages for 10 minutes.
+        # pip keeps a download in its cache only when the answer says it may.
+        if self.path.startswith("/wheels/"):
+            self.send_header("Cache-Control", "max-age=365000000, immutable, public")
+        elif self.path.startswith("/simple/"):
+            self.send_header("Cache-Control", "max-age=600, public")
+        super().end_headers()
+
     def address_string(self) -> str:
         # A unix socket's client has no address (client_address is '').
         return "local"

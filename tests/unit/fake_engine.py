@@ -4,11 +4,11 @@ records every call, and plays back scripted answers (exit codes, refusals)."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.engine.protocol import Event, Frame, ImageInfo
+from gpuenv.engine.protocol import BuildCache, Event, Frame, ImageInfo
 from gpuenv.errors import EngineRefused
 
 DIGEST = "sha256:" + "ab" * 32
@@ -37,6 +37,7 @@ class FakeEngine:
     image_configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # committed ones too
     committed: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # tag, config
     uploaded: dict[str, bytes] = field(default_factory=dict)  # container -> tar
+    caches: list[BuildCache] | None = field(default_factory=list)  # None: cannot list (Podman)
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -79,6 +80,15 @@ class FakeEngine:
         self._record("build", tag)
         self.images_present.add(tag)
         yield {"stream": "Step 1/1 : FROM base\n"}
+
+    def build_caches(self) -> list[BuildCache] | None:
+        return None if self.caches is None else list(self.caches)
+
+    def remove_build_caches(self, ids: Sequence[str]) -> int:
+        self._record("remove_build_caches", tuple(ids))
+        gone = [cache for cache in self.caches or [] if cache.id in ids]
+        self.caches = [cache for cache in self.caches or [] if cache.id not in ids]
+        return sum(cache.size for cache in gone)
 
     def tag(self, source: str, repository: str, tag: str) -> None:
         self._record("tag", source, repository, tag)

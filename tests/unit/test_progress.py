@@ -56,3 +56,30 @@ def test_build_progress() -> None:
     ]
     assert progress.error == "The command returned a non-zero code: 1"
     assert "Collecting numpy" in seen
+
+
+def test_buildah_steps_their_cache_and_time() -> None:
+    """Podman's builder (buildah), as its compatible /build streams it."""
+    times = iter([10.0, 10.0, 12.5, 12.5, 20.0])
+    progress = BuildProgress(clock=lambda: next(times))
+    lines = [
+        '[1/2] STEP 2/4: COPY ["gpuenv/install-uv.sh", "/usr/local/lib/gpuenv/install-uv.sh"]\n',
+        "--> Using cache ed83ec29431cb1bde3f4c4a6604228fbf4442e12e84ebc3deec6bd4cfa805c2c\n",
+        "--> ed83ec29431\n",
+        '[2/2] STEP 4/6: RUN --mount=type=cache,id=gpuenv-python-0,target=/root/.cache ["/bin/sh"]\n',
+        "gpuenv: installing with uv 0.13.9 (x86_64-unknown-linux-gnu)\n",
+        "STEP 5/5: WORKDIR /workspace\n",
+    ]
+    for line in lines:
+        progress.feed({"stream": line})
+    progress.finish()
+    assert [step.name.split(":")[0] for step in progress.steps] == [
+        "[1/2] STEP 2/4",
+        "[2/2] STEP 4/6",
+        "STEP 5/5",
+    ]
+    first, install, last = progress.steps
+    assert first.cached and first.line().endswith("· cached")
+    assert install.seconds == 2.5 and install.line().endswith("· 2.5s")
+    assert list(install.tail) == ["gpuenv: installing with uv 0.13.9 (x86_64-unknown-linux-gnu)"]
+    assert last.seconds == 7.5

@@ -74,19 +74,14 @@ def test_layer_order_and_pinning(project: Path, matrix: Matrix) -> None:
     text = plan.dockerfile
     assert f"FROM {MIRROR_REPO}@{DIGEST}\n" in text
     assert f"# Base: nvcr.io/nvidia/pytorch@{DIGEST}\n" in text
-    # The uv stage, then the image: its files, apt, the dependency files and their
-    # install, in the order users change them.
-    assert instructions(text) == [
-        *("FROM", "COPY", "COPY", "RUN"),
-        *("FROM", "COPY", "RUN", "COPY", "RUN", "WORKDIR", "LABEL"),
-    ]
-    assert f"FROM {MIRROR_REPO}@{DIGEST} AS gpuenv-uv\n" in text
+    # Its files, apt, the dependency files and their install, in the order users change
+    # them; one stage (uv is installed by the install step for itself).
+    assert instructions(text) == ["FROM", "COPY", "RUN", "COPY", "RUN", "WORKDIR", "LABEL"]
     apt, requirements = text.index('apt-install.sh",'), text.index('pip-install.sh"')
     assert apt < requirements
     assert 'COPY ["requirements/", "/tmp/gpuenv/requirements/"]' in text
     assert (
-        '"/usr/local/lib/gpuenv/pip-install.sh", "/tmp/gpuenv/requirements", "--cached", '
-        '"--uv", "/opt/gpuenv-uv/bin/uv"]'
+        '"/usr/local/lib/gpuenv/pip-install.sh", "/tmp/gpuenv/requirements", "--cached", "--uv"]'
     ) in text
     # What the project asks for reaches pip as data (install.txt), never a shell or the
     # Dockerfile; each line says where it was written.
@@ -124,13 +119,13 @@ def test_dependency_downloads_go_to_the_builders_caches_of_the_user(
     nothing of them lands in a layer, and no user installs from another user's cache."""
     text = planned(project, matrix, owner=1234).dockerfile
     for mount in (
-        "--mount=type=cache,id=gpuenv-pip-1234,target=/root/.cache/pip,sharing=locked",
-        "--mount=type=cache,id=gpuenv-uv-1234,target=/root/.cache/uv,sharing=locked",
+        "--mount=type=cache,id=gpuenv-python-1234,target=/root/.cache,sharing=shared",
         "--mount=type=cache,id=gpuenv-apt-1234,target=/var/cache/apt,sharing=locked",
-        "--mount=type=cache,id=gpuenv-apt-lists-1234,target=/var/lib/apt/lists,sharing=locked",
-        "--mount=type=bind,from=gpuenv-uv,source=/opt/gpuenv-uv,target=/opt/gpuenv-uv",
     ):
         assert mount in text
+    # One cache mount a step: buildah 1.28 leaves all but the last locked mount locked.
+    for line in text.splitlines():
+        assert line.count("--mount=type=cache") <= 1, line
     assert '"apt-install.sh", "--cached", "git", "libgl1"]' in text.replace(
         "/usr/local/lib/gpuenv/", ""
     )
@@ -146,7 +141,7 @@ def test_the_uv_stage_installs_the_pinned_uv_from_the_projects_index(
         "--index-url http://127.0.0.1:8099/simple/\nnumpy\n-r extra/dev.txt\n"
     )
     files = {f.name: f.content().decode() for f in planned(project, matrix).files}
-    assert files["uv/uv.txt"].splitlines() == [
+    assert files["requirements/uv.txt"].splitlines() == [
         "--index-url=http://127.0.0.1:8099/simple/",
         f"uv=={UV_VERSION}",
     ]
@@ -154,7 +149,7 @@ def test_the_uv_stage_installs_the_pinned_uv_from_the_projects_index(
 
 def test_the_classic_builder_gets_no_mounts_and_pip(project: Path, matrix: Matrix) -> None:
     plan = planned(project, matrix, builder="classic")
-    assert "--mount" not in plan.dockerfile and "gpuenv-uv" not in plan.dockerfile
+    assert "--mount" not in plan.dockerfile and "--uv" not in plan.dockerfile
     assert instructions(plan.dockerfile) == [
         "FROM",
         "COPY",
@@ -165,7 +160,7 @@ def test_the_classic_builder_gets_no_mounts_and_pip(project: Path, matrix: Matri
         "LABEL",
     ]
     assert '"/tmp/gpuenv/requirements"]' in plan.dockerfile  # neither --cached nor --uv
-    assert "uv/uv.txt" not in {f.name for f in plan.files}
+    assert "requirements/uv.txt" not in {f.name for f in plan.files}
     assert plan.tag != planned(project, matrix).tag  # another Dockerfile, another image
 
 
@@ -173,8 +168,10 @@ def test_installer_pip_keeps_the_caches_and_drops_uv(project: Path, matrix: Matr
     spec = project / "gpuenv.yaml"
     spec.write_text(spec.read_text() + "installer: pip\n")
     text = planned(project, matrix).dockerfile
-    assert "gpuenv-uv" not in text and "--uv" not in text
-    assert "id=gpuenv-pip-1000" in text and '"--cached"]' in text
+    assert "--uv" not in text and "requirements/uv.txt" not in {
+        f.name for f in planned(project, matrix).files
+    }
+    assert "id=gpuenv-python-1000" in text and '"--cached"]' in text
 
 
 def test_buildah_gets_the_dockerfile_buildkit_gets(project: Path, matrix: Matrix) -> None:
@@ -217,10 +214,10 @@ def test_context_holds_only_what_is_needed(project: Path, matrix: Matrix) -> Non
         [
             "Dockerfile",
             "gpuenv/apt-install.sh",
-            "gpuenv/install-uv.sh",
+            "gpuenv/cache-ours.sh",
             "gpuenv/install.py",
             "gpuenv/pip-install.sh",
-            "uv/uv.txt",
+            "requirements/uv.txt",
             "requirements/constraints.txt",
             "requirements/image.tsv",
             "requirements/install.txt",

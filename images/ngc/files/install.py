@@ -25,7 +25,9 @@ The installer is uv (`uv pip install --system`) when UV runs in this image, else
 Both get the same constraints, explicitly: the image's framework builds as installed
 (keep.txt), the image's pip constraint files (PIP_CONSTRAINT, which uv does not read)
 and the project's own. With --cached their download caches are cache mounts that outlive
-the build (never in the image); without, pip keeps no cache.
+the build (never in the image; pip-install.sh passes it only for a cache that is this
+build's user's alone, cache-ours.sh); without, neither keeps a cache. When a requirement cannot be installed, the last
+line is "gpuenv: failed: NAME (FILE:LINE): the installer's reason".
 """
 
 import argparse
@@ -113,11 +115,13 @@ PIP_OPTIONS_FOR_UV = {
 
 class Installer:
     """pip or uv, run the same way for each call: the image's own python3, its system
-    site-packages (NVIDIA's builds are there), the constraints given."""
+    site-packages (NVIDIA's builds are there), the constraints given. `where` names the
+    file and line of each requirement, for the message when one cannot be installed."""
 
-    def __init__(self, uv, cached):
+    def __init__(self, uv, cached, where=None):
         self.uv = uv
         self.cached = cached
+        self.where = where or {}
 
     def install(self, *args):
         if self.uv:
@@ -126,6 +130,8 @@ class Installer:
             env = dict(os.environ, UV_LINK_MODE="copy", UV_PYTHON_DOWNLOADS="never",
                        UV_NO_PROGRESS="1")
             env.pop("UV_TORCH_BACKEND", None)  # never pick torch builds for the build host
+            if not self.cached:
+                env["UV_NO_CACHE"] = "1"
         else:
             command = [sys.executable, "-m", "pip", "install", *args]
             env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1",
@@ -135,9 +141,34 @@ class Installer:
                 env["PIP_NO_CACHE_DIR"] = "1"
         name = "uv pip" if self.uv else "pip"
         print(f"gpuenv: {name} install " + " ".join(args), flush=True)
-        done = subprocess.run(command, env=env)
-        if done.returncode:
-            sys.exit(done.returncode)
+        tail = []
+        with subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace") as child:
+            for line in child.stdout:
+                print(line, end="", flush=True)
+                tail = (tail + [line.rstrip()])[-40:]
+        if child.returncode:
+            print(f"gpuenv: failed: {self.explain(tail)}", flush=True)
+            sys.exit(child.returncode)
+
+    def explain(self, tail):
+        """The installer's own reason in one line, with the file and line of the
+        requirement it names first: `tqdm==99 (requirements.txt:2): No matching ...`.
+        pip ends with `ERROR: ...` lines; uv, without a terminal, with `error: ...` and
+        `  cause: ...`."""
+        reasons = [line.strip() for line in tail
+                   if line.lstrip().startswith(("ERROR:", "error:", "cause:"))]
+        reason = reasons[-1] if reasons else (tail[-1].strip() if tail else "no output")
+        for prefix in ("ERROR: ", "error: ", "cause: "):  # (no removeprefix before 3.9)
+            if reason.startswith(prefix):
+                reason = reason[len(prefix):]
+        text = reason.lower().replace("_", "-")
+        named = [(_mention(text, name), name) for name in self.where]
+        named = sorted((at, name) for at, name in named if at >= 0)
+        if named:
+            name = named[0][1]
+            return f"{name} ({self.where[name]}): {reason}"
+        return reason
 
     def install_file(self, path, *constraints):
         """A requirements file's packages: pip reads its options (the index) itself; uv
@@ -151,6 +182,19 @@ class Installer:
             handle.writelines(f"{line}\n" for line in given if not line.startswith("-"))
         index = [line for line in given if line.startswith("-")]
         self.install(*index, *constraints, "-r", listed)
+
+
+def _mention(text, name):
+    """Where `name` (canonical) first appears in `text` as a whole name; -1: nowhere."""
+    start = text.find(name)
+    while start != -1:
+        end = start + len(name)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before in "-.") and not (after.isalnum() or after == "-"):
+            return start
+        start = text.find(name, start + 1)
+    return -1
 
 
 def _image_constraints():
@@ -246,7 +290,13 @@ def main(folder, options):
     constraints = ["-c", keep] if lines(folder, "keep.txt") else []
     if lines(folder, "constraints.txt"):
         constraints += ["-c", os.path.join(folder, "constraints.txt")]
-    installer = Installer(find_uv(options.uv), options.cached)
+    where = {}
+    for source in ("install.txt", "late.txt"):
+        for line in lines(folder, source):
+            parsed = requirement(line)
+            if parsed is not None:
+                where.setdefault(canonicalize_name(parsed[0].name), parsed[1])
+    installer = Installer(find_uv(options.uv), options.cached, where)
     install_txt = lines(folder, "install.txt")
     if any(requirement(line) for line in install_txt):
         installer.install_file(os.path.join(folder, "install.txt"), *constraints)
