@@ -26,7 +26,8 @@ class PlainView(QuietView):
 
     def __init__(self) -> None:
         self._states: dict[str, str] = {}
-        self._shown_steps = 0
+        self._headed: set[int] = set()
+        self._closed: set[int] = set()
 
     def pull_started(self, reference: str) -> None:
         self._states = {}
@@ -52,19 +53,34 @@ class PlainView(QuietView):
 
     def build_started(self, tag: str) -> None:
         ui.step(f"building {tag}")
-        self._shown_steps = 0
+        self._headed = set()
+        self._closed = set()
 
     def build_lines(self, progress: BuildProgress, lines: list[str]) -> None:
-        """Each step once when it starts (`cached` when the builder reused it), then its
-        output lines, indented."""
-        for step in progress.steps[self._shown_steps :]:
-            ui.info(step.line())
-        self._shown_steps = len(progress.steps)
+        """Each step when it starts (`· cached` when the builder reused it), its output
+        lines indented, and its time when it is done."""
+        for index, step in enumerate(progress.steps):
+            if step.started and index not in self._headed:
+                self._headed.add(index)
+                ui.info(step.line() if step.cached else step.name)
+                if step.cached:
+                    self._closed.add(index)
         for line in lines:
             if not is_step_line(line):  # shown above, as the step
                 ui.info(f"  {line}")
+        self._close(progress)
+
+    def _close(self, progress: BuildProgress) -> None:
+        for index, step in enumerate(progress.steps):
+            done = step.cached or step.seconds is not None
+            if done and index in self._headed and index not in self._closed:
+                self._closed.add(index)
+                ui.info(
+                    f"{step.label} {'cached' if step.cached else f'done in {step.seconds:.1f}s'}"
+                )
 
     def build_finished(self, progress: BuildProgress) -> None:
+        self._close(progress)
         for text in progress.warnings:
             ui.warn(text)
 
@@ -77,7 +93,7 @@ class LiveView(QuietView):
         self._tasks: dict[str, TaskID] = {}
         self._total: TaskID | None = None
         self._live: Live | None = None
-        self._printed_steps = 0
+        self._printed: set[int] = set()
 
     def pull_started(self, reference: str) -> None:
         ui.step(f"pulling {reference}")
@@ -122,7 +138,7 @@ class LiveView(QuietView):
 
     def build_started(self, tag: str) -> None:
         ui.step(f"building {tag}")
-        self._printed_steps = 0
+        self._printed = set()
         self._live = Live(console=ui.err, transient=True, refresh_per_second=8)
         self._live.start()
 
@@ -135,9 +151,11 @@ class LiveView(QuietView):
         return Group(head, *lines)
 
     def build_lines(self, progress: BuildProgress, lines: list[str]) -> None:
-        while self._printed_steps < len(progress.steps) - 1:
-            ui.err.print(Text(progress.steps[self._printed_steps].line()))
-            self._printed_steps += 1
+        """Each step once it is done (cached, or with its time), above the live area."""
+        for index, step in enumerate(progress.steps):
+            if index not in self._printed and (step.cached or step.seconds is not None):
+                self._printed.add(index)
+                ui.err.print(Text(step.line()))
         if self._live is not None:
             self._live.update(self._render(progress))
 
@@ -145,9 +163,10 @@ class LiveView(QuietView):
         if self._live is not None:
             self._live.stop()
             self._live = None
-        for step in progress.steps[self._printed_steps :]:
-            ui.err.print(Text(step.line()))
-        self._printed_steps = len(progress.steps)
+        for index, step in enumerate(progress.steps):  # the failed one, and the rest started
+            if index not in self._printed and step.started:
+                self._printed.add(index)
+                ui.err.print(Text(step.line()))
         for text in progress.warnings:
             ui.warn(text)
 

@@ -24,7 +24,9 @@ _STEP = re.compile(r"^(?:Step \d+/\d+ : |(?:\[\d+/\d+\] )?STEP \d+/\d+: )")
 # The daemon colours a RUN step's stderr red with ANSI codes; logs and messages want text.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NOISE = ("Removing intermediate container", "---> Running in", "---> ", "--> ")
+_LABEL = re.compile(r"^(?:\[[^\]]*\](?: STEP \d+/\d+)?|Step \d+/\d+|STEP \d+/\d+)")
 _CACHED = ("---> Using cache", "--> Using cache")  # the classic builder's, buildah's
+UNREADABLE = "BuildKit sent progress gpuenv cannot read"
 WARNING = "gpuenv: warning: "  # how the install scripts warn (install.py)
 _DIGEST = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$")
 
@@ -92,7 +94,15 @@ class BuildStep:
     name: str
     cached: bool = False
     seconds: float | None = None
+    started: bool = False  # BuildKit announces every step before it runs any
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=25), repr=False)
+
+    @property
+    def label(self) -> str:
+        """The step's number as the builder writes it: `[stage-0 3/5]`, `Step 2/7`,
+        `[2/2] STEP 4/6`."""
+        match = _LABEL.match(self.name)
+        return match.group(0).rstrip(" :") if match else self.name
 
     def line(self) -> str:
         """How a finished step is shown: its name, then `cached` or its time."""
@@ -119,16 +129,19 @@ class BuildProgress:
     _partial: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
-    def step(self) -> str | None:
+    def current(self) -> BuildStep | None:
         """The failed step, else the last one that started."""
-        current = self.failed or (self.steps[-1] if self.steps else None)
-        return current.name if current else None
+        started = [step for step in self.steps if step.started] or self.steps
+        return self.failed or (started[-1] if started else None)
+
+    @property
+    def step(self) -> str | None:
+        return self.current.name if self.current else None
 
     @property
     def tail(self) -> deque[str]:
         """The last lines of the failed step, else of the last one that started."""
-        current = self.failed or (self.steps[-1] if self.steps else None)
-        return current.tail if current else deque()
+        return self.current.tail if self.current else deque()
 
     @property
     def cached_steps(self) -> int:
@@ -158,7 +171,13 @@ class BuildProgress:
             self.error = str(event.get("error") or detail.get("message") or "build failed")
             return [self.error]
         if event.get("id") == buildkit.TRACE_ID:
-            return self._trace(buildkit.decode(str(event.get("aux") or "")))
+            try:
+                status = buildkit.decode(str(event.get("aux") or ""))
+            except buildkit.TraceError as exc:  # the build goes on; only its progress is lost
+                if not any(text.startswith(UNREADABLE) for text in self.warnings):
+                    self.warn(f"{UNREADABLE} ({exc}): some of its lines are missing above")
+                return []
+            return self._trace(status)
         if self._vertexes:  # BuildKit's own `stream` lines ("Successfully tagged ...")
             return []
         return self._classic(str(event.get("stream", "")))
@@ -173,7 +192,7 @@ class BuildProgress:
                 continue
             if _STEP.match(line):
                 self._timed()
-                self.steps.append(BuildStep(line))
+                self.steps.append(BuildStep(line, started=True))
                 self._started = self.clock()
             elif line.strip().startswith(_CACHED) and self.steps:
                 self.steps[-1].cached = True
@@ -205,6 +224,7 @@ class BuildProgress:
             if step is None:
                 continue
             step.cached = step.cached or vertex.cached
+            step.started = step.started or vertex.started is not None or vertex.cached
             if vertex.started is not None and vertex.completed is not None:
                 step.seconds = max(0.0, vertex.completed - vertex.started)
             if vertex.error:

@@ -223,7 +223,7 @@ def _build_failure(progress: BuildProgress) -> BuildError:
         return BuildError(
             f"a requirement could not be installed: {redact(failed[-1])}",
             step=progress.step,
-            output=tail,
+            output=[line for line in tail if not line.startswith(FAILED)],
             hint="fix that requirement (its name, its version, its index), then run "
             "`gpuenv build` again",
         )

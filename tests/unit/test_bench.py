@@ -78,7 +78,7 @@ def test_paired_samples_alternate(bench: ModuleType) -> None:
     assert ours >= 0 and theirs >= 0
 
 
-@pytest.mark.parametrize("section", ["docker_rows", "user_run_rows", "rebuild_rows"])
+@pytest.mark.parametrize("section", ["docker_rows", "user_run_rows", "dependency_rows"])
 def test_engine_sections_wait_for_the_services(
     bench: ModuleType, monkeypatch: pytest.MonkeyPatch, section: str
 ) -> None:

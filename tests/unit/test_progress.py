@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from gpuenv.images.progress import BuildProgress, PullProgress
+import pytest
+
+from gpuenv.images.progress import BuildProgress, BuildStep, PullProgress
 
 DIGEST = "sha256:" + "0" * 64
 
@@ -83,3 +85,25 @@ def test_buildah_steps_their_cache_and_time() -> None:
     assert install.seconds == 2.5 and install.line().endswith("· 2.5s")
     assert list(install.tail) == ["gpuenv: installing with uv 0.13.9 (x86_64-unknown-linux-gnu)"]
     assert last.seconds == 7.5
+
+
+def test_an_unreadable_trace_message_loses_lines_not_the_build() -> None:
+    progress = BuildProgress()
+    assert progress.feed({"id": "moby.buildkit.trace", "aux": "not base64!"}) == []
+    assert progress.feed({"id": "moby.buildkit.trace", "aux": "Cgo="}) == []  # cut short
+    assert progress.error is None
+    (warning,) = progress.warnings  # said once
+    assert warning.startswith("BuildKit sent progress gpuenv cannot read")
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("[stage-0 3/5] COPY [requirements/, /tmp/gpuenv/requirements/]", "[stage-0 3/5]"),
+        ("Step 2/7 : RUN apt-get update", "Step 2/7"),
+        ('[2/2] STEP 4/6: RUN ["/bin/sh"]', "[2/2] STEP 4/6"),
+        ("STEP 5/5: WORKDIR /workspace", "STEP 5/5"),
+    ],
+)
+def test_a_steps_label_is_its_number_as_the_builder_writes_it(name: str, label: str) -> None:
+    assert BuildStep(name).label == label
