@@ -279,6 +279,30 @@ def docker(
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, env=env)
 
 
+def engine_api(docker_host: str, method: str, path: str, body: bytes = b"") -> bytes:
+    """A request to the Docker Engine API, as a client other than gpuenv sends it."""
+    return subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--fail-with-body",
+            "--unix-socket",
+            docker_host.removeprefix("unix://"),
+            "-X",
+            method,
+            "-H",
+            "Content-Type: application/x-tar",
+            "--data-binary",
+            "@-",
+            f"http://docker/v1.41{path}",
+        ],
+        input=body,
+        capture_output=True,
+        check=True,
+        timeout=600,
+    ).stdout
+
+
 def images(host: str | None = None) -> set[str]:
     return set(docker("images", "-aq", host=host).stdout.split())
 

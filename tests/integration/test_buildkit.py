@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import GPUENV, RTX4090, Project, _missing, docker, podman_service_limits
+from .conftest import (
+    GPUENV,
+    RTX4090,
+    Project,
+    _missing,
+    docker,
+    engine_api,
+    podman_service_limits,
+)
 
 pytestmark = pytest.mark.integration
 WHEEL = re.compile(r"\bGET /wheels/([^/ ]+\.whl)")
@@ -228,30 +236,6 @@ def test_gc_caches_empties_the_dependency_caches(
     again = Downloads(log)
     project.ok("build")
     assert again.wheels() == ["einops", "tabulate", "uv"]  # everything again: uv too
-
-
-def engine_api(docker_host: str, method: str, path: str, body: bytes = b"") -> bytes:
-    """A request to the Docker Engine API, as a client other than gpuenv sends it."""
-    return subprocess.run(
-        [
-            "curl",
-            "-sS",
-            "--fail-with-body",
-            "--unix-socket",
-            docker_host.removeprefix("unix://"),
-            "-X",
-            method,
-            "-H",
-            "Content-Type: application/x-tar",
-            "--data-binary",
-            "@-",
-            f"http://docker/v1.41{path}",
-        ],
-        input=body,
-        capture_output=True,
-        check=True,
-        timeout=600,
-    ).stdout
 
 
 def cache_mount_ids(docker_host: str) -> set[str]:
