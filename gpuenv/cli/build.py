@@ -31,6 +31,10 @@ def build(
     (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
     built. Project code is mounted at run time, not copied, unless --bake.
 
+    Docker builds with BuildKit, Podman with buildah. Requirements are installed with uv
+    (`installer: pip` in gpuenv.yaml for pip); downloads stay in cache mounts of your
+    own, so a rebuild downloads only what changed (`gpuenv gc --caches` clears them).
+
     With --bake, the project's .dockerignore applies with Docker's rules; files that look
     like credentials stop the build (exit 12) unless .dockerignore leaves them out or
     --allow-secret names them, and so does a project over 2 GiB unless --allow-large.

@@ -71,7 +71,6 @@ class BuildCache:
     id: str
     description: str  # what mounted it: "cached mount TARGET from exec COMMAND"
     size: int  # bytes
-    last_used: str  # RFC 3339, as the engine says
     in_use: bool
 
     @classmethod
@@ -81,7 +80,6 @@ class BuildCache:
             id=str(row["ID"]),
             description=str(row.get("Description") or ""),
             size=int(row.get("Size") or 0),
-            last_used=str(row.get("LastUsedAt") or row.get("CreatedAt") or ""),
             in_use=bool(row.get("InUse")),
         )
 
