@@ -161,11 +161,12 @@ def _gc_caches(yes: bool) -> None:
         ui.success("no dependency caches to remove")
         return
     total = ui.size_text(sum(cache.size for cache in unused))
+    caches = f"{len(unused)} dependency cache" + ("s" if len(unused) > 1 else "")
     if not yes:
-        ui.info(f"would remove {len(unused)} dependency caches ({total}); run again with --yes")
+        ui.info(f"would remove {caches} ({total}); run again with --yes")
         return
     freed = connected.remove_build_caches([cache.id for cache in unused])
-    ui.success(f"removed {len(unused)} dependency caches ({ui.size_text(freed)} freed)")
+    ui.success(f"removed {caches} ({ui.size_text(freed)} freed)")
 
 
 @click.command("push")

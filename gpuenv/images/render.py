@@ -181,9 +181,9 @@ class Caches:
 def _steps(spec: Spec, plan: InstallPlan | None, caches: Caches, *, uv: bool, bake: bool) -> str:
     """The image's steps in the order users change things: apt packages, the dependency
     files and their install, then (with --bake) the project. With `uv`, the install step
-    installs uv (from the project's index, through pip's cache) for itself and removes it:
-    the image never carries it. (Not a build stage bound into the step: Podman 4.3 cannot
-    bind a stage that came from its cache, containers/podman#16281.)"""
+    installs uv (from the project's index) into the cache mount, or without one for
+    itself alone: the image never carries it. (Not a build stage bound into the step:
+    Podman 4.3 cannot bind a stage that came from its cache, containers/podman#16281.)"""
     steps: list[str] = []
     cached = ["--cached"] if caches.owner is not None else []
     if spec.apt:

@@ -5,9 +5,10 @@
 #   pip-install.sh FOLDER [--cached] [--uv]
 # --cached: /root/.cache is a cache mount (pip's and uv's caches below it), used when it
 # is this build's user's alone (cache-ours.sh). --uv: uv, pinned in FOLDER/uv.txt, is
-# installed for this step from the project's index through pip (its cache) and removed
-# before the step ends, so no layer carries it; where it cannot be (no pip, an index
-# without uv), pip installs the requirements.
+# installed from the project's index through pip: into the cache, where the next build
+# finds it, or, without one, for this step only (removed before the step ends). No layer
+# carries it. Where it cannot be installed (no pip, an index without uv), pip installs
+# the requirements.
 # Arguments are passed as separate words (Dockerfile exec form): no shell parses them.
 set -eu
 # shellcheck source=images/ngc/files/cache-ours.sh
@@ -22,20 +23,36 @@ shift
 cached=
 if [ "${1:-}" = --cached ]; then
   shift
-  if cache_ours /root/.cache /root/.cache/pip /root/.cache/uv; then
+  if cache_ours /root/.cache /root/.cache/pip /root/.cache/uv /root/.cache/gpuenv-uv; then
     cached=--cached
   fi
 fi
 [ -n "$cached" ] || export PIP_NO_CACHE_DIR=1
+install_uv() {
+  PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1 \
+    python3 -m pip install --quiet --no-deps --target "$1" -r "$folder/uv.txt"
+}
 uv=
 if [ "${1:-}" = --uv ]; then
   shift
-  if PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1 \
-    python3 -m pip install --quiet --no-deps --target /tmp/gpuenv-uv -r "$folder/uv.txt"; then
+  if [ -n "$cached" ]; then
+    # uv kept in the cache for the next build, by what uv.txt asks (its version and
+    # index); made in a folder of its own and renamed into place, so builds running at
+    # once never see half of it.
+    kept=/root/.cache/gpuenv-uv/$(cksum <"$folder/uv.txt" | cut -d' ' -f1)
+    if ! "$kept/bin/uv" --version >/dev/null 2>&1; then
+      rm -rf "$kept" "$kept.$$"
+      if install_uv "$kept.$$"; then
+        mv -T "$kept.$$" "$kept" 2>/dev/null || rm -rf "$kept.$$"
+      fi
+    fi
+    if "$kept/bin/uv" --version >/dev/null 2>&1; then
+      uv=$kept/bin/uv
+    fi
+  elif install_uv /tmp/gpuenv-uv; then
     uv=/tmp/gpuenv-uv/bin/uv
-  else
-    echo "gpuenv: uv could not be installed from the project's index: installing with pip"
   fi
+  [ -n "$uv" ] || echo "gpuenv: uv could not be installed from the project's index: installing with pip"
 fi
 status=0
 python3 /usr/local/lib/gpuenv/install.py "$folder" ${cached:+"$cached"} ${uv:+--uv "$uv"} || status=$?
