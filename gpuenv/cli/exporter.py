@@ -3,9 +3,11 @@ here only and only when the command runs; the samples come from gpuenv.sharing.m
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +38,20 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _bind_hint(exc: OSError, port: int) -> str:
+    """What to do when the address cannot be bound, by why."""
+    if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+        return (
+            f"that address is not one of this host's: give one of its addresses, or "
+            f"0.0.0.0:{port} for every interface"
+        )
+    if exc.errno == errno.EACCES:
+        return "ports below 1024 need root: pick a port above 1024 (9478 is the default)"
+    if exc.errno == errno.EADDRINUSE:
+        return "something listens there already: pick another port, or stop it"
+    return "pick another address with --listen HOST:PORT"
+
+
 class GpuCollector:
     """Reads the GPUs at each scrape (one scrape at a time) and yields metric families."""
 
@@ -51,10 +67,15 @@ class GpuCollector:
             up = GaugeMetricFamily(
                 "gpuenv_exporter_nvml_up", "1 if the exporter could read the GPUs through NVML."
             )
-            up.add_metric([], 0 if isinstance(host, str) else 1)
+            # A host file is not NVML: 0 there too, so an alert on it never reads a
+            # description as a healthy driver.
+            up.add_metric([], 1 if not isinstance(host, str) and host.source == "nvml" else 0)
             yield up
             if isinstance(host, str):
                 return
+            xid_counts = self.listener.counts
+            if described:  # the file's XIDs, each one seen once
+                xid_counts = Counter((gpu.index, xid) for gpu in host.gpus for xid in gpu.xids)
             try:
                 claims = ClaimStore().claims()
             except (GpuenvError, OSError):
@@ -63,7 +84,7 @@ class GpuCollector:
                 runs = list_runs(engine())
             except GpuenvError:
                 runs = []
-            for family in families(host, holders(claims, runs), self.listener.counts):
+            for family in families(host, holders(claims, runs), xid_counts):
                 kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
                 metric = kind(family.name, family.help, labels=family.labels)
                 for labels, value in family.samples:
@@ -99,8 +120,7 @@ def exporter(listen: str) -> None:
     except OSError as exc:
         listener.stop()
         raise ExporterError(
-            f"cannot listen on {listen}: {exc.strerror or exc}",
-            hint="pick another port with --listen HOST:PORT, or stop what listens there",
+            f"cannot listen on {listen}: {exc.strerror or exc}", hint=_bind_hint(exc, port)
         ) from None
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

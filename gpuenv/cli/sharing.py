@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -19,10 +20,25 @@ from gpuenv.run.doctor import run_checks
 from gpuenv.sharing.idle import duration, load_policy
 
 
+def _interval(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    """A refresh interval a clock can wait: finite and above zero (click's FloatRange
+    lets NaN and infinity through)."""
+    if not math.isfinite(value) or value <= 0:
+        raise click.BadParameter(f"{value} is not a number of seconds above 0 (try 2 or 0.5)")
+    return value
+
+
 @click.command()
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("--json", "as_json", is_flag=True, help="One snapshot as JSON (implies --once).")
-@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.option(
+    "--interval",
+    type=float,
+    default=2.0,
+    show_default=True,
+    callback=_interval,
+    help="Seconds between refreshes (above 0).",
+)
 def top(once: bool, as_json: bool, interval: float) -> None:
     """A live view of every GPU: utilization, memory, temperature, power, health, and
     which run, container and user holds it (NVML's process IDs mapped to containers
@@ -33,7 +49,9 @@ def top(once: bool, as_json: bool, interval: float) -> None:
     ECC errors and a GPU that fell off the bus, each with what to do.
 
     A GPU in MIG mode lists its instances below it (GPU:MIG index, profile, memory, who
-    holds each). NVML rarely reads utilization per instance: it shows n/a, never 0 %."""
+    holds each). NVML rarely reads utilization per instance: it shows n/a, never 0 %.
+
+    Output that is not a terminal (a pipe, a file) gets one snapshot, as with --once."""
     host, rows = top_snapshot(engine)
     if not host.gpus:
         message = f"no NVIDIA GPU on this host ({host.note or host.describe()}): nothing to show"
@@ -46,7 +64,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
         summary = {k: v for k, v in host.to_data().items() if k != "gpus"}
         output.data({"host": summary, "gpus": [r.to_data() for r in rows]})
         return
-    if once:
+    if once or not ui.out.is_terminal:
         ui.table(top_table(host, rows))
         # Findings are messages, not rows: on stderr, so a piped table stays plain rows.
         for line in mig_note(rows) + health_lines([f for row in rows for f in row.health]):

@@ -2,7 +2,8 @@
 stdout (the data a script reads goes through `output`).
 
 Text that comes from elsewhere (file contents, Docker output, GPU names) is printed
-with markup off, so a `[bold]` in it is shown, not interpreted.
+with markup off, so a `[bold]` in it is shown, not interpreted; emoji codes are off
+everywhere, so `/data:x:` stays `/data:x:`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def _make_console(*, stderr: bool) -> Console:
     return _PipeConsole(
         stderr=stderr,
         highlight=False,
+        emoji=False,  # ':x:' in a path or a message is text, never ❌
         soft_wrap=True,
         no_color=plain or None,
         color_system=None if plain else "auto",
@@ -65,7 +67,7 @@ def table(table: Table) -> None:
 
 def _plain(cell: object) -> str:
     """A cell's text without markup; a line break or a tab inside it becomes '; ' / ' '."""
-    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell), emoji=False).plain
     return text.replace("\t", " ").replace("\n", "; ")
 
 

@@ -6,10 +6,51 @@ import contextlib
 import hashlib
 import io
 import os
+import stat
 import tarfile
 import tempfile
 
 from gpuenv.errors import file_error
+
+# The most gpuenv reads of a file a person writes (a spec, a dependency file, a host
+# file): far above any real one, far below what would fill memory.
+MAX_TEXT_BYTES = 16 << 20
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class NotAFile(Exception):
+    """A path gpuenv will not read as a file; the message says why, after the path."""
+
+
+def read_capped(path: str, limit: int = MAX_TEXT_BYTES) -> bytes:
+    """A regular file's bytes. Never waits (a named pipe opens without blocking and is
+    refused) and never reads without end (`/dev/zero`, a file over `limit`): NotAFile.
+    OSError as `open` raises it (missing, permission)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), None)
+            raise NotAFile(f"is {kind}, not a file" if kind else "is not a regular file")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise NotAFile(f"is larger than {limit >> 20} MiB: not a file a person writes")
+    return b"".join(chunks)
 
 
 def atomic_write(path: str, text: str, mode: int = 0o644) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import resource
+import socket
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,6 +33,14 @@ LIBPOD = "/v4.0.0/libpod"  # Podman >= 4.0 (the API version is in the path)
 COMPATIBLE_API = "1.41"  # the Docker API version of Podman 4's compatible API
 RLIMIT_DEFAULT = 1048576  # what rootful Podman gives nofile and nproc by default
 RLIM_INFINITY = 2**64 - 1  # libpod's rlimits are unsigned: -1 is "unlimited"
+CAP_SYS_RESOURCE = 24  # linux/capability.h: may raise a hard rlimit
+# /proc/PID/limits' rows for the rlimits a run names, by libpod's name
+LIMIT_ROWS = {
+    "nofile": "Max open files",
+    "nproc": "Max processes",
+    "memlock": "Max locked memory",
+    "stack": "Max stack size",
+}
 
 
 def docker_name(reference: str) -> str:
@@ -47,8 +57,42 @@ def _limit(value: int) -> int:
     return RLIM_INFINITY if value < 0 else value
 
 
-def libpod_spec(config: Mapping[str, Any], *, rootless: bool) -> dict[str, Any]:
-    """The libpod SpecGenerator for an Engine API create body (the fields gpuenv sets)."""
+def service_limits(socket_path: str) -> dict[str, int] | None:
+    """The hard rlimits of the process serving `socket_path` when it cannot raise them
+    (not root, or root without CAP_SYS_RESOURCE: a container cannot get more than they
+    are, and runc fails with "error setting rlimit"); {} when it can raise them; None when
+    that cannot be known (another machine, a /proc this user cannot read, a socket that
+    systemd made). The process is the socket's peer (SO_PEERCRED)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(2)
+            probe.connect(socket_path)
+            peer = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", peer)
+        if pid <= 1:  # systemd's socket, not the service's
+            return None
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            status = dict(line.partition(":")[::2] for line in handle.read().splitlines())
+        with open(f"/proc/{pid}/limits", encoding="ascii", errors="replace") as handle:
+            rows = handle.read().splitlines()
+    except (OSError, struct.error):
+        return None
+    effective = int(status.get("CapEff", "0").strip() or "0", 16)
+    if uid == 0 and effective >> CAP_SYS_RESOURCE & 1:
+        return {}
+    limits = {}
+    for name, row in LIMIT_ROWS.items():
+        words = next((r[len(row) :].split() for r in rows if r.startswith(row)), [])
+        if len(words) >= 2:
+            limits[name] = RLIM_INFINITY if words[1] == "unlimited" else int(words[1])
+    return limits
+
+
+def libpod_spec(
+    config: Mapping[str, Any], *, rootless: bool, limits: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The libpod SpecGenerator for an Engine API create body (the fields gpuenv sets).
+    `limits`: what `service_limits` read of the service."""
     host = config.get("HostConfig") or {}
     env = dict(e.split("=", 1) for e in config.get("Env") or () if "=" in e)
     spec: dict[str, Any] = {
@@ -72,7 +116,7 @@ def libpod_spec(config: Mapping[str, Any], *, rootless: bool) -> dict[str, Any]:
         spec["userns"] = {"nsmode": "keep-id"}
     optional = {
         "mounts": _mounts(host),
-        "r_limits": _rlimits(host),
+        "r_limits": _rlimits(host, limits),
         "ipcns": {"nsmode": host["IpcMode"]} if host.get("IpcMode") else None,
         "shm_size": int(host["ShmSize"]) if host.get("ShmSize") else None,
         "resource_limits": (
@@ -96,22 +140,33 @@ def _mounts(host: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _rlimits(host: Mapping[str, Any]) -> list[dict[str, Any]]:
-    limits = [
+def _rlimits(host: Mapping[str, Any], service: Mapping[str, int] | None) -> list[dict[str, Any]]:
+    """The create body's rlimits, each at most what the service may grant. A spec that
+    names any rlimit gets nofile and nproc of 1048576 from rootful Podman unless it names
+    them too (podman pkg/specgen/generate/oci.go addRlimits), which a service that cannot
+    raise its own limits refuses. So: a service that can raise them is left to choose
+    them; one that cannot gets its own hard limits named; where that is not known, this
+    process's own limits are named (a service on this machine usually has them)."""
+    limits: list[dict[str, Any]] = [
         {"type": str(u["Name"]).lower(), "soft": _limit(u["Soft"]), "hard": _limit(u["Hard"])}
         for u in host.get("Ulimits") or ()
     ]
     if not limits:
         return []
-    # A spec that names any rlimit gets nofile and nproc of 1048576 from rootful Podman
-    # unless it names them too (podman pkg/specgen/generate/oci.go addRlimits; the CLI
-    # sends containers.conf's default_ulimits), which a service that cannot raise its own
-    # limits refuses: name them, at this process's own limits.
-    named = {limit["type"] for limit in limits}
-    for name, number in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
-        if name not in named:
+    if service is None:
+        service = {}
+        for name, number in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
             _, hard = resource.getrlimit(number)
-            hard = RLIMIT_DEFAULT if hard == resource.RLIM_INFINITY else min(hard, RLIMIT_DEFAULT)
+            service[name] = RLIMIT_DEFAULT if hard == resource.RLIM_INFINITY else hard
+    for limit in limits:
+        cap = service.get(limit["type"])
+        if cap is not None:
+            limit["hard"] = min(limit["hard"], cap)
+            limit["soft"] = min(limit["soft"], limit["hard"])
+    named = {limit["type"] for limit in limits}
+    for name in ("nofile", "nproc"):
+        if name not in named and name in service:
+            hard = min(service[name], RLIMIT_DEFAULT)
             limits.append({"type": name, "soft": hard, "hard": hard})
     return limits
 
@@ -207,7 +262,9 @@ class PodmanEngine(DockerEngine):
         ]
 
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
-        spec = libpod_spec(config, rootless=self.rootless)
+        local = self.host.startswith("unix://")
+        limits = service_limits(self.host.removeprefix("unix://")) if local else None
+        spec = libpod_spec(config, rootless=self.rootless, limits=limits)
         if name:  # libpod's SpecGenerator names the container in the body, not the query
             spec["name"] = name
         url = f"{self.api.base_url}{LIBPOD}/containers/create"

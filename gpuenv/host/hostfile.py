@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from gpuenv.common.checker import Checker
+from gpuenv.common.files import NotAFile, read_capped
 from gpuenv.common.platforms import PLATFORMS
 from gpuenv.common.yamlfile import Path, YamlSyntaxError, parse_json
 from gpuenv.errors import HostFileError, file_error
@@ -54,8 +55,9 @@ def load_host_file(path: str) -> Host:
     """Read and validate a host description; HostFileError lists every problem."""
     where = f"{HOST_FILE_ENV}={path}"
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        raw = read_capped(path)
+    except NotAFile as exc:
+        raise HostFileError.single(where, f"cannot read the host file: it {exc}") from None
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         raise HostFileError.single(where, f"cannot read the host file: {exc.strerror}") from None
     except OSError as exc:  # permissions, I/O: the file is there but cannot be read

@@ -108,6 +108,17 @@ class Host:
             ],
         }
 
+    def without_driver(self) -> tuple[str, str]:
+        """Why no driver is known, and how to give one: a host file that names none is
+        not "this host"."""
+        if self.source.startswith("file:"):
+            path = self.source.removeprefix("file:")
+            return f"the host file {path} names no driver", f'add "driver" (and "gpus") to {path}'
+        return (
+            "no NVIDIA driver on this host",
+            "describe the target with --driver/--gpu to plan for it",
+        )
+
     def describe(self) -> str:
         """One line: ``driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through NVML)``."""
         driver = f"driver {self.driver}" if self.driver else "no NVIDIA driver"

@@ -9,6 +9,7 @@ import os
 
 import yaml
 
+from gpuenv.common.files import NotAFile
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
     CONDA_PROVIDED_BY_IMAGE,
@@ -17,16 +18,18 @@ from gpuenv.project.packages import (
     normalize,
 )
 from gpuenv.project.pyproject import add_requirement, line_of, where_in
-from gpuenv.project.sources import OPTION, Collected, read_option
+from gpuenv.project.sources import OPTION, Collected, read_option, read_project_file
 
 
 def read_environment(project_dir: str, relative: str, into: Collected) -> dict[str, str]:
     """The ``pip:`` requirements of a conda environment file (read as requirement lines);
     conda packages flagged. Returns the conda packages' versions by name (python, ...)."""
     try:
-        with open(os.path.join(project_dir, relative), encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_project_file(project_dir, relative).decode("utf-8")
         data = yaml.safe_load(text)
+    except NotAFile as exc:
+        into.problem(relative, None, str(exc))
+        return {}
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError) as exc:
         into.problem(relative, None, f"cannot read: {exc}")
         return {}

@@ -27,11 +27,12 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from gpuenv.common.files import NotAFile
 from gpuenv.errors import Problem, SpecError
 from gpuenv.project.dependencies import read_sources
 from gpuenv.project.packages import FRAMEWORK_PACKAGES, IMPLIES
 from gpuenv.project.pyproject import build_requirements, declared_requirements, table
-from gpuenv.project.sources import Collected, Dependency, environment
+from gpuenv.project.sources import Collected, Dependency, environment, read_project_file
 from gpuenv.project.spec import GpuRequest, default_name
 
 ENVIRONMENT_FILES = ("environment.yml", "environment.yaml")
@@ -161,8 +162,8 @@ def _read_pyproject(root: Path, sources: list[str]) -> dict[str, Any]:
     if "pyproject.toml" not in sources:
         return {}
     try:
-        pyproject = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+        pyproject = tomllib.loads(read_project_file(str(root), "pyproject.toml").decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError, NotAFile):
         return {}  # read_sources reports it, located
     if not _declares(pyproject, root):
         sources.remove("pyproject.toml")
@@ -257,9 +258,14 @@ def _choose(detected: Detected, framework: str, items: list[Dependency], *, impl
 
 
 def _python(root: Path, detected: Detected, collected: Collected, data: dict[str, Any]) -> None:
-    version_file = root / ".python-version"
-    if version_file.is_file():
-        words = version_file.read_text(encoding="utf-8", errors="replace").split()
+    if (root / ".python-version").is_file():
+        try:
+            text = read_project_file(str(root), ".python-version")
+        except (OSError, NotAFile) as exc:
+            reason = f"it {exc}" if isinstance(exc, NotAFile) else exc.strerror or str(exc)
+            detected.also.append(f".python-version: not read: {reason}")
+            text = b""
+        words = text.decode("utf-8", errors="replace").split()
         series = _python_series(words[0]) if words else None
         if series:
             detected.python = series

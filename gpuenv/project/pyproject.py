@@ -21,12 +21,19 @@ from typing import Any
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
+from gpuenv.common.files import NotAFile
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
     framework_index,
     normalize,
 )
-from gpuenv.project.sources import Collected, Dependency, environment, parse_requirement
+from gpuenv.project.sources import (
+    Collected,
+    Dependency,
+    environment,
+    parse_requirement,
+    read_project_file,
+)
 
 UV_LOCK = "uv.lock"
 
@@ -41,8 +48,10 @@ def load_toml(project_dir: str, relative: str, into: Collected) -> dict[str, Any
     """The TOML document, or None with a located problem (an unparsable pyproject is an
     error, never "nothing declared")."""
     try:
-        with open(os.path.join(project_dir, relative), "rb") as handle:
-            data = tomllib.load(handle)
+        data = tomllib.loads(read_project_file(project_dir, relative).decode("utf-8"))
+    except NotAFile as exc:
+        into.problem(relative, None, str(exc))
+        return None
     except tomllib.TOMLDecodeError as exc:
         line = _toml_line(str(exc))
         into.problem(relative, line, f"is not valid TOML: {exc}")
@@ -67,12 +76,12 @@ def _toml_line(message: str) -> int | None:
 def line_of(project_dir: str, relative: str, needle: str) -> int | None:
     """The first line of the file that contains `needle` (for messages)."""
     try:
-        with open(os.path.join(project_dir, relative), encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if needle in line:
-                    return number
-    except (OSError, UnicodeDecodeError):
+        text = read_project_file(project_dir, relative).decode("utf-8")
+    except (OSError, NotAFile, UnicodeDecodeError):
         return None
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return number
     return None
 
 

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from gpuenv.common.files import NotAFile, read_capped
 from gpuenv.errors import Problem, SpecError, file_error
 from gpuenv.project.packages import framework_index, normalize
 from gpuenv.project.spec import inside_project
@@ -165,6 +166,19 @@ def parse_requirement(text: str) -> Requirement:
     return Requirement(cleaned)
 
 
+def read_project_file(project_dir: str, relative: str) -> bytes:
+    """A file of the project, read as `read_capped` reads (no named pipe, no device, no
+    endless file); a link that leads out of the project folder is refused, so no message
+    ever quotes a file outside it. NotAFile says why; OSError as `open` raises it."""
+    if not inside_project(project_dir, relative):
+        target = os.path.realpath(os.path.join(project_dir, relative))
+        raise NotAFile(
+            f"is a link to {target}, outside the project folder: gpuenv reads only the "
+            "project's own files (copy that file into the project)"
+        )
+    return read_capped(os.path.join(project_dir, relative))
+
+
 def read_requirements_file(project_dir: str, relative: str, into: Collected) -> None:
     """Read `relative` and everything it includes into `into` (problems collected)."""
     _read(project_dir, PurePosixPath(relative).as_posix(), into, constraint=False, chain=())
@@ -177,10 +191,12 @@ def _read(
         return
     path = os.path.join(project_dir, relative)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_project_file(project_dir, relative).decode("utf-8")
     except UnicodeDecodeError:
         into.problem(relative, None, "is not UTF-8 text")
+        return
+    except NotAFile as exc:
+        into.problem(relative, None, str(exc))
         return
     except (FileNotFoundError, NotADirectoryError) as exc:
         into.problem(relative, None, f"cannot read: {exc.strerror or exc}")

@@ -80,10 +80,10 @@ def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list
             "check the image's release notes before relying on it"
         )
     if host.driver is None:
+        why, fix = host.without_driver()
         out.append(
-            "no NVIDIA driver on this host: driver and GPU checks were skipped "
-            f"(this image needs driver ≥ {chosen.min_driver or 'unknown'}); "
-            "describe the target with --driver/--gpu to plan for it"
+            f"{why}: driver and GPU checks were skipped "
+            f"(this image needs driver ≥ {chosen.min_driver or 'unknown'}); {fix}"
         )
     elif chosen.driver_route and chosen.driver_route.startswith("CUDA forward"):
         out.append(

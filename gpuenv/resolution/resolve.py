@@ -172,7 +172,7 @@ def _driver_check(
 ) -> tuple[Rejection | None, str | None, str | None]:
     minimum = effective_min_driver(row, matrix)
     if host.driver is None:
-        return None, minimum, "not checked (no NVIDIA driver on this host)"
+        return None, minimum, f"not checked ({host.without_driver()[0]})"
     if minimum is None:
         return Rejection("driver", "its minimum driver is not recorded in the matrix"), None, None
     driver = driver_tuple(host.driver)

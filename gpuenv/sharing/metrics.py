@@ -192,9 +192,9 @@ def _clock_event_reasons(gpus: _LabelledGpus) -> Family:
 
 def _ecc(gpus: _LabelledGpus) -> Family:
     ecc = Family(
-        PREFIX + "ecc_errors",
+        PREFIX + "ecc_errors",  # a counter: exposed as ..._total (OpenMetrics)
         "ECC errors since the driver loaded (NVML volatile counts).",
-        "gauge",
+        "counter",
         (*GPU_LABELS, "type"),
     )
     for gpu, labels in gpus:
@@ -212,15 +212,18 @@ def _health(gpus: _LabelledGpus) -> Family:
         (*GPU_LABELS, "kind", "severity"),
     )
     for gpu, labels in gpus:
-        for finding in assess(gpu):
-            health.samples.append(((*labels, finding.kind, finding.severity), 1))
+        # One sample per kind and severity: two XIDs are one problem of kind xid here
+        # (a series listed twice is invalid exposition); xid_errors counts them.
+        found = dict.fromkeys((finding.kind, finding.severity) for finding in assess(gpu))
+        for kind, severity in found:
+            health.samples.append(((*labels, kind, severity), 1))
     return health
 
 
 def _xids(gpus: _LabelledGpus, xid_counts: Mapping[tuple[int, int], int]) -> Family:
     xids = Family(
         PREFIX + "xid_errors",
-        "XID errors NVML reported since the exporter started.",
+        "XID errors NVML reported since the exporter started (a host file's, as listed).",
         "counter",
         (*GPU_LABELS, "xid"),
     )

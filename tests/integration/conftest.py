@@ -11,7 +11,6 @@ import json
 import os
 import pwd
 import re
-import resource
 import shutil
 import socket
 import subprocess
@@ -243,21 +242,6 @@ def registry(docker_host: str) -> str:
     except (OSError, ValueError):
         _missing(f"no test registry answers at GPUENV_TEST_REGISTRY={address!r}")
     return address
-
-
-def podman_service_limits(address: str) -> None:
-    """Run below the service's own process limits: rootful Podman gives a container
-    this process's nofile/nproc (`engine.podman`), which the service must be able to set."""
-    pidfile = Path(address.removeprefix("unix://")).with_suffix(".pid")
-    pid = pidfile.read_text().strip() if pidfile.exists() else ""
-    limits = Path(f"/proc/{pid}/limits").read_text() if pid else ""
-    for line in limits.splitlines():
-        for name, number in (("Max processes", resource.RLIMIT_NPROC),):
-            if line.startswith(name) and line.split()[3].isdigit():
-                hard = int(line.split()[3])
-                soft, current = resource.getrlimit(number)
-                if current == resource.RLIM_INFINITY or current > hard:
-                    resource.setrlimit(number, (min(soft, hard), hard))
 
 
 def registry_digest(registry: str, repository: str, tag: str) -> str:

@@ -28,7 +28,6 @@ from .conftest import (
     _missing,
     docker,
     engine_api,
-    podman_service_limits,
 )
 
 pytestmark = pytest.mark.integration
@@ -97,8 +96,6 @@ def engine_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     address = os.environ.get(variable, "")
     if not address:
         _missing(f"no {request.param} engine for builds ({variable})")
-    if request.param != "docker":
-        podman_service_limits(address)  # the test's run
     yield {
         "DOCKER_HOST": address,
         "CONTAINER_HOST": address,

@@ -25,7 +25,7 @@ from gpuenv.engine.protocol import Engine, Event, Frame, frames
 from gpuenv.errors import EngineError, EngineRefused, PullError
 from gpuenv.images.progress import PullProgress
 
-from .conftest import _missing, podman_service_limits, registry_digest
+from .conftest import _missing, registry_digest
 
 pytestmark = pytest.mark.integration
 
@@ -57,8 +57,6 @@ def endpoint(request: pytest.FixtureRequest, docker_host: str) -> Endpoint:
         _missing(f"no test engine for {request.param}: {variable} is not set")
     if address.startswith("unix://") and not os.path.exists(address.removeprefix("unix://")):
         _missing(f"no test engine for {request.param} at {variable}={address!r}")
-    if adapter is PodmanEngine:
-        podman_service_limits(address)
     return Endpoint(request.param, adapter, address)
 
 
@@ -100,7 +98,7 @@ def container_config(image: str, command: str) -> dict[str, Any]:
         "AttachStdout": True,
         "AttachStderr": True,
         # As a run names its limits: then engine.podman names nofile and nproc too, at
-        # this process's own (which podman_service_limits keeps below the service's).
+        # most the service's own (engine.podman.service_limits).
         "HostConfig": {"Ulimits": [{"Name": "stack", "Soft": 8388608, "Hard": 8388608}]},
     }
 

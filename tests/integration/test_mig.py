@@ -21,7 +21,7 @@ from gpuenv.engine.podman import PodmanEngine
 from tests.scripted_nvml import ScriptedNvml, gpu, mig_gpu, mig_uuid, scenario
 
 from ..jsonschemas import validate_output
-from .conftest import Installed, Project, docker, podman_service_limits
+from .conftest import Installed, Project, docker
 from .test_podman import _service
 from .test_shared import _container, _popen
 
@@ -113,7 +113,6 @@ def test_a_named_instance_reaches_the_engine_and_top(
 def podman_mig(mig_project: tuple[Project, ScriptedNvml]) -> Iterator[Project]:
     folder = Path(os.environ.get("GPUENV_TEST_CDI_DIR", ""))
     address = _service("GPUENV_TEST_PODMAN")
-    podman_service_limits(address)
     devices = [
         {"name": name, "containerEdits": {"deviceNodes": [{"path": path, "hostPath": host}]}}
         for name, (path, host) in {**NODES, **BY_INDEX}.items()

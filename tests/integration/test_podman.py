@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import resource
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 from gpuenv.engine.podman import PodmanEngine
 
-from .conftest import Installed, Project, _missing, podman_service_limits, registry_digest
+from .conftest import Installed, Project, _missing, registry_digest
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,6 @@ def cdi_dir() -> Iterator[Path]:
 @pytest.fixture
 def rootful(make_project, cdi_dir: Path, tmp_path: Path) -> Iterator[Project]:
     address = _service("GPUENV_TEST_PODMAN")
-    podman_service_limits(address)
     engine = PodmanEngine(address)
     before = {c["Id"] for c in engine.containers("io.gpuenv.run")}
     made = make_project(spec="gpus: all\n")
@@ -263,7 +263,6 @@ def test_pull_pins_the_digest_and_images_lists_the_build_rootful(
     make_project, registry: str
 ) -> None:
     address = _service("GPUENV_TEST_PODMAN")
-    podman_service_limits(address)
     engine = PodmanEngine(address)
     project = make_project()
     expected = registry_digest(registry, "nvidia/pytorch", "24.06-py3")
@@ -285,3 +284,39 @@ def test_pull_pins_the_digest_and_images_lists_the_build_rootful(
     finally:
         for image in engine.images(f"io.gpuenv.project={project.name}"):
             engine.remove_image(image.id)
+
+
+def _service_process(address: str) -> int:
+    """The pid of the `podman system service` that listens on `address` (its command
+    line names the socket)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words[0].endswith(b"podman") and b"service" in words and address.encode() in words:
+            return int(entry)
+    raise AssertionError(f"no podman process serves {address}")
+
+
+def test_a_run_asks_for_no_rlimit_the_service_cannot_grant(rootful: Project) -> None:
+    """The test service's nproc is below this process's: a run still starts (runc
+    would fail with "error setting rlimit type 6" if gpuenv asked for this process's
+    own), with the service's limit, or Podman's default where the service may raise."""
+    address = rootful.env["DOCKER_HOST"]
+    pid = _service_process(address)
+    limits = Path(f"/proc/{pid}/limits").read_text().splitlines()
+    row = next(line for line in limits if line.startswith("Max processes")).split()
+    service = resource.RLIM_INFINITY if row[3] == "unlimited" else int(row[3])
+    _, mine = resource.getrlimit(resource.RLIMIT_NPROC)
+    assert mine == resource.RLIM_INFINITY or mine > service, (
+        f"the test service's nproc ({service}) is not below this process's ({mine}): "
+        "the case is not exercised"
+    )
+    status = Path(f"/proc/{pid}/status").read_text()
+    effective = int(status.split("CapEff:")[1].split()[0], 16)
+    can_raise = os.stat(f"/proc/{pid}").st_uid == 0 and effective >> 24 & 1
+    shown = rootful.ok("run", "--gpus", "none", "--", "sh", "-c", "ulimit -Hu").stdout.split()
+    assert int(shown[-1]) == (1048576 if can_raise else min(service, 1048576)), shown

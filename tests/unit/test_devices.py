@@ -5,6 +5,7 @@ scripted hosts and engines, the DeviceRequests for a grant; and the engine seam'
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,57 @@ def test_podmans_create_body() -> None:
     assert "userns" not in rootful
     as_root = libpod_spec({**CREATE, "User": "0:0"}, rootless=True)
     assert "userns" not in as_root
+
+
+@pytest.mark.parametrize(
+    ("service", "expected"),
+    [
+        # a service that can raise its limits (root with CAP_SYS_RESOURCE): left to
+        # choose nofile and nproc itself (rootful Podman: 1048576)
+        ({}, {"memlock": RLIM_INFINITY, "stack": 67108864}),
+        # one that cannot: nothing above its own hard limits is asked for
+        (
+            {"nofile": 20000, "nproc": 4096, "memlock": 65536, "stack": RLIM_INFINITY},
+            {"memlock": 65536, "stack": 67108864, "nofile": 20000, "nproc": 4096},
+        ),
+        # limits above Podman's own default are named at that default
+        (
+            {"nofile": 2**30, "nproc": RLIM_INFINITY, "memlock": RLIM_INFINITY},
+            {"memlock": RLIM_INFINITY, "stack": 67108864, "nofile": 1048576, "nproc": 1048576},
+        ),
+    ],
+)
+def test_podman_asks_for_no_rlimit_the_service_cannot_grant(
+    service: dict[str, int], expected: dict[str, int]
+) -> None:
+    body = libpod_spec(CREATE, rootless=False, limits=service)
+    hard = {limit["type"]: limit["hard"] for limit in body["r_limits"]}
+    assert hard == expected
+    assert all(limit["soft"] <= limit["hard"] for limit in body["r_limits"])
+
+
+def test_the_services_limits_are_read_from_the_process_that_serves(tmp_path: Path) -> None:
+    """The peer of a unix socket this process serves is this process: its limits (or {}
+    where it may raise them), as /proc says."""
+    import resource
+    import socket
+
+    from gpuenv.engine.podman import service_limits
+
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        limits = service_limits(path)
+    assert limits is not None
+    status = Path("/proc/self/status").read_text()
+    effective = int(status.split("CapEff:")[1].split()[0], 16)
+    if os.getuid() == 0 and effective >> 24 & 1:
+        assert limits == {}
+    else:
+        _, nproc = resource.getrlimit(resource.RLIMIT_NPROC)
+        assert limits["nproc"] == (RLIM_INFINITY if nproc == resource.RLIM_INFINITY else nproc)
+    assert service_limits(str(tmp_path / "none.sock")) is None  # nobody serves it
 
 
 def test_podman_refuses_the_legacy_request() -> None:

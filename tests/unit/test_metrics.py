@@ -3,8 +3,17 @@ prometheus_client's own text format, on the scripted NVML."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 import time
+from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpuenv.cli import main
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.metrics import Holder, families, holders
@@ -144,3 +153,71 @@ def test_mig_instances_are_samples_with_their_holder() -> None:
         (("0", M01, "1g.10gb", "demo", "alice", ""), 1),
         (("0", M02, "2g.20gb", "", "", ""), 1),
     ]
+
+
+def test_a_host_file_is_served_with_its_xids_and_nvml_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A described host is not NVML: nvml_up is 0 (an alert on it never reads a file as a
+    healthy driver); the file's XIDs are exported; cumulative counts end in _total."""
+    from gpuenv.cli.exporter import GpuCollector
+    from gpuenv.host.nvml import NvmlListener
+
+    described = tmp_path / "host.json"
+    described.write_text(
+        json.dumps(
+            {
+                "driver": "550.54.15",
+                "gpus": [
+                    {"name": "A100", "uuid": "GPU-0", "xids": [79, 48, 79], "ecc_uncorrected": 2}
+                ],
+            }
+        )
+    )
+    monkeypatch.setenv("GPUENV_HOST_FILE", str(described))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GpuCollector(NvmlListener()))
+    text = generate_latest(registry).decode()
+    assert "gpuenv_exporter_nvml_up 0.0" in text
+    labels = 'gpu="0",project="",run="",user="",uuid="GPU-0"'
+    assert f'gpuenv_gpu_xid_errors_total{{{labels},xid="79"}} 2.0' in text
+    assert f'gpuenv_gpu_xid_errors_total{{{labels},xid="48"}} 1.0' in text
+    ecc = 'gpu="0",project="",run="",type="uncorrected",user="",uuid="GPU-0"'  # sorted
+    assert f"gpuenv_gpu_ecc_errors_total{{{ecc}}} 2.0" in text
+    series = [line.rpartition(" ")[0] for line in text.splitlines() if not line.startswith("#")]
+    assert len(series) == len(set(series)), "a series listed twice"
+    types = [line.split()[2:] for line in text.splitlines() if line.startswith("# TYPE")]
+    counted = [name for name, kind in types if kind == "counter"]
+    assert counted, types
+    for name in counted:  # each counter is NAME_total, and so are its samples
+        assert name.endswith("_total") and f"\n{name}{{" in text, name
+
+
+@pytest.mark.parametrize(
+    ("listen", "hint"),
+    [
+        # TEST-NET-1 (RFC 5737): never one of this host's addresses
+        ("192.0.2.1:9478", "that address is not one of this host's"),
+        ("[2001:db8::1]:9478", "that address is not one of this host's"),
+    ],
+)
+def test_an_address_this_host_does_not_have_gets_the_right_hint(listen: str, hint: str) -> None:
+    result = CliRunner().invoke(main, ["exporter", "--listen", listen])
+    assert result.exit_code == 20, result.output
+    assert f"cannot listen on {listen}" in result.stderr
+    assert hint in result.stderr and "0.0.0.0:9478" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("number", "said"),
+    [
+        (errno.EADDRNOTAVAIL, "not one of this host's"),
+        (errno.EACCES, "ports below 1024 need root"),
+        (errno.EADDRINUSE, "something listens there already"),
+        (errno.EIO, "pick another address"),
+    ],
+)
+def test_bind_hints_by_reason(number: int, said: str) -> None:
+    from gpuenv.cli.exporter import _bind_hint
+
+    assert said in _bind_hint(OSError(number, os.strerror(number)), 9478)

@@ -231,3 +231,19 @@ def test_kubernetes_refuses_instances_by_uuid() -> None:
     with pytest.raises(UsageError, match="a Kubernetes Job cannot ask for devices by UUID"):
         kubernetes_manifests(project, IMAGE, ["x"], {}, gpus=2, shm_size=2**30, uid=1, gid=1)
     assert _mig_limits(project, 2, "1g.10gb") == {"nvidia.com/mig-1g.10gb": 2}
+
+
+def test_top_into_a_pipe_prints_one_snapshot(mig_machine: str) -> None:
+    """Output that is not a terminal gets rows (as with --once), never a live view that
+    prints nothing and waits for ever (the runner's output is not a terminal)."""
+    result = CliRunner().invoke(main, ["top"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+    assert {"0", "0:0", "0:1", "0:2"} <= set(rows), result.stdout
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "inf", "-inf", "NaN"])
+def test_top_refuses_an_interval_no_clock_can_wait(interval: str) -> None:
+    result = CliRunner().invoke(main, ["top", "--interval", interval])
+    assert result.exit_code == 2, result.output
+    assert "not a number of seconds above 0" in result.stderr
