@@ -25,6 +25,7 @@ from gpuenv.project.packages import (
     COMPILES_AGAINST_TORCH,
     COUPLED,
     FRAMEWORK_PACKAGES,
+    build_label,
     companion_series,
 )
 from gpuenv.project.pyproject import read_pyproject
@@ -124,6 +125,13 @@ class InstallPlan:
         out = [str(flag) for flag in self.flags]
         for pin in self.image:
             wanted = pin.specifier or "unpinned"
+            label = build_label(pin.specifier)
+            if label:
+                out.append(
+                    f"{pin.where}: {pin.name}{pin.specifier}: +{label} names "
+                    f"{_label_text(label)}; the image's own build replaces it (the pin is "
+                    f"read as {pin.name}{pin.specifier.partition('+')[0]})"
+                )
             if pin.hold:
                 out.append(
                     f"{pin.where}: {pin.name} ({wanted}) left to the image; if the image lacks "
@@ -144,6 +152,15 @@ class InstallPlan:
                 "installed without build isolation, unless the image ships it"
             )
         return out
+
+
+def _label_text(label: str) -> str:
+    """``cu121`` -> "a build for CUDA 12.1" (pytorch.org's wheel index names)."""
+    if label.startswith("cu") and label[2:].isdigit() and len(label) >= 5:
+        return f"a build for CUDA {label[2:-1]}.{label[-1]}"
+    if label == "cpu":
+        return "a CPU-only build"
+    return f"a build for {label.upper() if label == 'xpu' else 'ROCm ' + label[4:]}"
 
 
 def plan_install(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 # The framework distributions themselves (a direct pin names the framework).
@@ -232,18 +232,34 @@ def companion_series(torch_version: str, package: str) -> str | None:
     return COMPANIONS.get(torch_series, {}).get(package)
 
 
+def build_label(version: str) -> str | None:
+    """The CUDA/CPU build label of a pin's local version (pytorch.org's ``+cu121``,
+    ``+cpu``, ``+rocm6.0``): a build for another toolkit that the image's own build
+    replaces; None for any other local version (an exact build).
+
+    >>> build_label("2.3.1+cu121"), build_label("2.5.0a0+e000cf0"), build_label("2.3.1")
+    ('cu121', None, None)
+    """
+    local = version.partition("+")[2].lower()
+    return local if re.fullmatch(r"cu\d+|cpu|rocm[\d.]+|xpu", local) else None
+
+
 def ngc_satisfies(specifier: str, shipped: str) -> bool:
     """Whether a version NVIDIA ships satisfies a project's specifier, in the NGC sense.
 
     NGC builds are development builds named after the next release of their series
     (``0.20.0a0+afc54f7`` in the month torchvision 0.20.1 is current), so an exact pin
-    (``==0.20.1``) is satisfied by any build of the same major.minor series; any other
-    specifier is checked against the release the build precedes (``0.20.0``).
-    images/ngc/files/install.py keeps a standalone copy for the image's own Python;
-    tests/unit/test_ngc_pins.py runs one table through both.
+    (``==0.20.1``) is satisfied by any such build of the same major.minor series; an
+    exact pin against a release (``0.4.33``) is exact: ``==0.4.35`` is not it. A pin's
+    CUDA build label (``==2.3.1+cu121``) is a build the image replaces: the pin is read
+    as ``==2.3.1``. Any other specifier is checked against the release the build
+    precedes (``0.20.0``). images/ngc/files/install.py keeps a standalone copy for the
+    image's own Python; tests/unit/test_ngc_pins.py runs one table through both.
 
     >>> ngc_satisfies("==0.20.1", "0.20.0a0+afc54f7"), ngc_satisfies("==0.21.0", "0.20.0a0")
     (True, False)
+    >>> ngc_satisfies("==0.4.35", "0.4.33"), ngc_satisfies("==2.3.1+cu121", "2.3.0a0+1767026")
+    (False, True)
     >>> ngc_satisfies(">=2.5.1", "2.5.0a0+e000cf0ad9"), ngc_satisfies(">=2.4", "2.5.0a0")
     (False, True)
     >>> ngc_satisfies("", "2.5.0a0")
@@ -261,10 +277,15 @@ def ngc_satisfies(specifier: str, shipped: str) -> bool:
                 pinned = Version(item.version)
             except InvalidVersion:
                 return False
+            if build_label(item.version):
+                pinned = Version(pinned.public)
             if pinned.is_prerelease or pinned.local is not None:
-                if not item.contains(build, prereleases=True):
+                if not Specifier(f"=={pinned}").contains(build, prereleases=True):
                     return False
-            elif pinned.release[:2] != build.release[:2]:
+            elif build.is_prerelease or build.local is not None:
+                if pinned.release[:2] != build.release[:2]:
+                    return False
+            elif Version(build.public) != pinned:
                 return False
         elif not item.contains(base, prereleases=True):
             return False

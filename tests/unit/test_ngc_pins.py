@@ -39,6 +39,17 @@ CASES = [
     ("==2.5", "2.5.0a0+e000cf0ad9", True),
     ("==2.5.1", "2.5.1", True),
     ("==3.5.1", "2.5.1", False),
+    # An exact pin against a release is exact (issue 22: jax==0.4.35 is not NGC JAX
+    # 24.10's 0.4.33, per its release notes); trailing zeros are the same version.
+    ("==0.4.35", "0.4.33", False),
+    ("==0.4.33", "0.4.33", True),
+    ("==2.5", "2.5.0", True),
+    ("==1.26", "1.26.4", False),
+    # pytorch.org's CUDA build label: a build the image replaces, read as the plain pin.
+    ("==2.3.1+cu121", "2.3.0a0+40ec155e58", True),
+    ("==2.3.1+cu121", "2.3.1", True),
+    ("==2.3.1+cpu", "2.4.0a0+f70bd71a48", False),
+    ("==0.18.1+rocm6.0", "0.18.0a0", True),
     # An exact pin of a pre-release or a local version: that build exactly.
     ("==2.5.0a0+e000cf0ad9", "2.5.0a0+e000cf0ad9", True),
     ("==2.5.0a0+other", "2.5.0a0+e000cf0ad9", False),

@@ -32,22 +32,29 @@ line is "gpuenv: failed: NAME (FILE:LINE): the installer's reason".
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
 
 try:
     from packaging.requirements import Requirement
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 except ImportError:  # every pip vendors it
     from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from pip._vendor.packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
     from pip._vendor.packaging.utils import canonicalize_name
     from pip._vendor.packaging.version import InvalidVersion, Version
 
 KEPT = ("torch", "torchvision", "torchaudio", "torchtext", "triton", "tensorflow", "jax", "jaxlib")
+
+
+def build_label(version):
+    """gpuenv.project.packages.build_label: pytorch.org's +cu121, +cpu, +rocm6.0."""
+    local = version.partition("+")[2].lower()
+    return local if re.fullmatch(r"cu\d+|cpu|rocm[\d.]+|xpu", local) else None
 
 
 def satisfies(specifier, shipped):
@@ -65,10 +72,15 @@ def satisfies(specifier, shipped):
                 pinned = Version(item.version)
             except InvalidVersion:
                 return False
+            if build_label(item.version):
+                pinned = Version(pinned.public)
             if pinned.is_prerelease or pinned.local is not None:
-                if not item.contains(build, prereleases=True):
+                if not Specifier("==" + str(pinned)).contains(build, prereleases=True):
                     return False
-            elif pinned.release[:2] != build.release[:2]:
+            elif build.is_prerelease or build.local is not None:
+                if pinned.release[:2] != build.release[:2]:
+                    return False
+            elif Version(build.public) != pinned:
                 return False
         elif not item.contains(base, prereleases=True):
             return False
@@ -250,7 +262,7 @@ def main(folder, options):
             else:
                 conflicts.append(f"{name}{specifier} ({where}): the image has {name} {have} "
                                  "(NVIDIA's build, kept); pin that series or choose another image")
-        elif hold and satisfies(specifier, f"{hold}.0"):
+        elif hold and satisfies(specifier, f"{hold}.0a0"):  # a build of that series
             print(f"gpuenv: {wanted} ({where}): not in the image; installing {name}=={hold}.* "
                   "(the build for the image's torch) without dependencies")
             companions.append(f"{name}=={hold}.*")

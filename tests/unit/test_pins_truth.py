@@ -1,0 +1,79 @@
+"""What users pin, replayed as a new user writes it (issue 22, item 1): an exact pin no
+image ships is refused, and pytorch.org's CUDA build label is read as the plain pin and
+named as what the image replaces. The expected versions are the matrix rows', each with
+its source in matrices/ (named per case)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuenv.cli import main
+
+H100 = ["--driver", "560.35.03", "--gpu", "H100"]
+
+
+def init(project: Path, requirements: str) -> Result:
+    (project / "requirements.txt").write_text(requirements)
+    return CliRunner().invoke(main, ["-C", str(project), "init", *H100])
+
+
+@pytest.mark.parametrize(
+    ("requirements", "refused", "shipped"),
+    [
+        # matrices/ngc-jax.yaml 24.10-py3: framework_version 0.4.33 (JAX release notes)
+        ("jax[cuda12]==0.4.35\n", "jax==0.4.35 (requirements.txt:1)", "ships jax 0.4.33"),
+        # matrices/ngc-jax.yaml 24.04-py3: 0.4.26 (image metadata)
+        ("jax==0.4.27\n", "jax==0.4.27 (requirements.txt:1)", "ships jax 0.4.26"),
+    ],
+)
+def test_an_exact_pin_no_image_ships_is_refused(
+    tmp_path: Path, requirements: str, refused: str, shipped: str
+) -> None:
+    result = init(tmp_path, requirements)
+    assert result.exit_code == 4, result.output
+    said = " ".join(result.stderr.split())
+    assert f"no image ships what the project pins: {refused}" in said
+    assert shipped in said
+    assert not (tmp_path / "gpuenv.lock").exists()
+
+
+def test_an_exact_pin_an_image_ships_is_taken(tmp_path: Path) -> None:
+    result = init(tmp_path, "jax==0.4.33\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "nvcr.io/nvidia/jax:24.10-py3"
+
+
+@pytest.mark.parametrize(
+    ("requirements", "image", "said"),
+    [
+        # matrices/ngc-pytorch.yaml 24.04-py3: PyTorch 2.3.0a0+6ddf5cf85e, the newest 2.3
+        (
+            "torch==2.3.1+cu121\n",
+            "nvcr.io/nvidia/pytorch:24.04-py3",
+            "torch==2.3.1+cu121: +cu121 names a build for CUDA 12.1; the image's own build "
+            "replaces it (the pin is read as torch==2.3.1)",
+        ),
+        (
+            "torch==2.3.1+cpu\n",
+            "nvcr.io/nvidia/pytorch:24.04-py3",
+            "+cpu names a CPU-only build",
+        ),
+    ],
+)
+def test_a_cuda_build_label_is_read_as_the_plain_pin(
+    tmp_path: Path, requirements: str, image: str, said: str
+) -> None:
+    labelled, plain = tmp_path / "labelled", tmp_path / "plain"
+    labelled.mkdir()
+    plain.mkdir()
+    result = init(labelled, requirements)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == image
+    unlabelled = requirements.split("+")[0] + "\n"
+    assert init(plain, unlabelled).stdout.strip() == image  # as the plain pin resolves
+    rendered = CliRunner().invoke(main, ["-C", str(labelled), "render"])
+    assert rendered.exit_code == 0, rendered.output
+    assert said in " ".join(rendered.output.split())
