@@ -224,7 +224,7 @@ def _cuda(
     fields = "compute_capability architecture added_in removed_in evidence note"
     for index, raw in enumerate(data.get("compute_capabilities") or []):
         path = ("compute_capabilities", index)
-        entry = rows.mapping(path, raw, fields.split(), optional=("min_driver",))
+        entry = rows.mapping(path, raw, fields.split(), optional=("min_driver", "last_branch"))
         if entry is None:
             continue
         cc = rows.compute_capability(
@@ -234,9 +234,10 @@ def _cuda(
         added = rows.version((*path, "added_in"), entry.get("added_in"))
         removed = rows.version((*path, "removed_in"), entry.get("removed_in"))
         floor = rows.driver((*path, "min_driver"), entry.get("min_driver"))
+        last = rows.driver((*path, "last_branch"), entry.get("last_branch"))
         evidence = _choice(rows, (*path, "evidence"), entry.get("evidence"), EVIDENCE_LEVELS)
         if cc and arch:
-            architectures.append(Architecture(cc, arch, added, removed, evidence, floor))
+            architectures.append(Architecture(cc, arch, added, removed, evidence, floor, last))
     if not compat or not toolkits or not architectures:
         rows.add((), "needs minor_version_compat, toolkits and compute_capabilities")
     return compat, toolkits, architectures

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from gpuenv.common import cache
-from gpuenv.common.versions import compute_capability, driver_tuple, parse_version
+from gpuenv.common.versions import compute_capability, driver_branch, driver_tuple, parse_version
 from gpuenv.project.packages import FRAMEWORK_PACKAGES
 
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
@@ -100,6 +100,7 @@ class Architecture:
     removed_in: str | None
     evidence: str
     min_driver: str | None = None  # where NVIDIA states the architecture's first driver
+    last_branch: str | None = None  # where NVIDIA states the last branch that drives it
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,15 @@ class DriveFloor:
 
     driver: str
     why: str  # where the number comes from, in the user's words ("unverified: ...")
+
+
+@dataclass(frozen=True)
+class DriveCeiling:
+    """The last driver branch that drives a GPU: NVIDIA drops old architectures from its
+    newer branches (Kepler after R470; Maxwell, Pascal and Volta after R580)."""
+
+    branch: int
+    why: str
 
 
 def name_tokens(name: str) -> tuple[str, ...]:
@@ -210,6 +220,14 @@ class Matrix:
             f"builds for compute capability {arch.compute_capability}"
         )
         return DriveFloor(first.min_driver, why)
+
+    def drive_ceiling(self, cc: str | None) -> DriveCeiling | None:
+        """The last branch that drives the architecture of `cc`, where NVIDIA states it."""
+        arch = self.architecture(cc) if cc else None
+        if arch is None or arch.last_branch is None:
+            return None
+        why = "NVIDIA's driver deprecation schedule, as matrices/cuda.yaml records it"
+        return DriveCeiling(driver_branch(arch.last_branch), why)
 
     def find_gpu(self, name: str) -> GpuModel | None:
         """The model a GPU name refers to (NVML's or a short one); longest match wins."""

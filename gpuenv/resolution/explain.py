@@ -250,28 +250,54 @@ def _change_text(spec: Spec, row: ImageRow, check: str) -> str:
     return f"{what} {op}{wanted} ({check}: '{wanted}')"
 
 
+def _too_new(host: Host, gpu: HostGpu) -> bool:
+    """Whether the host's branch is after the last one that drives `gpu`."""
+    return bool(host.driver and gpu.ceiling and driver_branch(host.driver) > gpu.ceiling.branch)
+
+
 def drive_reason(host: Host, gpu: HostGpu) -> str:
     """Why the driver cannot drive `gpu`, with the branch it needs."""
-    assert gpu.floor is not None
     kind = f"{gpu.architecture}, " if gpu.architecture else ""
+    what = f"driver {host.driver} cannot drive the {gpu.name} ({kind}compute capability "
+    if _too_new(host, gpu):
+        assert gpu.ceiling is not None
+        return (
+            f"{what}{gpu.compute_capability}): R{gpu.ceiling.branch} is the last branch "
+            f"that drives it ({gpu.ceiling.why})"
+        )
+    assert gpu.floor is not None
     return (
-        f"driver {host.driver} cannot drive the {gpu.name} ({kind}compute capability "
-        f"{gpu.compute_capability}): it needs R{driver_branch(gpu.floor.driver)} or newer "
-        f"(≥ {gpu.floor.driver}; {gpu.floor.why})"
+        f"{what}{gpu.compute_capability}): it needs R{driver_branch(gpu.floor.driver)} or "
+        f"newer (≥ {gpu.floor.driver}; {gpu.floor.why})"
     )
 
 
 def cannot_drive(host: Host, gpus: Sequence[HostGpu]) -> ResolutionError:
-    """No image can help: the driver predates the GPUs' architecture."""
+    """No image can help: the driver predates the GPUs' architecture, or comes after the
+    last branch that drives it."""
     names = ", ".join(sorted({g.name for g in gpus}))
-    floors = [g.floor.driver for g in gpus if g.floor]
-    needed = max(floors, key=driver_tuple)
+    old = [g for g in gpus if _too_new(host, g)]
+    hints = []
+    if old:
+        last = min(g.ceiling.branch for g in old if g.ceiling)
+        generations = ", ".join(sorted({g.architecture or g.name for g in old}))
+        hints.append(
+            f"stay on R{last} (its latest release) for the {generations} GPUs, or move to "
+            "GPUs of a newer generation; no image and no forward compatibility package "
+            "brings an architecture back to a branch that dropped it"
+        )
+    floors = [g.floor.driver for g in gpus if g.floor and g not in old]
+    if floors:
+        needed = max(floors, key=driver_tuple)
+        hints.append(
+            f"upgrade the NVIDIA driver to R{driver_branch(needed)} or newer (≥ {needed}); "
+            "CUDA forward compatibility cannot help here: it brings newer CUDA libraries, "
+            "not support for a newer GPU"
+        )
     return ResolutionError(
         f"this NVIDIA driver ({host.driver}) cannot drive the {names}: no image can run on it",
         [drive_reason(host, g) for g in gpus],
-        hint=f"upgrade the NVIDIA driver to R{driver_branch(needed)} or newer (≥ {needed}); "
-        "CUDA forward compatibility cannot help here: it brings newer CUDA libraries, "
-        "not support for a newer GPU",
+        hint="; ".join(hints),
     )
 
 

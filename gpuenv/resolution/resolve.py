@@ -57,7 +57,8 @@ def classify_gpus(host: Host, matrix: Matrix) -> tuple[HostGpu, ...]:
         if arch is None and cc:
             known = matrix.architecture(cc)
             arch = known.architecture if known else None
-        out.append(HostGpu(gpu, cc, gpu_class, matrix.drive_floor(cc, model), arch))
+        floor, ceiling = matrix.drive_floor(cc, model), matrix.drive_ceiling(cc)
+        out.append(HostGpu(gpu, cc, gpu_class, floor, arch, ceiling))
     return tuple(out)
 
 
@@ -67,11 +68,17 @@ def platform_fits(platforms: Sequence[str], platform: str | None) -> bool:
 
 
 def undrivable(host: Host, gpus: Sequence[HostGpu]) -> list[HostGpu]:
-    """The GPUs this host's driver is too old to drive at all, whatever the image."""
+    """The GPUs this host's driver cannot drive at all, whatever the image: too old for
+    their architecture, or a branch after the last one that drives it."""
     if host.driver is None:
         return []
     driver = driver_tuple(host.driver)
-    return [g for g in gpus if g.floor and driver < driver_tuple(g.floor.driver)]
+    return [
+        g
+        for g in gpus
+        if (g.floor and driver < driver_tuple(g.floor.driver))
+        or (g.ceiling and driver[0] > g.ceiling.branch)
+    ]
 
 
 def _class_from_brand(brand: str | None) -> str | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.matrix.model import DriveFloor, ImageRow
+from gpuenv.matrix.model import DriveCeiling, DriveFloor, ImageRow
 from gpuenv.project.spec import Spec
 
 
@@ -20,6 +20,7 @@ class HostGpu:
     gpu_class: str | None  # datacenter | workstation | consumer | embedded | None (unknown)
     floor: DriveFloor | None = None  # the oldest driver that can drive it, where known
     architecture: str | None = None
+    ceiling: DriveCeiling | None = None  # the last branch that drives it, where known
 
     @property
     def name(self) -> str:
