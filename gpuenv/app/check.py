@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpuenv.errors import (
@@ -12,10 +12,13 @@ from gpuenv.errors import (
     HostError,
     LockError,
     MatrixError,
+    ResolutionError,
     SpecError,
     file_error,
 )
+from gpuenv.host.detect import detect_host
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+from gpuenv.host.machine import Host
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
     Lock,
@@ -30,6 +33,8 @@ from gpuenv.project.mounts import check_mounts
 from gpuenv.project.sources import Collected
 from gpuenv.project.spec import SPEC_FILENAME, Spec
 from gpuenv.project.validate import load_spec
+from gpuenv.run.preflight import preflight
+from gpuenv.sharing.gpus import Grant
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,8 @@ class CheckReport:
     @property
     def exit_code(self) -> int:
         """The code of the first kind of problem (a file that cannot be read, matrix,
-        spec, lock, host file), or 0."""
-        order = (FileAccessError, MatrixError, SpecError, LockError, HostError)
+        spec, lock, host file, a lock the host cannot run), or 0."""
+        order = (FileAccessError, MatrixError, SpecError, LockError, HostError, ResolutionError)
         errors = [i.error for i in self.items if i.error is not None]
         if not errors:
             return 0
@@ -86,10 +91,13 @@ def _dependencies_item(spec: Spec, lock: Lock | None, collected: Collected) -> C
     return CheckItem("dependencies", ok=summary, warnings=tuple(plan.notes()))
 
 
-def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
+def check_project(
+    directory: str, env: Mapping[str, str], detect: Callable[[], Host] = detect_host
+) -> CheckReport:
     """`gpuenv check`: the matrices, gpuenv.yaml, gpuenv.lock and a host file, every
-    problem collected. The lock and every dependency file are read once: the files'
-    hashes (is the lock up to date?) and the install plan come from the same reading."""
+    problem collected; a valid lock is judged against the known host (`detect`). The
+    lock and every dependency file are read once: the files' hashes (is the lock up to
+    date?) and the install plan come from the same reading."""
     matrix, matrix_item = _matrix()
     existing, lock_error = _lock(directory)
     spec, collected, hashes, spec_item = _spec(directory, existing)
@@ -102,9 +110,40 @@ def check_project(directory: str, env: Mapping[str, str]) -> CheckReport:
         items.append(_lock_item(existing, spec, hashes, matrix))
     if spec is not None and collected is not None and (spec.requirements or spec.packages):
         items.append(_dependencies_item(spec, existing, collected))
+    host_ok = True
     if env.get(HOST_FILE_ENV):
-        items.append(_host_file_item(env[HOST_FILE_ENV]))
+        host_item = _host_file_item(env[HOST_FILE_ENV])
+        host_ok = host_item.error is None
+        items.append(host_item)
+    lock_ok = all(i.error is None for i in items if i.subject == LOCK_FILENAME)
+    if existing is not None and lock_ok and host_ok and matrix is not None:
+        items.append(_runs_here_item(existing, matrix, detect()))
     return CheckReport(tuple(items))
+
+
+def _runs_here_item(lock: Lock, matrix: Matrix, host: Host) -> CheckItem:
+    """Whether the known host (detected, or GPUENV_HOST_FILE's) can run the locked image:
+    a lock another machine resolved may not run here."""
+    if host.driver is None:
+        why, fix = host.without_driver()
+        if not host.source.startswith("file:"):
+            fix = f"describe it in a host file and set {HOST_FILE_ENV} to check it here"
+        return CheckItem(
+            "host", warnings=(f"host: the lock was not checked against a host ({why}); {fix}",)
+        )
+    try:
+        notes = preflight(lock.locked(""), host, Grant("all"), matrix)
+    except ResolutionError as exc:
+        error = ResolutionError(
+            exc.message,
+            exc.explanation,
+            hint="the lock was resolved for another host: run it where it fits, or "
+            "re-resolve for this host with `gpuenv lock --upgrade`",
+        )
+        return CheckItem("host", error=error)
+    return CheckItem(
+        "host", ok=f"host: {lock.image} runs on {host.describe()}", warnings=tuple(notes)
+    )
 
 
 def _matrix() -> tuple[Matrix | None, CheckItem]:

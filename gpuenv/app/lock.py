@@ -12,9 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpuenv.common.filelock import exclusive
-from gpuenv.errors import (
-    LockError,
-)
+from gpuenv.errors import GpuenvError, LockError
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
     Lock,
@@ -61,6 +59,22 @@ class LockUpdate:
     pinned: str
     previous_image: str | None = None
     resolution: Resolution | None = None
+
+
+def differs_from_lock(directory: str, image: str) -> str | None:
+    """A warning when `image` (what resolve answers now) is not the image gpuenv.lock
+    pins in `directory`; None without a readable lock, or when they agree."""
+    try:
+        current = read_lock(os.path.join(directory, LOCK_FILENAME))
+    except (GpuenvError, OSError):
+        return None
+    if current.image == image:
+        return None
+    return (
+        f"this answer differs from {LOCK_FILENAME}, which pins {current.image}: builds and "
+        "runs use the lock's image (`gpuenv lock --upgrade` re-resolves gpuenv.yaml for "
+        "this host)"
+    )
 
 
 def verify_lock(directory: str) -> Lock:

@@ -198,7 +198,11 @@ def check(obj: Context, as_json: bool) -> None:
                     {
                         "subject": item.subject,
                         "ok": item.error is None,
-                        "message": item.ok if item.error is None else item.error.message,
+                        "message": (
+                            item.error.message
+                            if item.error is not None
+                            else item.ok or "; ".join(item.warnings)  # not checked: why
+                        ),
                         "error": error_fields(item.error) if item.error is not None else None,
                         "warnings": list(item.warnings),
                     }

@@ -4,11 +4,15 @@ what resolving needs; the rich tables of its human output are loaded when shown.
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 import click
 
 from gpuenv.cli import output
 from gpuenv.cli.app import Context, host_options, json_option, spec_options
 from gpuenv.errors import ResolutionError
+from gpuenv.lock.locked import LOCK_FILENAME
 from gpuenv.matrix.load import load_matrix
 from gpuenv.project.overrides import checked_overrides, spec_for
 from gpuenv.resolution.hostplan import HostPlan
@@ -37,7 +41,8 @@ def resolve(
 
     Uses gpuenv.yaml when present; flags override its fields, and with --framework
     no spec file is needed. Prints the image reference; details go to stderr.
-    Nothing is written: `gpuenv lock` pins the result.
+    Nothing is written: `gpuenv lock` pins the result. Where gpuenv.lock pins another
+    image, a warning says so.
 
     \b
     Examples:
@@ -50,6 +55,12 @@ def resolve(
     host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
         resolution = do_resolve(spec, matrix, host)
+        if os.path.exists(os.path.join(obj.directory, LOCK_FILENAME)):
+            from gpuenv.app.lock import differs_from_lock  # the lock reader: ~60 ms
+
+            differs = differs_from_lock(obj.directory, resolution.row.image)
+            if differs:
+                resolution = replace(resolution, warnings=(*resolution.warnings, differs))
     except ResolutionError as exc:
         if explain:
             from gpuenv.cli.views import explain_table  # rich: only to show the table

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+LOCK_FILENAME = "gpuenv.lock"
+
 
 @dataclass(frozen=True)
 class Locked:

@@ -22,6 +22,7 @@ from gpuenv import __version__
 from gpuenv.common.files import atomic_write, file_hash
 from gpuenv.errors import LockError, file_error
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.lock.locked import LOCK_FILENAME as LOCK_FILENAME
 from gpuenv.lock.locked import Locked
 from gpuenv.matrix.load import Matrix
 from gpuenv.project.dependencies import read_dependencies
@@ -30,7 +31,6 @@ from gpuenv.project.spec import Spec
 from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
 from gpuenv.resolution.verdicts import Resolution
 
-LOCK_FILENAME = "gpuenv.lock"
 LOCK_VERSION = 1
 HEADER = """\
 # gpuenv.lock: written by gpuenv; do not edit by hand.
