@@ -59,11 +59,13 @@ def _init_project(
     chosen_framework = overrides.framework or detected.framework
     if chosen_framework is None:
         chosen_framework = "pytorch"
+        read = ", ".join(detected.requirements) or "any file gpuenv reads"
         notify(
             Note(
                 "info",
-                "no framework found in requirements.txt, pyproject.toml or environment.yml; "
-                "using pytorch",
+                f"no framework found in {read} (requirements.txt, requirements/base.txt, "
+                "pyproject.toml, environment.yml); using pytorch, the newest image that "
+                "fits: pin a version in gpuenv.yaml",
             )
         )
     same_framework = chosen_framework == detected.framework

@@ -19,6 +19,7 @@ Python: ``.python-version`` (the interpreter the developer runs), else conda's
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,12 @@ from gpuenv.common.files import NotAFile
 from gpuenv.errors import Problem, SpecError
 from gpuenv.project.dependencies import read_sources
 from gpuenv.project.packages import FRAMEWORK_PACKAGES, IMPLIES
-from gpuenv.project.pyproject import build_requirements, declared_requirements, table
+from gpuenv.project.pyproject import (
+    build_requirements,
+    declared_requirements,
+    poetry_constraint,
+    table,
+)
 from gpuenv.project.sources import Collected, Dependency, environment, read_project_file
 from gpuenv.project.spec import GpuRequest, default_name
 
@@ -75,12 +81,22 @@ def _python_series(text: str) -> str | None:
     return ".".join(str(n) for n in release[:2]) if len(release) >= 2 else None
 
 
+REQUIREMENTS_FOLDER = "requirements"
+FOLDER_BASE = ("base.txt", "main.txt", "requirements.txt")  # the shared file of a folder
+
+
 def default_sources(root: Path) -> list[str]:
-    """The dependency files a project installs: requirements.txt, a pyproject.toml that
-    declares dependencies (or has a uv.lock), environment.yml."""
+    """The dependency files a project installs: requirements.txt (or, without it, the
+    shared file of a requirements/ folder: base.txt), a pyproject.toml that declares
+    dependencies (or has a uv.lock), environment.yml."""
     out = []
+    folder = root / REQUIREMENTS_FOLDER
     if (root / "requirements.txt").is_file():
         out.append("requirements.txt")
+    elif folder.is_dir():
+        base = next((name for name in FOLDER_BASE if (folder / name).is_file()), None)
+        if base:
+            out.append(f"{REQUIREMENTS_FOLDER}/{base}")
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
         out.append("pyproject.toml")
@@ -257,6 +273,17 @@ def _choose(detected: Detected, framework: str, items: list[Dependency], *, impl
     detected.found.insert(0, detected.framework_from)
 
 
+def _version_file_series(word: str) -> str | None:
+    """The CPython series a .python-version line names: ``3.11``, ``3.11.4``, uv's
+    ``cpython-3.12.1-linux-x86_64-gnu``; None for another interpreter (``pypy3.10``).
+
+    >>> [_version_file_series(w) for w in ("3.11.4", "cpython-3.12.1-linux-x86_64-gnu", "pypy3.10")]
+    ['3.11', '3.12', None]
+    """
+    match = re.fullmatch(r"(?:cpython-)?(\d+\.\d+)(?:\.\d+)?(?:[-+].*)?", word.strip())
+    return _python_series(match[1]) if match else None
+
+
 def _python(root: Path, detected: Detected, collected: Collected, data: dict[str, Any]) -> None:
     if (root / ".python-version").is_file():
         try:
@@ -266,11 +293,16 @@ def _python(root: Path, detected: Detected, collected: Collected, data: dict[str
             detected.also.append(f".python-version: not read: {reason}")
             text = b""
         words = text.decode("utf-8", errors="replace").split()
-        series = _python_series(words[0]) if words else None
+        series = _version_file_series(words[0]) if words else None
         if series:
             detected.python = series
             detected.found.append(f".python-version: python {words[0]}")
             return
+        if words:
+            detected.also.append(
+                f".python-version: '{words[0]}' is not a CPython version gpuenv can match "
+                "(NGC images ship CPython): not used; set `python:` in gpuenv.yaml"
+            )
     conda = collected.conda.get("python")
     if conda and _python_series(conda[0]):
         detected.python = _python_series(conda[0])
@@ -281,14 +313,35 @@ def _python(root: Path, detected: Detected, collected: Collected, data: dict[str
     if isinstance(requires, str) and requires.strip():
         detected.python = requires.strip()
         detected.found.append(f"pyproject.toml requires-python: {requires.strip()}")
+        return
+    poetry = table(table(table(data, "tool"), "poetry"), "dependencies").get("python")
+    if isinstance(poetry, str) and poetry.strip() and poetry.strip() != "*":
+        detected.python = poetry_constraint(poetry.strip())
+        detected.found.append(f"pyproject.toml [tool.poetry.dependencies] python = {poetry!r}")
 
 
 def _unused(root: Path, sources: list[str]) -> list[str]:
+    """The dependency files of the project that gpuenv.yaml will not install, and the
+    layouts gpuenv does not read, each named with what to do."""
     out = []
     variants = sorted(p.name for p in root.glob("requirements*.txt") if p.name not in sources)
+    folder = root / REQUIREMENTS_FOLDER
+    if folder.is_dir():
+        variants += sorted(
+            f"{REQUIREMENTS_FOLDER}/{p.name}"
+            for p in folder.glob("*.txt")
+            if f"{REQUIREMENTS_FOLDER}/{p.name}" not in sources
+        )
     if variants:
         out.append(
             f"not installed: {', '.join(variants)} (name a file in `requirements:` to install it)"
+        )
+    pipenv = [name for name in ("Pipfile", "Pipfile.lock") if (root / name).is_file()]
+    if pipenv:
+        out.append(
+            f"{' and '.join(pipenv)}: not read (gpuenv reads requirements files, "
+            "pyproject.toml with uv.lock, and environment.yml): write them out with "
+            "`pipenv requirements > requirements.txt`, then run `gpuenv init --force`"
         )
     if (root / "setup.py").is_file():
         out.append(

@@ -24,6 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from gpuenv.common.files import NotAFile
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
+    FRAMEWORK_PACKAGES,
     framework_index,
     normalize,
 )
@@ -160,7 +161,28 @@ def read_pyproject(
         if isinstance(text, str):
             add_requirement(project_dir, relative, text, into)
     groups = _groups(data)
+    unselected = sorted(set(groups) - {normalize(e) for e in extras})
+    if unselected and poetry is None:
+        listed = ", ".join(
+            name
+            + (
+                f" ({', '.join(_frameworks_in(groups[name]))})"
+                if _frameworks_in(groups[name])
+                else ""
+            )
+            for name in unselected
+        )
+        into.flag(
+            where_in(project_dir, relative, "optional-dependencies")
+            if "optional-dependencies" in table(data, "project")
+            else where_in(project_dir, relative, "[dependency-groups]"),
+            f"optional groups not installed: {listed}; name one in gpuenv.yaml's `extras:` "
+            "to install it (extras: ["
+            + next((n for n in unselected if _frameworks_in(groups[n])), unselected[0])
+            + "])",
+        )
     if poetry is not None:
+        _poetry_sources(project_dir, relative, poetry, into)
         _poetry(project_dir, relative, poetry, extras, into)
         return
     for extra in extras:
@@ -175,6 +197,46 @@ def read_pyproject(
         for text in groups[extra]:
             if isinstance(text, str):
                 add_requirement(project_dir, relative, text, into)
+
+
+def _frameworks_in(items: list[Any]) -> list[str]:
+    """The framework packages among a group's requirement strings (torch, jax, ...)."""
+    found = []
+    for text in items:
+        if isinstance(text, str):
+            try:
+                name = normalize(Requirement(text).name)
+            except InvalidRequirement:
+                continue
+            if name in FRAMEWORK_PACKAGES and name not in found:
+                found.append(name)
+    return found
+
+
+def _poetry_sources(
+    project_dir: str, relative: str, poetry: dict[str, Any], into: Collected
+) -> None:
+    """Poetry's [[tool.poetry.source]] indexes, reported as pip's and uv's are: one that
+    serves framework builds is not used (the image's build is kept); another is named as
+    not passed to the build (Poetry's priorities have no pip equivalent)."""
+    for source in poetry.get("source") or []:
+        if not isinstance(source, dict) or not isinstance(source.get("url"), str):
+            continue
+        name, url = str(source.get("name", "")), str(source["url"])
+        where = where_in(project_dir, relative, url)
+        if framework_index(url):
+            into.flag(
+                where,
+                f"Poetry source {name} ({url}) serves framework builds for another CUDA: "
+                "not used (the image's own framework build is kept)",
+            )
+        else:
+            into.flag(
+                where,
+                f"Poetry source {name} ({url}): not passed to the build (Poetry's source "
+                "priorities have no pip equivalent); add `--extra-index-url URL` to a "
+                "requirements file named in `requirements:` if the build needs it",
+            )
 
 
 def _uv_sources(project_dir: str, relative: str, uv: dict[str, Any], into: Collected) -> None:

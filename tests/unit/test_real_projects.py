@@ -103,13 +103,15 @@ CASES = [
         "https://download.pytorch.org/whl/cu128",
     ),
     (
+        # requirements/requirements.txt is DeepSpeed's own list (read since issue 22:
+        # a requirements/ folder's shared file), beside its environment.yml
         "microsoft__DeepSpeed",
         "pytorch",
         None,
-        "environment.yml:3",
+        "requirements/requirements.txt:10",
         "3.10",
-        set(),
-        None,
+        {"torch"},
+        "hjson",
         "conda package pytorch: not installed; the image provides NVIDIA's build",
     ),
     (
