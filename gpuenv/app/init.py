@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gpuenv.app.lock import Note, Notify, no_notes, project_pins
+from gpuenv.app.lock import Note, Notify, no_notes, project_pins, unknown_companions
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import atomic_write
 from gpuenv.errors import (
@@ -88,7 +88,9 @@ def _init_project(
     for note in detected.also:
         notify(Note("warn", note))
 
-    pins = project_pins(spec)
+    pins = project_pins(spec, matrix)
+    for note in unknown_companions(pins, matrix):
+        notify(Note("warn", note))
     try:
         resolution = resolve(spec, matrix, host, pins=pins)
     except ResolutionError:

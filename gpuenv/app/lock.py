@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from packaging.requirements import Requirement
+
 from gpuenv.common.filelock import exclusive
 from gpuenv.errors import GpuenvError, LockError
 from gpuenv.lock.lockfile import (
@@ -24,7 +26,7 @@ from gpuenv.lock.lockfile import (
     recorded_host,
     write_lock,
 )
-from gpuenv.matrix.load import load_matrix
+from gpuenv.matrix.load import Matrix, load_matrix
 from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.project.sources import environment
@@ -136,7 +138,10 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
             )
     prefer = existing.image if existing is not None and not upgrade else None
 
-    resolution = resolve(spec, matrix, host, prefer=prefer, pins=project_pins(spec))
+    pins = project_pins(spec, matrix)
+    for note in unknown_companions(pins, matrix):
+        notify(Note("warn", note))
+    resolution = resolve(spec, matrix, host, prefer=prefer, pins=pins)
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
     new_lock = lock_from_resolution(resolution, matrix.version, digest)
@@ -159,17 +164,55 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
     )
 
 
-def project_pins(spec: Spec) -> list[Pin]:
+def project_pins(spec: Spec, matrix: Matrix | None = None) -> list[Pin]:
     """Every version pin of the spec's dependency sources. Each is checked against what
     an image provides where that is known: the framework's own version always, other
     packages (torchvision, flash-attn, numpy, ...) where the row records them in `ships`;
     so a pin the image's constraint file would refuse fails at lock time where the data
-    allows. Reading a source may raise SpecError (exit 3)."""
+    allows. An exact pin of a companion package (torchvision==0.16.0) also pins the
+    framework version its own metadata requires (torch==2.1.0; `matrix.companions`).
+    Reading a source may raise SpecError (exit 3)."""
     if spec.framework == "none" or not (spec.requirements or spec.packages):
         return []
     env = environment(None)
     out = []
     for dependency in read_dependencies(spec).dependencies:
         if dependency.specifier and not dependency.constraint and dependency.applies(env):
-            out.append(Pin(dependency.name, dependency.specifier, dependency.where))
+            pin = Pin(dependency.name, dependency.specifier, dependency.where)
+            out.append(pin)
+            implied = _companion_pin(pin, matrix) if matrix is not None else None
+            if implied is not None:
+                out.append(implied)
     return out
+
+
+def unknown_companions(pins: list[Pin], matrix: Matrix) -> list[str]:
+    """A line for each exact companion pin whose release names no framework version in
+    its metadata (tf-keras 2.15.0): it does not steer the choice, and the user is told."""
+    out = []
+    for pin in pins:
+        if not pin.specifier.startswith("==") or "," in pin.specifier:
+            continue
+        version = pin.specifier[2:].strip().split("+")[0]
+        release = matrix.companion(pin.name, version) if "*" not in version else None
+        if release is not None and release.requires is None:
+            out.append(
+                f"{pin}: its own metadata names no framework version "
+                f"({release.source}): not used to choose the image"
+            )
+    return out
+
+
+def _companion_pin(pin: Pin, matrix: Matrix) -> Pin | None:
+    """The framework pin an exact companion pin implies, from the companion's metadata."""
+    exact = pin.specifier.startswith("==") and "," not in pin.specifier
+    version = pin.specifier[2:].strip().split("+")[0]
+    release = matrix.companion(pin.name, version) if exact and "*" not in version else None
+    if release is None or release.requires is None:
+        return None
+    requirement = Requirement(release.requires)
+    return Pin(
+        requirement.name,
+        str(requirement.specifier),
+        f"{pin.where}, through {pin.name}=={version}'s Requires-Dist",
+    )

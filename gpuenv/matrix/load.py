@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from gpuenv.common import cache
@@ -36,6 +37,7 @@ from gpuenv.matrix.model import (
     IMAGE_FIELDS,
     OPTIONAL_IMAGE_FIELDS,
     Architecture,
+    Companion,
     GpuModel,
     Toolkit,
     matrix_from_data,
@@ -308,6 +310,7 @@ class _MatrixParts:
     gpus: list[GpuModel] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     notices: list[tuple[str, str]] = field(default_factory=list)
+    companions: list[Companion] = field(default_factory=list)
 
 
 def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
@@ -339,6 +342,7 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         version=version,
         directory=directory,
         notices=tuple(parts.notices),
+        companions=tuple(parts.companions),
     )
 
 
@@ -383,5 +387,34 @@ def _read_matrix_file(rows: Checker, parts: _MatrixParts) -> None:
         parts.architectures.extend(architectures)
     elif kind == "gpus":
         parts.gpus.extend(_gpus(doc, rows))
+    elif kind == "companions":
+        parts.companions.extend(_companions(doc, rows))
     else:
-        rows.add(("kind",), f"{kind!r} is not one of framework-images, cuda, gpus")
+        rows.add(("kind",), f"{kind!r} is not one of framework-images, cuda, gpus, companions")
+
+
+def _companions(doc: YamlDocument, rows: Checker) -> list[Companion]:
+    """Companion releases and the framework version their own metadata requires."""
+    out: list[Companion] = []
+    items = doc.data.get("companions")
+    if not isinstance(items, list):
+        rows.add(("companions",), "expected a list of companion releases")
+        return out
+    for index, raw in enumerate(items):
+        path: YamlPath = ("companions", index)
+        entry = rows.mapping(path, raw, ("package", "version", "requires", "source"))
+        if entry is None:
+            continue
+        package = rows.text((*path, "package"), entry.get("package"), nullable=False)
+        version = rows.version((*path, "version"), entry.get("version"), nullable=False)
+        requires = rows.text((*path, "requires"), entry.get("requires"), nullable=True)
+        source = rows.text((*path, "source"), entry.get("source"), nullable=False)
+        if requires is not None:
+            try:
+                Requirement(requires)
+            except InvalidRequirement:
+                rows.add((*path, "requires"), f"'{requires}' is not a requirement")
+                requires = None
+        if package and version and source:
+            out.append(Companion(package, version, requires, source))
+    return out

@@ -115,6 +115,17 @@ class GpuModel:
 
 
 @dataclass(frozen=True)
+class Companion:
+    """A release of a companion package and the framework version its own metadata
+    requires (torchvision 0.16.0: torch==2.1.0); `requires` None when it names none."""
+
+    package: str
+    version: str
+    requires: str | None  # a requirement on the framework's package: "torch==2.1.0"
+    source: str
+
+
+@dataclass(frozen=True)
 class DriveFloor:
     """The oldest driver that can drive a GPU at all (forward compatibility cannot help
     below it: it adds newer CUDA libraries, not support for a newer GPU)."""
@@ -156,6 +167,14 @@ class Matrix:
     # What a user must know of a framework's images as a whole (NVIDIA's last TensorFlow
     # container, say): (framework, text), from the files' `notice`.
     notices: tuple[tuple[str, str], ...] = ()
+    companions: tuple[Companion, ...] = ()
+
+    def companion(self, package: str, version: str) -> Companion | None:
+        """The recorded release `version` of a companion package, if any."""
+        for item in self.companions:
+            if item.package == package and parse_version(item.version) == parse_version(version):
+                return item
+        return None
 
     def notice(self, framework: str) -> str | None:
         return next((text for name, text in self.notices if name == framework), None)
@@ -244,7 +263,16 @@ class Matrix:
 
 
 _DATA_KEYS = frozenset(
-    {"images", "minor_compat", "toolkits", "architectures", "gpus", "version", "notices"}
+    {
+        "images",
+        "minor_compat",
+        "toolkits",
+        "architectures",
+        "gpus",
+        "version",
+        "notices",
+        "companions",
+    }
 )
 
 
@@ -258,6 +286,7 @@ def matrix_to_data(matrix: Matrix) -> dict[str, Any]:
         "gpus": matrix.gpus,
         "version": matrix.version,
         "notices": [list(pair) for pair in matrix.notices],
+        "companions": matrix.companions,
     }
 
 
@@ -281,4 +310,5 @@ def matrix_from_data(data: Any, directory: str) -> Matrix:
             (cache.checked(str, name), cache.checked(str, text))
             for name, text in cache.checked(list, data["notices"])
         ),
+        companions=cache.rows(Companion, data["companions"]),
     )

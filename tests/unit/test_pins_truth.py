@@ -77,3 +77,41 @@ def test_a_cuda_build_label_is_read_as_the_plain_pin(
     rendered = CliRunner().invoke(main, ["-C", str(labelled), "render"])
     assert rendered.exit_code == 0, rendered.output
     assert said in " ".join(rendered.output.split())
+
+
+@pytest.mark.parametrize(
+    ("requirements", "image", "version"),
+    [
+        # torchvision-0.16.0 METADATA: Requires-Dist torch (==2.1.0) (matrices/companions.yaml)
+        ("torchvision==0.16.0\n", "nvcr.io/nvidia/pytorch:23.10-py3", "PyTorch 2.1"),
+        # torchaudio-2.3.1 METADATA: Requires-Dist torch (==2.3.1)
+        ("torchaudio==2.3.1\n", "nvcr.io/nvidia/pytorch:24.04-py3", "PyTorch 2.3"),
+        # tf_keras-2.15.1 METADATA: Requires-Dist tensorflow <2.16,>=2.15
+        ("tf-keras==2.15.1\n", "nvcr.io/nvidia/tensorflow:24.05-tf2-py3", "TensorFlow 2.15"),
+    ],
+)
+def test_a_companion_pin_steers_to_its_framework_version(
+    tmp_path: Path, requirements: str, image: str, version: str
+) -> None:
+    result = init(tmp_path, requirements)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == image
+    assert version in result.stderr
+
+
+def test_a_companion_release_without_a_framework_version_is_named(tmp_path: Path) -> None:
+    """tf_keras-2.15.0's METADATA has no Requires-Dist on tensorflow: unknown, said."""
+    result = init(tmp_path, "tf-keras==2.15.0\n")
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "tf-keras==2.15.0 (requirements.txt:1): its own metadata names no framework" in said
+
+
+def test_every_companion_row_names_the_wheel_it_was_read_from() -> None:
+    from gpuenv.matrix.load import load_matrix
+
+    companions = load_matrix().companions
+    assert {c.package for c in companions} == {"torchvision", "torchaudio", "tf-keras"}
+    for row in companions:
+        assert row.source.endswith(".whl METADATA Requires-Dist"), row
+        assert row.source.replace("_", "-").startswith(row.package.replace("_", "-")), row
