@@ -5,12 +5,16 @@ the error names the package, the pin and what each candidate ships."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import combinations
 
+from gpuenv.common.versions import matches, parse_version
 from gpuenv.errors import ResolutionError
-from gpuenv.matrix.model import ImageRow
+from gpuenv.matrix.model import FRAMEWORK_NAMES, ImageRow
 from gpuenv.project.packages import FRAMEWORK_PACKAGES, ngc_satisfies
+from gpuenv.project.spec import Spec
 from gpuenv.resolution.verdicts import Candidate
 
 
@@ -58,7 +62,8 @@ def pins_unsatisfiable(
     seen: set[str] = set()
     for candidate in pinned:
         shipped = ", ".join(
-            f"{p.name} {candidate.row.shipped(p.name) or 'unknown'}" for p in wanted
+            f"{p.name} {candidate.row.shipped(p.name) or '(version not recorded in the matrix)'}"
+            for p in wanted
         )
         if shipped not in seen:
             seen.add(shipped)
@@ -69,3 +74,45 @@ def pins_unsatisfiable(
         hint="relax the pin to a version an image ships (NVIDIA's builds count as their "
         "series: ==0.20.1 accepts 0.20.0a0+...), or remove it and let the image provide it",
     )
+
+
+def conflicting_pins(
+    spec: Spec, pins: Sequence[Pin], rows: Sequence[ImageRow]
+) -> ResolutionError | None:
+    """Two claims on the framework's version that no image can meet together, though
+    each alone can be (the spec's `version: "2.5"` and `torch==2.4.0` in requirements.txt;
+    `torch>=2.6` in pyproject.toml and `torch==2.3.1` in requirements.txt): the error
+    names both, where each is written, never a hint to move one way."""
+    versions = sorted({r.framework_version for r in rows if r.framework_version})
+    claims: list[tuple[str, Callable[[str], bool]]] = []
+    if spec.version_spec is not None:
+        wanted = spec.version_spec
+        claims.append((f"gpuenv.yaml's version: '{spec.version}'", lambda v: matches(wanted, v)))
+    for pin in pins:
+        if FRAMEWORK_PACKAGES.get(pin.name) == spec.framework and pin.specifier:
+            claims.append((str(pin), partial(ngc_satisfies, pin.specifier)))
+    name = FRAMEWORK_NAMES.get(spec.framework, spec.framework)
+    for (first, holds_first), (second, holds_second) in combinations(claims, 2):
+        one = {v for v in versions if holds_first(v)}
+        other = {v for v in versions if holds_second(v)}
+        if one and other and not one & other:
+            return ResolutionError(
+                f"{first} and {second} contradict each other: no {name} image meets both",
+                [
+                    f"{first}: {name} {_series(one)}",
+                    f"{second}: {name} {_series(other)}",
+                ],
+                hint="change one of the two so that they agree (the image's framework "
+                "version is the one both must name)",
+            )
+    return None
+
+
+def _series(versions: set[str]) -> str:
+    """The series the matrix has among `versions`: ``2.4, 2.5``."""
+    seen: list[str] = []
+    for version in sorted(versions, key=parse_version):
+        series = ".".join(str(n) for n in parse_version(version).release[:2])
+        if series not in seen:
+            seen.append(series)
+    return ", ".join(seen)

@@ -42,7 +42,7 @@ from gpuenv.resolution.explain import (
     unresolvable,
     warnings_for,
 )
-from gpuenv.resolution.pins import Pin, pin_reasons, pins_unsatisfiable
+from gpuenv.resolution.pins import Pin, conflicting_pins, pin_reasons, pins_unsatisfiable
 from gpuenv.resolution.verdicts import Candidate, HostGpu, Rejection, Resolution
 
 
@@ -347,8 +347,10 @@ def resolve(
     chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
     chosen = chosen or next((c for c in candidates if c.ok), None)
     if chosen is None:
-        error = pins_unsatisfiable(pins, candidates) or unresolvable(
-            spec, host, candidates, gpus, matrix.notice(spec.framework)
+        error = (
+            conflicting_pins(spec, pins, rows)
+            or pins_unsatisfiable(pins, candidates)
+            or unresolvable(spec, host, candidates, gpus, matrix.notice(spec.framework))
         )
         error.candidates = candidates
         raise error

@@ -115,3 +115,38 @@ def test_every_companion_row_names_the_wheel_it_was_read_from() -> None:
     for row in companions:
         assert row.source.endswith(".whl METADATA Requires-Dist"), row
         assert row.source.replace("_", "-").startswith(row.package.replace("_", "-")), row
+
+
+@pytest.mark.parametrize(
+    ("files", "spec", "first", "second"),
+    [
+        (
+            {"requirements.txt": "torch==2.4.0\n"},
+            'version: "2.5"\nrequirements: requirements.txt\n',
+            "gpuenv.yaml's version: '2.5'",
+            "torch==2.4.0 (requirements.txt:1)",
+        ),
+        (
+            {
+                "requirements.txt": "torch==2.3.1\n",
+                "pyproject.toml": '[project]\nname = "x"\ndependencies = ["torch>=2.6"]\n',
+            },
+            "requirements: [requirements.txt, pyproject.toml]\n",
+            "torch==2.3.1 (requirements.txt:1)",
+            "torch>=2.6 (pyproject.toml:3)",
+        ),
+    ],
+)
+def test_two_claims_that_contradict_are_named_against_each_other(
+    tmp_path: Path, files: dict[str, str], spec: str, first: str, second: str
+) -> None:
+    """Never a hint to move one way ("allow PyTorch ≥ 2.6"): both, where each is written."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "gpuenv.yaml").write_text(f"name: p\nframework: pytorch\n{spec}")
+    result = CliRunner().invoke(main, ["-C", str(tmp_path), "lock", *H100])
+    assert result.exit_code == 4, result.output
+    said = " ".join(result.stderr.split())
+    assert f"{first} and {second} contradict each other: no PyTorch image meets both" in said
+    assert "Allow PyTorch" not in said and "allow PyTorch" not in said
+    assert not (tmp_path / "gpuenv.lock").exists()
