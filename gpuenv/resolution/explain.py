@@ -95,6 +95,14 @@ def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list
             "no GPUs are known for this host: compute-capability checks were skipped "
             "(describe them with --gpu MODEL)"
         )
+    # Every NGC framework image is built for linux/amd64; another platform is checked
+    # only where the row records its platforms (`gpuenv matrix sync` reads them).
+    if host.platform and host.platform != "linux/amd64" and not row.platforms:
+        out.append(
+            f"platform not checked: the matrix does not record which platforms {row.image} "
+            f"is built for, and this host is {host.platform}; `gpuenv matrix sync` reads "
+            "them from the registry"
+        )
     unknown = sorted({g.name for g in gpus if g.compute_capability is None})
     if unknown:
         out.append(f"compute capability of {', '.join(unknown)} is unknown: not checked")
