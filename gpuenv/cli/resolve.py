@@ -23,6 +23,12 @@ from gpuenv.resolution.resolve import resolve as do_resolve
 @spec_options
 @host_options
 @click.option("--explain", is_flag=True, help="Show every candidate image and why it fits or not.")
+@click.option(
+    "--strict-driver",
+    is_flag=True,
+    help="Only images whose CUDA toolkit's own driver the host has (native), as the spec's "
+    "`strict_driver: true` asks: no CUDA minor-version compatibility.",
+)
 @json_option("the resolution")
 @click.pass_obj
 def resolve(
@@ -35,6 +41,7 @@ def resolve(
     gpu_models: tuple[str, ...],
     platform: str | None,
     explain: bool,
+    strict_driver: bool,
     as_json: bool,
 ) -> None:
     """Choose the image for the spec on this host (or a described one).
@@ -51,6 +58,8 @@ def resolve(
       gpuenv resolve --json | jq -r .image
     """
     spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
+    if strict_driver:
+        spec = spec.with_overrides(strict_driver=True)
     matrix = load_matrix()
     host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:

@@ -128,6 +128,8 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
         resolved_for={
             "source": host.source,
             "driver": host.driver,
+            # native | minor-version compatibility | forward compatibility | None
+            "compatibility": resolution.candidate.mode,
             "platform": host.platform,
             "gpus": [
                 {"name": g.name, "compute_capability": g.compute_capability}

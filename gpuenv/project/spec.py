@@ -68,6 +68,7 @@ FIELDS = (
     "ipc",
     "mounts",
     "installer",
+    "strict_driver",
 )
 INSTALLERS = ("uv", "pip")  # what installs the Python requirements in a build
 # Names people reach for first, mapped to ours, so did-you-mean finds them.
@@ -151,6 +152,7 @@ class Spec:
     ipc: str | None = None
     mounts: tuple[Mount, ...] = ()
     installer: str = "uv"
+    strict_driver: bool = False  # only the CUDA toolkit's own driver (no minor-version compat)
     path: str | None = None
 
     @property
@@ -190,6 +192,8 @@ class Spec:
             data["extras"] = list(self.extras)
         if self.installer != "uv":
             data["installer"] = self.installer
+        if self.strict_driver:  # only when set: specs without it keep their digest
+            data["strict_driver"] = True
         return data
 
     def digest(self) -> str:
@@ -237,6 +241,7 @@ def spec_from_data(data: Mapping[str, Any], project_dir: str, path: str | None) 
         ipc=data["ipc"],
         mounts=tuple(Mount(**m) for m in data["mounts"]),
         installer=data.get("installer", "uv"),
+        strict_driver=bool(data.get("strict_driver", False)),
     )
 
 

@@ -156,6 +156,7 @@ def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
         ("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES)),
         ("mounts", lambda v: _mounts(check, v)),
         ("installer", lambda v: check.choice(("installer",), v, INSTALLERS)),
+        ("strict_driver", lambda v: _flag(check, "strict_driver", v)),
     )
     values: dict[str, Any] = {}
     for key, parse in parsers:
@@ -185,6 +186,13 @@ def _name(check: SpecChecker, value: Any) -> str | None:
         )
         return None
     return text
+
+
+def _flag(check: SpecChecker, key: str, value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    check.add((key,), f"expected true or false, got {value!r}")
+    return None
 
 
 def _requirements(check: SpecChecker, value: Any) -> tuple[str, ...] | None:

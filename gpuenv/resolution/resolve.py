@@ -174,17 +174,50 @@ class _SpecChecks:
         return None if ok else Rejection(check, f"has {what} {value}, not {written}")
 
 
+NATIVE = "native"
+MINOR = "minor-version compatibility"
+FORWARD = "forward compatibility"
+
+
 def _driver_check(
-    row: ImageRow, matrix: Matrix, host: Host, gpus: Sequence[HostGpu]
-) -> tuple[Rejection | None, str | None, str | None]:
+    row: ImageRow, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], strict: bool = False
+) -> tuple[Rejection | None, str | None, str | None, str | None]:
+    """(rejection, minimum, route, mode). The minimum is NVIDIA's stated minimum for the
+    image, raised to its CUDA major's minor-version floor (525 for 12.x, 580 for 13.x),
+    for 12.x and 13.x alike. At or above the CUDA toolkit's own driver the image runs
+    natively; below it, on that minimum, by CUDA minor-version compatibility (limited:
+    PTX newer than the driver cannot be JIT-compiled), which `strict` (--strict-driver,
+    the spec's `strict_driver`) refuses; data-center GPUs below it may run by forward
+    compatibility on the branches the row lists."""
     minimum = effective_min_driver(row, matrix)
+    toolkit = matrix.toolkit(row.cuda) if row.cuda else None
+    own = toolkit.min_driver if toolkit else None
+    if (
+        strict
+        and own is not None
+        and (minimum is None or driver_tuple(own) > driver_tuple(minimum))
+    ):
+        minimum = own
     if host.driver is None:
-        return None, minimum, f"not checked ({host.without_driver()[0]})"
+        return None, minimum, f"not checked ({host.without_driver()[0]})", None
     if minimum is None:
-        return Rejection("driver", "its minimum driver is not recorded in the matrix"), None, None
+        return (
+            Rejection("driver", "its minimum driver is not recorded in the matrix"),
+            None,
+            None,
+            None,
+        )
     driver = driver_tuple(host.driver)
     if driver >= driver_tuple(minimum):
-        return None, minimum, f"driver {host.driver} ≥ {minimum}"
+        if own is None:
+            return None, minimum, f"driver {host.driver} ≥ {minimum}", None
+        if driver >= driver_tuple(own):
+            return None, minimum, f"driver {host.driver} ≥ {minimum}, native", NATIVE
+        route = (
+            f"driver {host.driver} ≥ {minimum} by CUDA minor-version compatibility (below "
+            f"CUDA {row.cuda}'s own {own}: PTX newer than the driver cannot be JIT-compiled)"
+        )
+        return None, minimum, route, MINOR
     branch = driver_branch(host.driver)
     compat = [d for d in row.forward_compat if driver_branch(d) == branch]
     on_branch = bool(compat) and driver >= driver_tuple(compat[0])
@@ -193,8 +226,11 @@ def _driver_check(
             None,
             minimum,
             f"CUDA forward compatibility: data-center GPU on R{branch} ≥ {compat[0]}",
+            FORWARD,
         )
     reason = f"needs driver ≥ {minimum} (this host has {host.driver})"
+    if strict and own == minimum:
+        reason += f": CUDA {row.cuda}'s own driver, which strict_driver requires"
     if on_branch:
         consumer = next((g for g in gpus if not g.datacenter), None)
         if consumer is not None:
@@ -208,7 +244,7 @@ def _driver_check(
     elif row.forward_compat:
         branches = ", ".join(f"R{driver_branch(d)} ≥ {d}" for d in row.forward_compat)
         reason += f" (data-center GPUs also run it on {branches})"
-    return Rejection("driver", reason), minimum, None
+    return Rejection("driver", reason), minimum, None, None
 
 
 def _article(word: str) -> str:
@@ -287,7 +323,7 @@ def evaluate(
     drive = [Rejection("driver", drive_reason(host, g)) for g in undrivable(host, gpus)]
     host_memo: dict[
         tuple[str | None, str | None, tuple[str, ...], str | None, tuple[str, ...]],
-        tuple[list[Rejection], str | None, str | None],
+        tuple[list[Rejection], str | None, str | None, str | None],
     ] = {}
     out = []
     for row in rows:
@@ -303,7 +339,9 @@ def evaluate(
         )
         host_verdict = host_memo.get(host_key)
         if host_verdict is None:
-            driver_rejection, minimum, route = _driver_check(row, matrix, host, gpus)
+            driver_rejection, minimum, route, mode = _driver_check(
+                row, matrix, host, gpus, spec.strict_driver
+            )
             host_rejections = [*drive] or ([driver_rejection] if driver_rejection else [])
             host_rejections.extend(_gpu_checks(row, matrix, gpus))
             if not platform_fits(row.platforms, host.platform):
@@ -311,9 +349,9 @@ def evaluate(
                 host_rejections.append(
                     Rejection("platform", f"is built for {listed}; this host is {host.platform}")
                 )
-            host_verdict = host_memo[host_key] = (host_rejections, minimum, route)
-        rejections, minimum, route = host_verdict
-        out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route))
+            host_verdict = host_memo[host_key] = (host_rejections, minimum, route, mode)
+        rejections, minimum, route, mode = host_verdict
+        out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route, mode))
     return tuple(out)
 
 

@@ -45,6 +45,8 @@ class Candidate:
     rejections: tuple[Rejection, ...]
     min_driver: str | None
     driver_route: str | None  # how the host driver qualifies, when it does
+    # native | minor-version compatibility | forward compatibility; None: not checked
+    mode: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,6 +95,7 @@ class Resolution:
             "evidence": row.evidence,
             "unverified": list(row.unverified),
             "driver_route": self.candidate.driver_route,
+            "compatibility_mode": self.candidate.mode,
             "warnings": list(self.warnings),
             "host": self.host.to_data(),
         }

@@ -8,7 +8,7 @@ from gpuenv.host.machine import Host
 from gpuenv.lock.locked import Locked
 from gpuenv.matrix.model import ImageRow, Matrix
 from gpuenv.project.spec import default_spec
-from gpuenv.resolution.resolve import classify_gpus, evaluate
+from gpuenv.resolution.resolve import MINOR, classify_gpus, evaluate
 from gpuenv.sharing.gpus import Grant
 
 
@@ -56,4 +56,6 @@ def preflight(lock: Locked, host: Host, grant: Grant, matrix: Matrix) -> list[st
         )
     if candidate.driver_route and candidate.driver_route.startswith("CUDA forward"):
         return [f"runs through {candidate.driver_route}"]
+    if candidate.mode == MINOR:
+        return [f"runs on {candidate.driver_route}"]
     return []
