@@ -95,16 +95,23 @@ def verify_lock(directory: str) -> Lock:
 
 
 def update_lock(
-    directory: str, plan: HostPlan, *, upgrade: bool = False, notify: Notify = no_notes
+    directory: str,
+    plan: HostPlan,
+    *,
+    upgrade: bool = False,
+    newest: bool = False,
+    notify: Notify = no_notes,
 ) -> LockUpdate:
     """`gpuenv lock`: keep an up-to-date lock; on a change keep the locked image while it
     still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
     the host the lock recorded. One writer at a time (LockHeld, exit 9, names another)."""
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
-        return _update_lock(directory, plan, upgrade=upgrade, notify=notify)
+        return _update_lock(directory, plan, upgrade=upgrade, newest=newest, notify=notify)
 
 
-def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notify) -> LockUpdate:
+def _update_lock(
+    directory: str, plan: HostPlan, *, upgrade: bool, newest: bool, notify: Notify
+) -> LockUpdate:
     spec = spec_for(directory, Overrides(), need_file=True)
     path = os.path.join(directory, LOCK_FILENAME)
     existing: Lock | None = None
@@ -141,7 +148,7 @@ def _update_lock(directory: str, plan: HostPlan, *, upgrade: bool, notify: Notif
     pins = project_pins(spec, matrix)
     for note in unknown_companions(pins, matrix):
         notify(Note("warn", note))
-    resolution = resolve(spec, matrix, host, prefer=prefer, pins=pins)
+    resolution = resolve(spec, matrix, host, prefer=prefer, pins=pins, newest=newest)
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
     new_lock = lock_from_resolution(resolution, matrix.version, digest)

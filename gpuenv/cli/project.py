@@ -60,6 +60,12 @@ def _lock_data(
     is_flag=True,
     help="Re-resolve to the newest image that fits, even if the locked one still does.",
 )
+@click.option(
+    "--newest",
+    is_flag=True,
+    help="With --upgrade's re-resolve, take the newest image that fits even where the "
+    "matrix does not record its framework version.",
+)
 @json_option("what happened to the lock")
 @click.pass_obj
 def lock(
@@ -69,17 +75,23 @@ def lock(
     platform: str | None,
     check_only: bool,
     upgrade: bool,
+    newest: bool,
     as_json: bool,
 ) -> None:
     """Resolve gpuenv.yaml and pin the result in gpuenv.lock.
 
     With an up-to-date lock this does nothing. When gpuenv.yaml or a requirements
     file changed, the locked image is kept if it still fits, and replaced by the
-    newest that fits otherwise. --upgrade always takes the newest. --check fails
-    (exit 5) when the lock is missing or out of date, and lists what changed.
+    newest that fits otherwise (among images whose framework version the matrix
+    records; --newest takes any, and implies --upgrade). --upgrade always takes the
+    newest. --check fails (exit 5) when the lock is missing or out of date, and lists
+    what changed.
     """
+    upgrade = upgrade or newest
     if check_only and upgrade:
-        raise UsageError("--check and --upgrade cannot be combined: --check writes nothing")
+        raise UsageError(
+            "--check and --upgrade (or --newest) cannot be combined: --check writes nothing"
+        )
     lock_path = os.path.join(obj.directory, LOCK_FILENAME)
     if check_only:
         current = verify_lock(obj.directory)
@@ -88,7 +100,11 @@ def lock(
         ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
         return
     update = update_lock(
-        obj.directory, HostPlan(driver, gpu_models, platform), upgrade=upgrade, notify=_notify
+        obj.directory,
+        HostPlan(driver, gpu_models, platform),
+        upgrade=upgrade,
+        newest=newest,
+        notify=_notify,
     )
     if as_json:
         output.data(

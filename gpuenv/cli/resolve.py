@@ -24,6 +24,12 @@ from gpuenv.resolution.resolve import resolve as do_resolve
 @host_options
 @click.option("--explain", is_flag=True, help="Show every candidate image and why it fits or not.")
 @click.option(
+    "--newest",
+    is_flag=True,
+    help="The newest image that fits, even where the matrix does not record its framework "
+    "version (by default such images are named, not chosen).",
+)
+@click.option(
     "--strict-driver",
     is_flag=True,
     help="Only images whose CUDA toolkit's own driver the host has (native), as the spec's "
@@ -41,6 +47,7 @@ def resolve(
     gpu_models: tuple[str, ...],
     platform: str | None,
     explain: bool,
+    newest: bool,
     strict_driver: bool,
     as_json: bool,
 ) -> None:
@@ -63,7 +70,7 @@ def resolve(
     matrix = load_matrix()
     host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
-        resolution = do_resolve(spec, matrix, host)
+        resolution = do_resolve(spec, matrix, host, newest=newest)
         if os.path.exists(os.path.join(obj.directory, LOCK_FILENAME)):
             from gpuenv.app.lock import differs_from_lock  # the lock reader: ~60 ms
 

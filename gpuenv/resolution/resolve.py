@@ -361,8 +361,12 @@ def resolve(
     host: Host,
     prefer: str | None = None,
     pins: Sequence[Pin] = (),
+    *,
+    newest: bool = False,
 ) -> Resolution:
-    """The newest image of the spec's framework that fits the spec and the host.
+    """The newest image of the spec's framework that fits the spec and the host, among
+    those whose framework version the matrix records (unless `newest`: then the newest
+    of all); newer fitting images with an unrecorded version are named in a warning.
 
     `prefer` names an image (the one already locked): if it still fits, it is kept, so
     editing an unrelated field of the spec never moves the image. `pins` are the
@@ -382,8 +386,9 @@ def resolve(
         error = cannot_drive(host, stuck)
         error.candidates = candidates
         raise error
+    notes: list[str] = []
     chosen = next((c for c in candidates if c.ok and c.row.image == prefer), None)
-    chosen = chosen or next((c for c in candidates if c.ok), None)
+    chosen = chosen or _newest(spec, candidates, newest, notes)
     if chosen is None:
         error = (
             conflicting_pins(spec, pins, rows)
@@ -392,4 +397,35 @@ def resolve(
         )
         error.candidates = candidates
         raise error
-    return Resolution(spec, host, chosen, candidates, gpus, tuple(warnings_for(chosen, host, gpus)))
+    warnings = (*notes, *warnings_for(chosen, host, gpus))
+    return Resolution(spec, host, chosen, candidates, gpus, warnings)
+
+
+def _newest(
+    spec: Spec, candidates: Sequence[Candidate], newest: bool, notes: list[str]
+) -> Candidate | None:
+    """The newest fitting candidate whose framework version is recorded; the newest of
+    all with `newest`, or where none is recorded. What it passes over, or an unrecorded
+    version it takes, goes into `notes`."""
+    fitting = [c for c in candidates if c.ok]
+    if not fitting:
+        return None
+    if spec.framework == "none":
+        return fitting[0]
+    name = FRAMEWORK_NAMES.get(spec.framework, spec.framework)
+    recorded = [c for c in fitting if c.row.framework_version]
+    chosen = fitting[0] if newest or not recorded else recorded[0]
+    passed = [c.row.tag for c in fitting[: fitting.index(chosen)]]
+    if passed:
+        listed = ", ".join(passed[:4]) + (", …" if len(passed) > 4 else "")
+        notes.append(
+            f"newer images fit but the matrix does not record their {name} version "
+            f"({listed}): not chosen, so the lock says what it runs; `--newest` takes "
+            "the newest of them"
+        )
+    if not chosen.row.framework_version:
+        notes.append(
+            f"the {name} version of {chosen.row.image} is not recorded in the matrix: "
+            "the lock says unknown; the image itself says which (its NGC environment)"
+        )
+    return chosen

@@ -28,10 +28,10 @@ def resolve(*args: str) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("args", "image", "mode"),
     [
-        # 26.10 (CUDA 13.4.3, minimum 580) on 580.82.07: below CUDA 13.4's own R615
+        # 26.09 (CUDA 13.4.1, minimum 580) on 580.82.07: below CUDA 13.4's own R615
         (
             ("--driver", "580.82.07", "--gpu", "RTX 4090"),
-            "nvcr.io/nvidia/pytorch:26.10-py3",
+            "nvcr.io/nvidia/pytorch:26.09-py3",
             "minor-version compatibility",
         ),
         # the same host, native only: 25.09 (CUDA 13.0.1, whose own driver is 580.82.07)

@@ -370,7 +370,7 @@ def test_resolution_and_preflight_judge_the_instances_gpu(matrix, request_: GpuR
     )
     host = replace(described, gpus=(described.gpus[0], a100))
     assert resolve(spec(), matrix, host).row.tag == "24.12-py3"  # both GPUs
-    assert resolve(spec().with_overrides(gpus=request_), matrix, host).row.tag == "26.10-py3"
+    assert resolve(spec().with_overrides(gpus=request_), matrix, host).row.tag == "26.09-py3"
 
 
 def test_preflight_judges_the_granted_instances_gpu(matrix) -> None:  # type: ignore[no-untyped-def]

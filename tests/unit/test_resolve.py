@@ -19,7 +19,8 @@ def spec(framework: str = "pytorch", **fields: Any) -> Spec:
 
 # (spec fields, host, expected image tag, expected driver route fragment)
 CASES = [
-    pytest.param({}, make_host(None), "26.10-py3", "not checked", id="no-gpu-host-newest"),
+    # The newest image whose PyTorch version the matrix records (26.10's is not).
+    pytest.param({}, make_host(None), "26.09-py3", "not checked", id="no-gpu-host-newest"),
     pytest.param(
         {"version": "2.4"},
         make_host("550.54.15", "NVIDIA GeForce RTX 4090"),
@@ -45,7 +46,7 @@ CASES = [
     pytest.param(
         {},
         make_host("580.95.05", "NVIDIA GeForce RTX 5090"),
-        "26.10-py3",
+        "26.09-py3",  # the newest with a recorded PyTorch version
         "≥ 580",
         id="blackwell-new-driver",
     ),
@@ -88,7 +89,9 @@ def test_resolves(matrix: Matrix, fields: dict[str, str], host: Host, tag: str, 
     ("framework", "fields", "image"),
     [
         ("tensorflow", {}, "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"),
-        ("jax", {}, "nvcr.io/nvidia/jax:26.07-py3"),  # newest JAX tag in use (matrix-audit 3)
+        # The newest JAX tag whose JAX version the matrix records (26.07's, the newest
+        # tag in use per matrix-audit 3, is not).
+        ("jax", {}, "nvcr.io/nvidia/jax:25.04-py3"),
         ("none", {"cuda": "12.4"}, "nvcr.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"),
     ],
 )
@@ -197,9 +200,9 @@ def test_selected_gpus_only(matrix: Matrix) -> None:
     host = make_host("580.95.05", "Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB")
     assert resolve(spec(), matrix, host).row.tag == "24.12-py3"
     pinned = spec().with_overrides(gpus=GpuRequest("devices", devices=("1",)))
-    assert resolve(pinned, matrix, host).row.tag == "26.10-py3"
+    assert resolve(pinned, matrix, host).row.tag == "26.09-py3"
     no_gpu = spec().with_overrides(gpus=GpuRequest("none"))
-    assert resolve(no_gpu, matrix, host).row.tag == "26.10-py3"
+    assert resolve(no_gpu, matrix, host).row.tag == "26.09-py3"
 
 
 def test_nvml_compute_capability_wins(matrix: Matrix) -> None:
@@ -318,3 +321,18 @@ def test_framework_pins_resolve_where_nvidia_shipped_them(
     pinned = default_spec(".", framework).with_overrides(version=pin)
     chosen = resolve(pinned, matrix, make_host("550.54.15", "NVIDIA H100 80GB HBM3"))
     assert chosen.row.tag == tag, source
+
+
+def test_an_unrecorded_framework_version_is_named_not_chosen(matrix: Matrix) -> None:
+    """Issue 22, item 3: the newest image whose framework version the matrix records is
+    chosen; newer ones are named; --newest takes them, and says the version is unknown."""
+    host = make_host("580.95.05", "NVIDIA GeForce RTX 5090")
+    chosen = resolve(spec(), matrix, host)
+    assert chosen.row.tag == "26.09-py3" and chosen.row.framework_version
+    assert any("does not record their PyTorch version (26.10-py3)" in w for w in chosen.warnings)
+    newest = resolve(spec(), matrix, host, newest=True)
+    assert newest.row.tag == "26.10-py3" and newest.row.framework_version is None
+    assert any(
+        "PyTorch version of nvcr.io/nvidia/pytorch:26.10-py3 is not recorded" in w
+        for w in newest.warnings
+    )
