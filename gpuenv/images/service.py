@@ -18,15 +18,17 @@ from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import pull_error, redact
 from gpuenv.engine.protocol import BuildCache, Builder, Engine, Event, ImageInfo
-from gpuenv.errors import BuildError, GpuenvError, PullError
+from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import BuildProgress, BuildView, PullProgress, PullView, View
 from gpuenv.images.registry import credentials, parse_reference, pull_repository
 from gpuenv.images.registry import credentials as auth_for
 from gpuenv.images.render import SUPPORT_DIR, BuildPlan, plan_build
+from gpuenv.lock.facts import image_facts, reconcile
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
+    Lock,
     write_lock,
 )
 from gpuenv.lock.project import Project, load_project
@@ -52,6 +54,8 @@ def ensure_base(
     project: Project, engine: Engine, view: PullView, mirror: str | None
 ) -> tuple[Project, str]:
     """Make the locked base image present; pin its digest in the lock on first pull.
+    What the image says of itself (its NGC environment) fills what the lock did not
+    know, and an image that contradicts the lock is refused (LockError, exit 5).
 
     Returns the project (with the digest) and the local reference to build FROM.
     """
@@ -65,7 +69,7 @@ def ensure_base(
             _consume_pull(engine.pull(repository, lock.digest, auth), local, view)
             if not engine.has_image(local):
                 raise PullError(f"the pull of {local} finished, but the engine does not have it")
-        return project, local
+        return _checked_against_image(project, lock, engine, local), local
     assert canonical.tag is not None
     reference = f"{repository}:{canonical.tag}"
     progress = _consume_pull(engine.pull(repository, canonical.tag, auth), reference, view)
@@ -77,9 +81,33 @@ def ensure_base(
             hint="the image must come from a registry (not `docker load`) for gpuenv to pin it",
         )
     pinned = replace(lock, digest=digest)
-    with exclusive(project.lock_path):
-        write_lock(project.lock_path, pinned)
-    return Project(project.spec, pinned, project.lock_path), f"{repository}@{digest}"
+    local = f"{repository}@{digest}"
+    return _checked_against_image(project, pinned, engine, local, write=True), local
+
+
+def _checked_against_image(
+    project: Project, lock: Lock, engine: Engine, local: str, *, write: bool = False
+) -> Project:
+    """The project with its lock reconciled with what the image `local` states: values
+    the lock did not know filled in (and the lock written, as with a new digest);
+    LockError when the image contradicts the lock."""
+    framework = str(lock.resolved.get("framework") or "none")
+    facts = image_facts(framework, engine.image_config(local))
+    resolved, filled, contradictions = reconcile(lock.resolved, facts)
+    if contradictions:
+        raise LockError(
+            f"{local} is not the image {LOCK_FILENAME} describes: " + "; ".join(contradictions),
+            hint="the registry's image differs from the matrix's record of it: "
+            "`gpuenv matrix sync` records what the registry's images say, then "
+            "`gpuenv lock --upgrade` re-resolves",
+        )
+    if filled:
+        lock = replace(lock, resolved=resolved)
+        write = True
+    if write:
+        with exclusive(project.lock_path):
+            write_lock(project.lock_path, lock)
+    return Project(project.spec, lock, project.lock_path)
 
 
 def plan(

@@ -87,10 +87,13 @@ def environment(config: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, st
     return env, labels
 
 
-def _release(version: str) -> str | None:
-    """``12.8.0.038`` -> ``12.8.0``; ``9.1.0.70`` stays; ``8.9.7.29+cuda12.2`` -> ``8.9.7.29``."""
+def release_text(version: str, parts: int | None = None) -> str | None:
+    """A version as the matrix writes it: ``8.9.7.29+cuda12.2`` -> ``8.9.7.29``; with
+    `parts`, its first parts only (``12.8.0.038`` -> ``12.8.0``); None when unreadable."""
     text = version.split("+")[0].strip()
-    return text if text and is_version(text) else None
+    if not text or not is_version(text):
+        return None
+    return ".".join(text.split(".")[:parts]) if parts else text
 
 
 def lowest_compute_capability(arch_list: str) -> str | None:
@@ -124,7 +127,7 @@ def derive(
     compat libraries) states no minimum, so min_driver stays unknown there.
     """
     env, labels = environment(config)
-    cuda = _release(env.get("CUDA_VERSION", ""))
+    cuda = release_text(env.get("CUDA_VERSION", ""))
     version = next((env[name] for name in VERSION_ENV.get(framework, ()) if env.get(name)), None)
     if cuda is None and version is None:
         return None
@@ -135,7 +138,7 @@ def derive(
         min_driver = toolkit_floor(requirement.min_cuda)
     ubuntu = None
     if labels.get("org.opencontainers.image.ref.name") == "ubuntu":
-        ubuntu = _release(labels.get("org.opencontainers.image.version", ""))
+        ubuntu = release_text(labels.get("org.opencontainers.image.version", ""))
     built_for = env.get("CUDA_DRIVER_VERSION", "")
     return OverlayRow(
         repository=repository,
@@ -146,8 +149,8 @@ def derive(
         release=release if re.match(r"^\d\d\.\d\d$", release) else None,
         framework_version=version.strip() if version and is_version(version.strip()) else None,
         cuda=".".join(cuda.split(".")[:3]) if cuda else None,
-        cudnn=_release(env.get("CUDNN_VERSION", "")),
-        nccl=_release(env.get("NCCL_VERSION", "")),
+        cudnn=release_text(env.get("CUDNN_VERSION", "")),
+        nccl=release_text(env.get("NCCL_VERSION", "")),
         ubuntu=ubuntu,
         min_driver=min_driver,
         built_for_driver=built_for if re.match(r"^\d+(\.\d+){0,3}$", built_for) else None,

@@ -389,3 +389,51 @@ def test_render_builds_nothing(make_project, docker_host: str) -> None:
     assert text.index("apt-install.sh") < text.index("pip-install.sh")
     assert images(docker_host) == before
     assert Path(project.path / "gpuenv.lock").exists()
+
+
+def _relock(project, **resolved: object) -> None:  # type: ignore[no-untyped-def]
+    """The project's lock with `resolved` values changed, written as gpuenv writes a lock
+    (integrity included): a matrix row that did not know, or said otherwise."""
+    from dataclasses import replace
+
+    from gpuenv.lock.lockfile import read_lock, write_lock
+
+    path = str(project.path / "gpuenv.lock")
+    lock = read_lock(path)
+    write_lock(path, replace(lock, resolved={**lock.resolved, **resolved}, digest=""))
+
+
+def test_the_pull_reconciles_the_lock_with_what_the_image_says(make_project) -> None:
+    """The 25.10 stand-in carries NGC PyTorch 25.10's environment (scripts/services/
+    images.sh): what the lock did not know is filled from it; a lock that says otherwise
+    is refused (exit 5) and gets no digest."""
+    tags = os.environ.get("GPUENV_TEST_SYNC_STANDIN_TAGS", "")
+    assert "25.10-py3" in tags, f"no 25.10 stand-in in the registry ({tags!r})"
+    project = make_project()
+    spec = (project.path / "gpuenv.yaml").read_text().replace("version: '2.4'", "version: '2.9'")
+    project.write("gpuenv.yaml", spec)
+    project.ok("lock", "--driver", "580.95.05", "--gpu", "RTX 4090")
+    assert "reference: nvcr.io/nvidia/pytorch:25.10-py3" in project.lock_text()
+    # The matrix spells the build with a long commit, the image with a short one: agreed.
+    project.ok("pull")
+    locked = yaml.safe_load(project.lock_text())
+    assert locked["resolved"]["framework_version"] == "2.9.0a0+145a3a7bda"
+    assert DIGEST.fullmatch(locked["image"]["digest"])
+
+    _relock(project, framework_version=None, cudnn=None, ubuntu=None)
+    project.ok("pull")
+    filled = yaml.safe_load(project.lock_text())["resolved"]
+    assert (filled["framework_version"], filled["cudnn"], filled["ubuntu"]) == (
+        "2.9.0a0+145a3a7",
+        "9.14.0.64",
+        "24.04",
+    )
+    project.ok("lock", "--check")  # still the lock of this spec
+
+    _relock(project, framework_version="2.8.0a0+5228986c39")
+    refused = project.gpuenv("pull")
+    assert refused.returncode == 5, refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "is not the image gpuenv.lock describes: framework_version: the lock says " in said
+    assert "2.8.0a0+5228986c39, the image 2.9.0a0+145a3a7" in said
+    assert "digest: ''" in project.lock_text()  # nothing pinned to an image it does not describe
