@@ -39,17 +39,24 @@ def read_capped(path: str, limit: int = MAX_TEXT_BYTES) -> bytes:
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), None)
             raise NotAFile(f"is {kind}, not a file" if kind else "is not a regular file")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_up_to(fd, limit)
     finally:
         os.close(fd)
-    if size > limit:
+    if len(data) > limit:
         raise NotAFile(f"is larger than {limit >> 20} MiB: not a file a person writes")
+    return data
+
+
+def read_up_to(fd: int, limit: int) -> bytes:
+    """What the open file `fd` holds, read until its end or one byte past `limit` (so a
+    caller sees that it is larger): never more, whatever the file claims to be."""
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
     return b"".join(chunks)
 
 

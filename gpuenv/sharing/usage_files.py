@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from gpuenv.common.files import read_up_to
 from gpuenv.errors import StateUnsafe, UsageError
 from gpuenv.sharing.statedir import owner_name
 
@@ -153,14 +154,8 @@ def read_owned(directory: int, name: str, limit: int) -> tuple[int, bytes] | Non
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return (info.st_uid, b"".join(chunks)) if size <= limit else None
+        data = read_up_to(fd, limit)
+        return (info.st_uid, data) if len(data) <= limit else None
     except OSError:
         return None
     finally:
