@@ -27,6 +27,7 @@ from gpuenv.lock.lockfile import (
     write_lock,
 )
 from gpuenv.matrix.load import Matrix, load_matrix
+from gpuenv.matrix.model import Companion
 from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.project.sources import environment
@@ -198,10 +199,7 @@ def unknown_companions(pins: list[Pin], matrix: Matrix) -> list[str]:
     its metadata (tf-keras 2.15.0): it does not steer the choice, and the user is told."""
     out = []
     for pin in pins:
-        if not pin.specifier.startswith("==") or "," in pin.specifier:
-            continue
-        version = pin.specifier[2:].strip().split("+")[0]
-        release = matrix.companion(pin.name, version) if "*" not in version else None
+        release = _companion_release(pin, matrix)
         if release is not None and release.requires is None:
             out.append(
                 f"{pin}: its own metadata names no framework version "
@@ -212,14 +210,20 @@ def unknown_companions(pins: list[Pin], matrix: Matrix) -> list[str]:
 
 def _companion_pin(pin: Pin, matrix: Matrix) -> Pin | None:
     """The framework pin an exact companion pin implies, from the companion's metadata."""
-    exact = pin.specifier.startswith("==") and "," not in pin.specifier
-    version = pin.specifier[2:].strip().split("+")[0]
-    release = matrix.companion(pin.name, version) if exact and "*" not in version else None
+    release = _companion_release(pin, matrix)
     if release is None or release.requires is None:
         return None
     requirement = Requirement(release.requires)
     return Pin(
         requirement.name,
         str(requirement.specifier),
-        f"{pin.where}, through {pin.name}=={version}'s Requires-Dist",
+        f"{pin.where}, through {pin.name}=={release.version}'s Requires-Dist",
     )
+
+
+def _companion_release(pin: Pin, matrix: Matrix) -> Companion | None:
+    """The recorded companion release an exact pin (``==0.16.0``, build label ignored)
+    names; None for any other pin."""
+    if not pin.specifier.startswith("==") or "," in pin.specifier or "*" in pin.specifier:
+        return None
+    return matrix.companion(pin.name, pin.specifier[2:].strip().split("+")[0])

@@ -163,23 +163,17 @@ def read_pyproject(
     groups = _groups(data)
     unselected = sorted(set(groups) - {normalize(e) for e in extras})
     if unselected and poetry is None:
+        frameworks = {name: _frameworks_in(groups[name]) for name in unselected}
         listed = ", ".join(
-            name
-            + (
-                f" ({', '.join(_frameworks_in(groups[name]))})"
-                if _frameworks_in(groups[name])
-                else ""
-            )
-            for name in unselected
+            f"{name} ({', '.join(found)})" if found else name for name, found in frameworks.items()
         )
+        example = next((name for name, found in frameworks.items() if found), unselected[0])
         into.flag(
             where_in(project_dir, relative, "optional-dependencies")
             if "optional-dependencies" in table(data, "project")
             else where_in(project_dir, relative, "[dependency-groups]"),
             f"optional groups not installed: {listed}; name one in gpuenv.yaml's `extras:` "
-            "to install it (extras: ["
-            + next((n for n in unselected if _frameworks_in(groups[n])), unselected[0])
-            + "])",
+            f"to install it (extras: [{example}])",
         )
     if poetry is not None:
         _poetry_sources(project_dir, relative, poetry, into)

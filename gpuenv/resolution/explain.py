@@ -258,16 +258,11 @@ def _change_text(spec: Spec, row: ImageRow, check: str) -> str:
     return f"{what} {op}{wanted} ({check}: '{wanted}')"
 
 
-def _too_new(host: Host, gpu: HostGpu) -> bool:
-    """Whether the host's branch is after the last one that drives `gpu`."""
-    return bool(host.driver and gpu.ceiling and driver_branch(host.driver) > gpu.ceiling.branch)
-
-
 def drive_reason(host: Host, gpu: HostGpu) -> str:
     """Why the driver cannot drive `gpu`, with the branch it needs."""
     kind = f"{gpu.architecture}, " if gpu.architecture else ""
     what = f"driver {host.driver} cannot drive the {gpu.name} ({kind}compute capability "
-    if _too_new(host, gpu):
+    if gpu.past_last_branch(host.driver):
         assert gpu.ceiling is not None
         return (
             f"{what}{gpu.compute_capability}): R{gpu.ceiling.branch} is the last branch "
@@ -284,7 +279,7 @@ def cannot_drive(host: Host, gpus: Sequence[HostGpu]) -> ResolutionError:
     """No image can help: the driver predates the GPUs' architecture, or comes after the
     last branch that drives it."""
     names = ", ".join(sorted({g.name for g in gpus}))
-    old = [g for g in gpus if _too_new(host, g)]
+    old = [g for g in gpus if g.past_last_branch(host.driver)]
     hints = []
     if old:
         last = min(g.ceiling.branch for g in old if g.ceiling)

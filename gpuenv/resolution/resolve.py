@@ -76,8 +76,7 @@ def undrivable(host: Host, gpus: Sequence[HostGpu]) -> list[HostGpu]:
     return [
         g
         for g in gpus
-        if (g.floor and driver < driver_tuple(g.floor.driver))
-        or (g.ceiling and driver[0] > g.ceiling.branch)
+        if (g.floor and driver < driver_tuple(g.floor.driver)) or g.past_last_branch(host.driver)
     ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuenv.common.versions import driver_branch
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.model import DriveCeiling, DriveFloor, ImageRow
 from gpuenv.project.spec import Spec
@@ -25,6 +26,10 @@ class HostGpu:
     @property
     def name(self) -> str:
         return self.gpu.name
+
+    def past_last_branch(self, driver: str | None) -> bool:
+        """Whether `driver`'s branch comes after the last one that drives this GPU."""
+        return bool(driver and self.ceiling and driver_branch(driver) > self.ceiling.branch)
 
     @property
     def datacenter(self) -> bool:
