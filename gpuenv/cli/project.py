@@ -151,12 +151,15 @@ def init(
 ) -> None:
     """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
 
-    Reads the project's dependency sources (requirements.txt with its includes,
-    pyproject.toml with uv.lock, environment.yml) and names them in `requirements:`.
+    Reads the project's dependency sources (requirements.txt with its includes, or a
+    requirements/ folder's base.txt; pyproject.toml with uv.lock; environment.yml) and
+    names them in `requirements:`; what it finds and does not read (Pipfile, other
+    requirements files, optional groups, Poetry sources) is named with what to do.
     The framework is what they need (torch==2.3.1 → pytorch "2.3"; a [build-system]
-    pin; tf-keras → tensorflow); several frameworks fail and ask for --framework.
-    Python from .python-version, else conda's python=, else requires-python; the
-    host's driver and GPUs. Shows what it found and where. Flags win over what is
+    pin; tf-keras → tensorflow; torchvision==0.16.0 → torch 2.1 by its metadata);
+    several frameworks fail and ask for --framework. Python from .python-version,
+    else conda's python=, else requires-python, else Poetry's python; the host's
+    driver and GPUs. Shows what it found and where. Flags win over what is
     detected. Never asks questions; refuses to overwrite without --force.
     """
     notes: list[Note] = []
@@ -197,10 +200,14 @@ def init(
 @click.pass_obj
 def check(obj: Context, as_json: bool) -> None:
     """Validate the matrices, gpuenv.yaml, gpuenv.lock and the dependency sources,
-    reporting every problem, and what the build will leave to the image.
+    reporting every problem, and what the build will leave to the image. A valid
+    lock is judged against the known host (this machine's NVML, or GPUENV_HOST_FILE):
+    one this host cannot run fails; with no host known, a warning says it was not
+    checked.
 
     Exits with the code of the first kind of problem found (8 a file that cannot be
-    read, 6 matrix, 3 spec, 5 lock, 7 host file), 0 when all is well.
+    read, 6 matrix, 3 spec, 5 lock, 7 host file, 4 a lock this host cannot run), 0
+    when all is well.
     """
     outcome = check_project(obj.directory, os.environ)
     if as_json:
