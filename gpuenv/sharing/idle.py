@@ -9,20 +9,17 @@ the state folder (`idle.json`, trusted only when root, or the folder's owner, wr
 from __future__ import annotations
 
 import os
-import stat
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuenv.common.labels import RUN_LABEL
+from gpuenv.common.sysconfig import read_system_config, seconds
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.monitor import user_uid
 
-SYSTEM_CONFIG = "/etc/gpuenv/config.toml"
-SYSTEM_CONFIG_ENV = "GPUENV_SYSTEM_CONFIG"
 MAX_GAP = 600.0  # samples further apart than this say nothing about the time between
 
 # GPU key -> utilization in percent (None: unknown)
@@ -53,41 +50,12 @@ class IdlePolicy:
     stop_after: float
 
 
-def _seconds(value: object, key: str, where: str) -> float:
-    """A duration: seconds, or '90s', '30m', '2h', '1d'.
-
-    >>> _seconds("2h", "warn_after", "config.toml")
-    7200.0
-    """
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str) and value[:-1].isdigit() and value[-1:] in units:
-        return float(int(value[:-1]) * units[value[-1]])
-    raise UsageError(f"{where}: [idle] {key} = {value!r} is not a duration (e.g. 30m, 2h)")
-
-
 def load_policy(env: Mapping[str, str] | None = None) -> tuple[IdlePolicy | None, str]:
     """The admin's policy and where it came from; (None, why) when there is none. The
     file must be root's and writable by root only: a user cannot write policy."""
-    env = os.environ if env is None else env
-    path = env.get(SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None, f"no {path}: idle runs are not warned or stopped"
-    except OSError as exc:
-        return None, f"{path} cannot be read ({exc.strerror}): no idle policy"
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.getuid()):
-            return None, f"{path} is not a file of root's: ignored"
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None, f"{path} can be written by others: ignored"
-        try:
-            data = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path} is not valid TOML: {exc}") from None
+    data, path = read_system_config(env)
+    if data is None:
+        return None, f"{path}: idle runs are not warned or stopped"
     section = data.get("idle")
     if not isinstance(section, dict) or not section.get("enabled", True):
         return None, f"{path} has no [idle] policy"
@@ -96,8 +64,8 @@ def load_policy(env: Mapping[str, str] | None = None) -> tuple[IdlePolicy | None
         raise UsageError(f"{path}: [idle] threshold = {threshold!r} is not a percentage (1-100)")
     policy = IdlePolicy(
         threshold,
-        _seconds(section.get("warn_after", "2h"), "warn_after", path),
-        _seconds(section.get("stop_after", "30m"), "stop_after", path),
+        seconds(section.get("warn_after", "2h"), "idle", "warn_after", path),
+        seconds(section.get("stop_after", "30m"), "idle", "stop_after", path),
     )
     return policy, path
 
