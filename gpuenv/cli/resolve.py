@@ -27,7 +27,8 @@ from gpuenv.resolution.resolve import resolve as do_resolve
     "--newest",
     is_flag=True,
     help="The newest image that fits, even where the matrix does not record its framework "
-    "version (by default such images are named, not chosen).",
+    "version or it runs only by a disputed forward compatibility (by default such images "
+    "are named, not chosen).",
 )
 @click.option(
     "--strict-driver",

@@ -387,26 +387,34 @@ def resolve(
 def _newest(
     spec: Spec, candidates: Sequence[Candidate], newest: bool, notes: list[str]
 ) -> Candidate | None:
-    """The newest fitting candidate whose framework version is recorded; the newest of
-    all with `newest`, or where none is recorded. What it passes over, or an unrecorded
+    """The newest fitting candidate gpuenv can vouch for: its framework version recorded,
+    and its driver route not an unverified forward compatibility; the newest of all with
+    `newest`, or where none qualifies. What it passes over, and why, or an unrecorded
     version it takes, goes into `notes`."""
     fitting = [c for c in candidates if c.ok]
     if not fitting:
         return None
-    if spec.framework == "none":
-        return fitting[0]
     name = FRAMEWORK_NAMES.get(spec.framework, spec.framework)
-    recorded = [c for c in fitting if c.row.framework_version]
-    chosen = fitting[0] if newest or not recorded else recorded[0]
-    passed = [c.row.tag for c in fitting[: fitting.index(chosen)]]
-    if passed:
-        listed = ", ".join(passed[:4]) + (", …" if len(passed) > 4 else "")
+
+    def doubt(candidate: Candidate) -> str | None:
+        if spec.framework != "none" and not candidate.row.framework_version:
+            return f"the matrix does not record their {name} version"
+        if not candidate.route_verified:
+            return "they run here only by a forward compatibility NVIDIA's documents disagree on"
+        return None
+
+    vouched = [c for c in fitting if doubt(c) is None]
+    chosen = fitting[0] if newest or not vouched else vouched[0]
+    passed: dict[str, list[str]] = {}
+    for candidate in fitting[: fitting.index(chosen)]:
+        passed.setdefault(doubt(candidate) or "", []).append(candidate.row.tag)
+    for why, tags in passed.items():
+        listed = ", ".join(tags[:4]) + (", …" if len(tags) > 4 else "")
         notes.append(
-            f"newer images fit but the matrix does not record their {name} version "
-            f"({listed}): not chosen, so the lock says what it runs; `--newest` takes "
-            "the newest of them"
+            f"newer images fit but {why} ({listed}): not chosen, so the lock says what it "
+            "runs; `--newest` takes the newest of them"
         )
-    if not chosen.row.framework_version:
+    if spec.framework != "none" and not chosen.row.framework_version:
         notes.append(
             f"the {name} version of {chosen.row.image} is not recorded in the matrix: "
             "the lock says unknown; the image itself says which (its NGC environment)"
