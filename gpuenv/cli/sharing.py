@@ -89,7 +89,8 @@ def doctor(obj: Context, as_json: bool) -> None:
     its API, the GPU path (legacy NVIDIA request or CDI, and what is wrong with the CDI
     specs: a cdiVersion the engine cannot read, a spec stale after a driver upgrade),
     the NVIDIA runtime, driver and NVML, the project's lock against this host, free disk,
-    nvcr.io credentials and the state folder. Exits 15 when a check fails."""
+    nvcr.io credentials, the state folder and, where one is set, the dcgm-exporter
+    job mapping folder. Exits 15 when a check fails."""
     checks = run_checks(obj.directory, engine)
     if as_json:
         output.data([c.to_data() for c in checks])

@@ -402,6 +402,18 @@ def _state(connect: Callable[[], Engine], checks: list[Check]) -> None:
                 f"on a server several people use, {CREATE_HINT}",
             )
         )
+    if store.job_map is not None:
+        where = store.job_map.path
+        checks.append(Check("dcgm-exporter job mapping", "ok", f"{where}: kept by gpuenv"))
+    for problem in store.job_map_problems:
+        checks.append(
+            Check(
+                "dcgm-exporter job mapping",
+                "warn",
+                problem,
+                "docs/reference/monitoring.md, 'dcgm-exporter job labels', says how to set it up",
+            )
+        )
     for problem in store.problems:
         checks.append(
             Check(

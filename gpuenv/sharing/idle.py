@@ -9,8 +9,6 @@ the state folder (`idle.json`, trusted only when root, or the folder's owner, wr
 from __future__ import annotations
 
 import os
-import stat
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,9 +18,8 @@ from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.monitor import user_uid
+from gpuenv.sharing.siteconfig import read_site_config
 
-SYSTEM_CONFIG = "/etc/gpuenv/config.toml"
-SYSTEM_CONFIG_ENV = "GPUENV_SYSTEM_CONFIG"
 MAX_GAP = 600.0  # samples further apart than this say nothing about the time between
 
 # GPU key -> utilization in percent (None: unknown)
@@ -70,24 +67,12 @@ def _seconds(value: object, key: str, where: str) -> float:
 def load_policy(env: Mapping[str, str] | None = None) -> tuple[IdlePolicy | None, str]:
     """The admin's policy and where it came from; (None, why) when there is none. The
     file must be root's and writable by root only: a user cannot write policy."""
-    env = os.environ if env is None else env
-    path = env.get(SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+    site = read_site_config(env)
+    path, data = site.path, site.data
+    if site.missing:
         return None, f"no {path}: idle runs are not warned or stopped"
-    except OSError as exc:
-        return None, f"{path} cannot be read ({exc.strerror}): no idle policy"
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.getuid()):
-            return None, f"{path} is not a file of root's: ignored"
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None, f"{path} can be written by others: ignored"
-        try:
-            data = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path} is not valid TOML: {exc}") from None
+    if data is None:
+        return None, site.why
     section = data.get("idle")
     if not isinstance(section, dict) or not section.get("enabled", True):
         return None, f"{path} has no [idle] policy"
