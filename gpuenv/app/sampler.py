@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuenv.common.sysconfig import read_system_config, seconds
 from gpuenv.errors import UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
 from gpuenv.sharing.history import History, Xid
+from gpuenv.sharing.siteconfig import read_site_config, seconds
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,9 @@ class HistorySettings:
     def load(cls, env: Mapping[str, str] | None = None) -> HistorySettings:
         """`[history]` of the admin's config (interval, retention, max_mib); the defaults
         without one."""
-        data, path = read_system_config(env)
-        section = (data or {}).get("history") or {}
+        site = read_site_config(env)
+        path = site.path
+        section = (site.data or {}).get("history") or {}
         if not isinstance(section, dict) or set(section) - {"interval", "retention", "max_mib"}:
             raise UsageError(f"{path}: [history] takes interval, retention and max_mib only")
         max_mib = section.get("max_mib", cls.max_mib)

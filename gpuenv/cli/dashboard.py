@@ -34,7 +34,7 @@ from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.cli import ui
 from gpuenv.cli.app import engine
 from gpuenv.cli.charts import READINGS, line_chart
-from gpuenv.cli.exporter import parse_listen
+from gpuenv.cli.listen import bind_hint, parse_listen
 from gpuenv.errors import ExporterError, GpuenvError, UsageError
 from gpuenv.host.nvml import NvmlListener
 from gpuenv.sharing.history import History, SamplerBusy
@@ -279,7 +279,7 @@ def dashboard(listen: str, token_file: str | None, prometheus: str | None) -> No
     JSON behind the page: /api/gpus, /api/history?gpu=KEY&window=1h|1d, /api/usage.
     Exits 2 for a bad option (a non-loopback --listen without a token), 20 when it
     cannot listen there."""
-    address, port = parse_listen(listen)
+    address, port = parse_listen(listen, DEFAULT_LISTEN)
     token = read_token(token_file)
     if not _loopback(address) and token is None:
         raise UsageError(
@@ -303,7 +303,9 @@ def dashboard(listen: str, token_file: str | None, prometheus: str | None) -> No
         if sampler is not None:
             sampler.history.close()
             sampler.listener.stop()
-        raise ExporterError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+        raise ExporterError(
+            f"cannot listen on {listen}: {exc.strerror or exc}", hint=bind_hint(exc, port, 8478)
+        ) from None
     server.daemon_threads = True
     threads = [threading.Thread(target=server.serve_forever, daemon=True)]
     if sampler is not None:

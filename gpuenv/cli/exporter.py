@@ -1,14 +1,16 @@
 """gpuenv exporter: this host's GPUs as Prometheus metrics (prometheus_client, imported
-here only and only when the command runs; the samples come from gpuenv.sharing.metrics)."""
+here only and only when the command runs; the samples come from gpuenv.sharing.metrics,
+and under dcgm-exporter's names from gpuenv.sharing.dcgm)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
+import socket
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import click
@@ -17,46 +19,29 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 
 from gpuenv.cli import ui
 from gpuenv.cli.app import engine
-from gpuenv.errors import ExporterError, GpuenvError, UsageError
+from gpuenv.cli.listen import bind_hint, parse_listen
+from gpuenv.errors import ExporterError, GpuenvError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.metrics import families, holders
+from gpuenv.sharing.claims import Claim, ClaimStore
+from gpuenv.sharing.dcgm import dcgm_families
+from gpuenv.sharing.idle import idle_for, known_state, load_policy
+from gpuenv.sharing.metrics import ALERT_RULES, Family, Holder, families, holders, idle_families
 from gpuenv.sharing.monitor import list_runs
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) -> (host, port); a usage error otherwise."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(
-            f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN} or 0.0.0.0:9478"
-        )
-    return host, int(port)
-
-
-def _bind_hint(exc: OSError, port: int) -> str:
-    """What to do when the address cannot be bound, by why."""
-    if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-        return (
-            f"that address is not one of this host's: give one of its addresses, or "
-            f"0.0.0.0:{port} for every interface"
-        )
-    if exc.errno == errno.EACCES:
-        return "ports below 1024 need root: pick a port above 1024 (9478 is the default)"
-    if exc.errno == errno.EADDRINUSE:
-        return "something listens there already: pick another port, or stop it"
-    return "pick another address with --listen HOST:PORT"
+NAMES = ("gpuenv", "dcgm", "both")
 
 
 class GpuCollector:
-    """Reads the GPUs at each scrape (one scrape at a time) and yields metric families."""
+    """Reads the GPUs at each scrape (one scrape at a time) and yields metric families:
+    gpuenv's, dcgm-exporter's names, or both (`names`)."""
 
-    def __init__(self, listener: NvmlListener) -> None:
+    def __init__(self, listener: NvmlListener, names: str = "gpuenv") -> None:
         self.listener = listener
+        self.names = names
+        self.hostname = socket.gethostname()  # dcgm-exporter's Hostname: os.Hostname()
         self.lock = threading.Lock()
 
     def collect(self) -> Iterator[Any]:
@@ -73,23 +58,65 @@ class GpuCollector:
             yield up
             if isinstance(host, str):
                 return
-            xid_counts = self.listener.counts
-            if described:  # the file's XIDs, each one seen once
-                xid_counts = Counter((gpu.index, xid) for gpu in host.gpus for xid in gpu.xids)
-            try:
-                claims = ClaimStore().claims()
-            except (GpuenvError, OSError):
-                claims = []
-            try:
-                runs = list_runs(engine())
-            except GpuenvError:
-                runs = []
-            for family in families(host, holders(claims, runs), xid_counts):
+            for family in self._families(host, described is not None):
                 kind = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
                 metric = kind(family.name, family.help, labels=family.labels)
                 for labels, value in family.samples:
                     metric.add_metric(list(labels), value)
                 yield metric
+
+    def _families(self, host: Host, described: bool) -> list[Family]:
+        xid_counts: Mapping[tuple[int, int], int] = self.listener.counts
+        last_xid: Mapping[int, int] = self.listener.last_xid
+        if described:  # the file's XIDs, each one seen once, the last one last
+            xid_counts = Counter((gpu.index, xid) for gpu in host.gpus for xid in gpu.xids)
+            last_xid = {gpu.index: gpu.xids[-1] for gpu in host.gpus if gpu.xids}
+        claims, idle = _claims_and_idle()
+        try:
+            runs = list_runs(engine())
+        except GpuenvError:
+            runs = []
+        held = holders(claims, runs)
+        out: list[Family] = []
+        if self.names in ("gpuenv", "both"):
+            out += families(host, held, xid_counts)
+            out += _idle(host, held, claims, idle)
+        if self.names in ("dcgm", "both"):
+            out += dcgm_families(host, held, last_xid, self.hostname)
+        return out
+
+
+def _claims_and_idle() -> tuple[list[Claim], dict[str, Any]]:
+    """The claims and `gpuenv idle`'s samples; none when the state folder is unusable."""
+    try:
+        store = ClaimStore()
+    except (GpuenvError, OSError):
+        return [], {}
+    claims: list[Claim] = []
+    state: dict[str, Any] = {}
+    try:
+        claims = store.claims()
+        state = known_state(store)
+    except (GpuenvError, OSError):
+        pass  # what was read so far
+    finally:
+        store.close()
+    return claims, state
+
+
+def _idle(
+    host: Host, held: Mapping[str, Holder], claims: list[Claim], state: dict[str, Any]
+) -> list[Family]:
+    """Idle time of each claimed GPU, and the policy's warning time (when there is one)."""
+    now = time.time()
+    seconds = {
+        claim.gpu: idle for claim in claims if (idle := idle_for(state, claim.gpu, now)) is not None
+    }
+    try:
+        policy, _ = load_policy()
+    except GpuenvError:  # a broken policy file: `gpuenv idle` says so, the metrics go on
+        policy = None
+    return idle_families(host, held, seconds, policy.warn_after if policy else None)
 
 
 @click.command()
@@ -100,27 +127,51 @@ class GpuCollector:
     metavar="HOST:PORT",
     help="Where to serve /metrics (0.0.0.0:PORT for every interface).",
 )
-def exporter(listen: str) -> None:
+@click.option(
+    "--names",
+    type=click.Choice(NAMES),
+    default="gpuenv",
+    show_default=True,
+    help="Metric names: gpuenv's own, dcgm-exporter's (DCGM_FI_DEV_*, for its dashboards), "
+    "or both.",
+)
+@click.option(
+    "--print-alert-rules",
+    is_flag=True,
+    help="Print gpuenv's Prometheus alert rules (YAML) and exit.",
+)
+def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
     """Serve this host's GPUs as Prometheus metrics on http://HOST:PORT/metrics.
 
     Per GPU: utilization, memory, temperature and the GPU's slowdown threshold, power
     and its limit, clocks, clock event (throttle) reasons, PCIe link, ECC errors, XID
-    errors seen while it runs, and gpuenv's health findings; labelled with the GPU's
-    index and UUID and, where a gpuenv run holds the GPU, its project, user and run.
+    errors seen while it runs, gpuenv's health findings and how long a claimed GPU has
+    been idle; labelled with the GPU's index and UUID and, where a gpuenv run holds the
+    GPU, its project, user and run.
+
+    --names dcgm serves dcgm-exporter's names, units and labels instead
+    (DCGM_FI_DEV_GPU_UTIL, ..._FB_USED in MiB, gpu, UUID, modelName, Hostname, ...), with
+    the same project, user and run labels, so its Grafana dashboard (12239) works on GPUs
+    DCGM cannot serve; --names both serves the two.
+
     Bound to 127.0.0.1 unless --listen says otherwise. Runs until Ctrl-C or SIGTERM.
-    Exits 20 when it cannot listen there.
+    Exits 20 when it cannot listen there. --print-alert-rules prints the alert rules to
+    load into Prometheus (see the monitoring reference).
     """
-    address, port = parse_listen(listen)
+    if print_alert_rules:
+        click.echo(ALERT_RULES.read_text(encoding="utf-8"), nl=False)
+        return
+    address, port = parse_listen(listen, DEFAULT_LISTEN)
     listener = NvmlListener()
     listener.start()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(listener))
+    registry.register(GpuCollector(listener, names))
     try:
         server, thread = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
         listener.stop()
         raise ExporterError(
-            f"cannot listen on {listen}: {exc.strerror or exc}", hint=_bind_hint(exc, port)
+            f"cannot listen on {listen}: {exc.strerror or exc}", hint=bind_hint(exc, port, 9478)
         ) from None
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

@@ -64,7 +64,7 @@ def _lock_data(
     "--newest",
     is_flag=True,
     help="With --upgrade's re-resolve, take the newest image that fits even where the "
-    "matrix does not record its framework version.",
+    "matrix does not record its framework version or its forward compatibility is disputed.",
 )
 @json_option("what happened to the lock")
 @click.pass_obj

@@ -27,7 +27,8 @@ from gpuenv.resolution.resolve import resolve as do_resolve
     "--newest",
     is_flag=True,
     help="The newest image that fits, even where the matrix does not record its framework "
-    "version (by default such images are named, not chosen).",
+    "version or it runs only by a disputed forward compatibility (by default such images "
+    "are named, not chosen).",
 )
 @click.option(
     "--strict-driver",
@@ -56,7 +57,9 @@ def resolve(
     Uses gpuenv.yaml when present; flags override its fields, and with --framework
     no spec file is needed. Prints the image reference; details go to stderr.
     Nothing is written: `gpuenv lock` pins the result. Where gpuenv.lock pins another
-    image, a warning says so.
+    image, a warning says so. A data-center GPU below an image's minimum driver runs it
+    by forward compatibility only on a branch NVIDIA supports; where NVIDIA's documents
+    disagree the route says "unverified" (`route_verified: false` in --json).
 
     \b
     Examples:

@@ -244,6 +244,7 @@ class NvmlListener:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[int, int], int] = {}
+        self.last_xid: dict[int, int] = {}  # GPU index -> the XID NVML reported last
         self.note: str | None = None
         self._pynvml: Any = None
         self._events: Any = None
@@ -285,6 +286,7 @@ class NvmlListener:
             if index is not None and event.eventType & pynvml.nvmlEventTypeXidCriticalError:
                 key = (index, int(event.eventData))
                 self.counts[key] = self.counts.get(key, 0) + 1
+                self.last_xid[index] = key[1]
 
     def xids(self, index: int) -> tuple[int, ...]:
         return tuple(sorted(xid for (gpu, xid) in self.counts if gpu == index))

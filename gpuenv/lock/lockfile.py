@@ -130,6 +130,8 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
             "driver": host.driver,
             # native | minor-version compatibility | forward compatibility | None
             "compatibility": resolution.candidate.mode,
+            # False: a forward route NVIDIA's documents disagree on (see resolve's route)
+            "route_verified": resolution.candidate.route_verified,
             "platform": host.platform,
             "gpus": [
                 {"name": g.name, "compute_capability": g.compute_capability}

@@ -26,6 +26,7 @@ from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
 from gpuenv.matrix import overlay
+from gpuenv.matrix.branches import DriverBranch, ForwardSupport, read_branches
 from gpuenv.matrix.files import Source as Source
 from gpuenv.matrix.files import default_matrix_dir as default_matrix_dir
 from gpuenv.matrix.files import matrix_key
@@ -311,6 +312,8 @@ class _MatrixParts:
     updated: list[str] = field(default_factory=list)
     notices: list[tuple[str, str]] = field(default_factory=list)
     companions: list[Companion] = field(default_factory=list)
+    branches: list[DriverBranch] = field(default_factory=list)
+    forward_support: list[ForwardSupport] = field(default_factory=list)
 
 
 def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
@@ -343,6 +346,8 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         directory=directory,
         notices=tuple(parts.notices),
         companions=tuple(parts.companions),
+        branches=tuple(parts.branches),
+        forward_support=tuple(parts.forward_support),
     )
 
 
@@ -389,8 +394,13 @@ def _read_matrix_file(rows: Checker, parts: _MatrixParts) -> None:
         parts.gpus.extend(_gpus(doc, rows))
     elif kind == "companions":
         parts.companions.extend(_companions(doc, rows))
+    elif kind == "driver-branches":
+        branches, support = read_branches(doc.data, rows, EVIDENCE_LEVELS)
+        parts.branches.extend(branches)
+        parts.forward_support.extend(support)
     else:
-        rows.add(("kind",), f"{kind!r} is not one of framework-images, cuda, gpus, companions")
+        kinds = "framework-images, cuda, gpus, companions, driver-branches"
+        rows.add(("kind",), f"{kind!r} is not one of {kinds}")
 
 
 def _companions(doc: YamlDocument, rows: Checker) -> list[Companion]:

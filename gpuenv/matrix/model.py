@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuenv.common import cache
 from gpuenv.common.versions import compute_capability, driver_branch, driver_tuple, parse_version
+from gpuenv.matrix.branches import DriverBranch, ForwardSupport
 from gpuenv.project.packages import FRAMEWORK_PACKAGES
 
 FRAMEWORK_NAMES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "none": "CUDA"}
@@ -168,6 +169,19 @@ class Matrix:
     # container, say): (framework, text), from the files' `notice`.
     notices: tuple[tuple[str, str], ...] = ()
     companions: tuple[Companion, ...] = ()
+    # matrices/driver-branches.yaml: NVIDIA's designation of each driver branch, and the
+    # branches its CUDA Compatibility guide lists per cuda-compat package.
+    branches: tuple[DriverBranch, ...] = ()
+    forward_support: tuple[ForwardSupport, ...] = ()
+
+    def driver_branch(self, branch: int) -> DriverBranch | None:
+        """What the lifecycle table records of branch R`branch`, if anything."""
+        return next((b for b in self.branches if int(b.branch) == branch), None)
+
+    def forward_support_for(self, cuda: str) -> ForwardSupport | None:
+        """The guide's row for the cuda-compat package of `cuda`'s minor, if it has one."""
+        minor = ".".join(str(p) for p in parse_version(cuda).release[:2])
+        return next((s for s in self.forward_support if s.cuda == minor), None)
 
     def companion(self, package: str, version: str) -> Companion | None:
         """The recorded release `version` of a companion package, if any."""
@@ -272,6 +286,8 @@ _DATA_KEYS = frozenset(
         "version",
         "notices",
         "companions",
+        "branches",
+        "forward_support",
     }
 )
 
@@ -287,6 +303,8 @@ def matrix_to_data(matrix: Matrix) -> dict[str, Any]:
         "version": matrix.version,
         "notices": [list(pair) for pair in matrix.notices],
         "companions": matrix.companions,
+        "branches": matrix.branches,
+        "forward_support": matrix.forward_support,
     }
 
 
@@ -311,4 +329,6 @@ def matrix_from_data(data: Any, directory: str) -> Matrix:
             for name, text in cache.checked(list, data["notices"])
         ),
         companions=cache.rows(Companion, data["companions"]),
+        branches=cache.rows(DriverBranch, data["branches"]),
+        forward_support=cache.rows(ForwardSupport, data["forward_support"]),
     )

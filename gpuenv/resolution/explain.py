@@ -85,6 +85,12 @@ def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list
             f"{why}: driver and GPU checks were skipped "
             f"(this image needs driver ≥ {chosen.min_driver or 'unknown'}); {fix}"
         )
+    elif chosen.driver_route and not chosen.route_verified:
+        out.append(
+            "forward compatibility here is unverified: NVIDIA's documents do not agree "
+            "that this driver branch runs this image (the host line says which); try the "
+            "image on this host before relying on it, or move to a branch both list"
+        )
     elif chosen.driver_route and chosen.driver_route.startswith("CUDA forward"):
         out.append(
             f"runs through {chosen.driver_route}; the container's compat libraries are "

@@ -5,7 +5,7 @@ constraints, and each failed check becomes a sentence a user can act on:
 
 1. the spec: framework version, Python, CUDA;
 2. the driver: at least the image's minimum, or, on data-center GPUs only, a driver of
-   one of the image's forward-compatibility branches;
+   a branch NVIDIA supports for forward compatibility (`gpuenv.resolution.forward`);
 3. the GPUs: compute capability at least the image's minimum, and one the image's CUDA
    toolkit builds for (natively, or through a lower minor of the same major, which
    NVIDIA's binary-compatibility rule allows).
@@ -23,7 +23,6 @@ from packaging.specifiers import SpecifierSet
 
 from gpuenv.common.versions import (
     compute_capability,
-    driver_branch,
     driver_tuple,
     matches,
     parse_version,
@@ -42,6 +41,7 @@ from gpuenv.resolution.explain import (
     unresolvable,
     warnings_for,
 )
+from gpuenv.resolution.forward import forward_verdict
 from gpuenv.resolution.pins import Pin, conflicting_pins, pin_reasons, pins_unsatisfiable
 from gpuenv.resolution.verdicts import Candidate, HostGpu, Rejection, Resolution
 
@@ -180,14 +180,15 @@ FORWARD = "forward compatibility"
 
 def _driver_check(
     row: ImageRow, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], strict: bool = False
-) -> tuple[Rejection | None, str | None, str | None, str | None]:
-    """(rejection, minimum, route, mode). The minimum is NVIDIA's stated minimum for the
-    image, raised to its CUDA major's minor-version floor (525 for 12.x, 580 for 13.x),
-    for 12.x and 13.x alike. At or above the CUDA toolkit's own driver the image runs
-    natively; below it, on that minimum, by CUDA minor-version compatibility (limited:
-    PTX newer than the driver cannot be JIT-compiled), which `strict` (--strict-driver,
-    the spec's `strict_driver`) refuses; data-center GPUs below it may run by forward
-    compatibility on the branches the row lists."""
+) -> tuple[Rejection | None, str | None, str | None, str | None, bool]:
+    """(rejection, minimum, route, mode, verified). The minimum is NVIDIA's stated minimum
+    for the image, raised to its CUDA major's minor-version floor (525 for 12.x, 580 for
+    13.x), for 12.x and 13.x alike. At or above the CUDA toolkit's own driver the image
+    runs natively; below it, on that minimum, by CUDA minor-version compatibility
+    (limited: PTX newer than the driver cannot be JIT-compiled), which `strict`
+    (--strict-driver, the spec's `strict_driver`) refuses; data-center GPUs below it may
+    run by forward compatibility where NVIDIA supports it (`forward_verdict`), a route
+    that is not `verified` where NVIDIA's documents disagree."""
     minimum = effective_min_driver(row, matrix)
     toolkit = matrix.toolkit(row.cuda) if row.cuda else None
     own = toolkit.min_driver if toolkit else None
@@ -198,56 +199,32 @@ def _driver_check(
     ):
         minimum = own
     if host.driver is None:
-        return None, minimum, f"not checked ({host.without_driver()[0]})", None
+        return None, minimum, f"not checked ({host.without_driver()[0]})", None, True
     if minimum is None:
-        return (
-            Rejection("driver", "its minimum driver is not recorded in the matrix"),
-            None,
-            None,
-            None,
-        )
+        why = "its minimum driver is not recorded in the matrix"
+        return Rejection("driver", why), None, None, None, True
     driver = driver_tuple(host.driver)
     if driver >= driver_tuple(minimum):
         if own is None:
-            return None, minimum, f"driver {host.driver} ≥ {minimum}", None
+            return None, minimum, f"driver {host.driver} ≥ {minimum}", None, True
         if driver >= driver_tuple(own):
-            return None, minimum, f"driver {host.driver} ≥ {minimum}, native", NATIVE
+            return None, minimum, f"driver {host.driver} ≥ {minimum}, native", NATIVE, True
         route = (
             f"driver {host.driver} ≥ {minimum} by CUDA minor-version compatibility (below "
             f"CUDA {row.cuda}'s own {own}: PTX newer than the driver cannot be JIT-compiled)"
         )
-        return None, minimum, route, MINOR
-    branch = driver_branch(host.driver)
-    compat = [d for d in row.forward_compat if driver_branch(d) == branch]
-    on_branch = bool(compat) and driver >= driver_tuple(compat[0])
-    if on_branch and gpus and all(g.datacenter for g in gpus):
-        return (
-            None,
-            minimum,
-            f"CUDA forward compatibility: data-center GPU on R{branch} ≥ {compat[0]}",
-            FORWARD,
-        )
+        return None, minimum, route, MINOR, True
+    forward = forward_verdict(row, matrix, host.driver, gpus)
+    if forward.route is not None:
+        return None, minimum, forward.route, FORWARD, forward.verified
     reason = f"needs driver ≥ {minimum} (this host has {host.driver})"
     if strict and own == minimum:
         reason += f": CUDA {row.cuda}'s own driver, which strict_driver requires"
-    if on_branch:
-        consumer = next((g for g in gpus if not g.datacenter), None)
-        if consumer is not None:
-            kind = consumer.gpu_class or "not a known data-center"
-            reason += (
-                f"; forward compatibility with R{branch} works on data-center GPUs only, "
-                f"and {consumer.name} is {_article(kind)} {kind} GPU"
-            )
-        else:
-            reason += f"; forward compatibility with R{branch} needs the GPUs to be known"
-    elif row.forward_compat:
-        branches = ", ".join(f"R{driver_branch(d)} ≥ {d}" for d in row.forward_compat)
-        reason += f" (data-center GPUs also run it on {branches})"
-    return Rejection("driver", reason), minimum, None, None
-
-
-def _article(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"
+    if forward.why_not and forward.why_not.startswith("data-center GPUs also"):
+        reason += f" ({forward.why_not})"
+    elif forward.why_not:
+        reason += f"; {forward.why_not}"
+    return Rejection("driver", reason), minimum, None, None, True
 
 
 @lru_cache(maxsize=4096)
@@ -321,8 +298,8 @@ def evaluate(
     # A driver that cannot drive a GPU at all rejects every image, before anything else.
     drive = [Rejection("driver", drive_reason(host, g)) for g in undrivable(host, gpus)]
     host_memo: dict[
-        tuple[str | None, str | None, tuple[str, ...], str | None, tuple[str, ...]],
-        tuple[list[Rejection], str | None, str | None, str | None],
+        tuple[str | None, str | None, str | None, tuple[str, ...], str | None, tuple[str, ...]],
+        tuple[list[Rejection], str | None, str | None, str | None, bool],
     ] = {}
     out = []
     for row in rows:
@@ -330,6 +307,7 @@ def evaluate(
         if pins:
             spec_rejections += [Rejection("package", why) for why in pin_reasons(row, pins)]
         host_key = (
+            row.release,  # forward compatibility weighs a branch's end against it
             row.cuda,
             row.min_driver,
             row.forward_compat,
@@ -338,7 +316,7 @@ def evaluate(
         )
         host_verdict = host_memo.get(host_key)
         if host_verdict is None:
-            driver_rejection, minimum, route, mode = _driver_check(
+            driver_rejection, minimum, route, mode, verified = _driver_check(
                 row, matrix, host, gpus, spec.strict_driver
             )
             host_rejections = [*drive] or ([driver_rejection] if driver_rejection else [])
@@ -348,9 +326,15 @@ def evaluate(
                 host_rejections.append(
                     Rejection("platform", f"is built for {listed}; this host is {host.platform}")
                 )
-            host_verdict = host_memo[host_key] = (host_rejections, minimum, route, mode)
-        rejections, minimum, route, mode = host_verdict
-        out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route, mode))
+            host_verdict = host_memo[host_key] = (
+                host_rejections,
+                minimum,
+                route,
+                mode,
+                verified,
+            )
+        rejections, minimum, route, mode, verified = host_verdict
+        out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route, mode, verified))
     return tuple(out)
 
 
@@ -403,26 +387,34 @@ def resolve(
 def _newest(
     spec: Spec, candidates: Sequence[Candidate], newest: bool, notes: list[str]
 ) -> Candidate | None:
-    """The newest fitting candidate whose framework version is recorded; the newest of
-    all with `newest`, or where none is recorded. What it passes over, or an unrecorded
+    """The newest fitting candidate gpuenv can vouch for: its framework version recorded,
+    and its driver route not an unverified forward compatibility; the newest of all with
+    `newest`, or where none qualifies. What it passes over, and why, or an unrecorded
     version it takes, goes into `notes`."""
     fitting = [c for c in candidates if c.ok]
     if not fitting:
         return None
-    if spec.framework == "none":
-        return fitting[0]
     name = FRAMEWORK_NAMES.get(spec.framework, spec.framework)
-    recorded = [c for c in fitting if c.row.framework_version]
-    chosen = fitting[0] if newest or not recorded else recorded[0]
-    passed = [c.row.tag for c in fitting[: fitting.index(chosen)]]
-    if passed:
-        listed = ", ".join(passed[:4]) + (", …" if len(passed) > 4 else "")
+
+    def doubt(candidate: Candidate) -> str | None:
+        if spec.framework != "none" and not candidate.row.framework_version:
+            return f"the matrix does not record their {name} version"
+        if not candidate.route_verified:
+            return "they run here only by a forward compatibility NVIDIA's documents disagree on"
+        return None
+
+    vouched = [c for c in fitting if doubt(c) is None]
+    chosen = fitting[0] if newest or not vouched else vouched[0]
+    passed: dict[str, list[str]] = {}
+    for candidate in fitting[: fitting.index(chosen)]:
+        passed.setdefault(doubt(candidate) or "", []).append(candidate.row.tag)
+    for why, tags in passed.items():
+        listed = ", ".join(tags[:4]) + (", …" if len(tags) > 4 else "")
         notes.append(
-            f"newer images fit but the matrix does not record their {name} version "
-            f"({listed}): not chosen, so the lock says what it runs; `--newest` takes "
-            "the newest of them"
+            f"newer images fit but {why} ({listed}): not chosen, so the lock says what it "
+            "runs; `--newest` takes the newest of them"
         )
-    if not chosen.row.framework_version:
+    if spec.framework != "none" and not chosen.row.framework_version:
         notes.append(
             f"the {name} version of {chosen.row.image} is not recorded in the matrix: "
             "the lock says unknown; the image itself says which (its NGC environment)"

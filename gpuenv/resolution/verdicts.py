@@ -52,6 +52,8 @@ class Candidate:
     driver_route: str | None  # how the host driver qualifies, when it does
     # native | minor-version compatibility | forward compatibility; None: not checked
     mode: str | None = None
+    # False for a forward route NVIDIA's documents disagree on, or are silent about
+    route_verified: bool = True
 
     @property
     def ok(self) -> bool:
@@ -101,6 +103,7 @@ class Resolution:
             "unverified": list(row.unverified),
             "driver_route": self.candidate.driver_route,
             "compatibility_mode": self.candidate.mode,
+            "route_verified": self.candidate.route_verified,
             "warnings": list(self.warnings),
             "host": self.host.to_data(),
         }

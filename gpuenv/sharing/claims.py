@@ -13,6 +13,9 @@ it runs (the kernel drops it when the process dies, SIGKILL included; no /proc n
 or, for a detached run, its container (running, and its owner's). Claims written on
 another host count only in a folder the admin marked as shared between hosts, and only
 while their heartbeat (the file's mtime, refreshed by the run) is fresh.
+
+Where a site runs dcgm-exporter, the store keeps its job mapping (`jobmap`) in step
+whenever claims are taken, released or found dead, if this process may write it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuenv.errors import GpuenvError
+from gpuenv.sharing.jobmap import keep_claims, open_job_map
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import (
     STATE_ENV,
@@ -63,6 +68,7 @@ class Claim:
     project: str
     since: float
     container: str = ""  # a detached run's container: the claim lives as long as it runs
+    slot: str = ""  # dcgm-exporter's name for the GPU: its index, or "<index>.<GPU instance>"
 
     def describe(self) -> str:
         held = time.strftime("%H:%M", time.localtime(self.since))
@@ -118,16 +124,42 @@ class ClaimStore:
         self.problems: list[str] = []
         self.hostname = socket.gethostname()
         self._held: dict[str, int] = {}  # our live claims and tickets: their locked fds
+        self._locked = False
+        self.job_map, problem = open_job_map(env)
+        self.job_map_problems = [problem] if problem else []
 
     def close(self) -> None:
         """Close the folder; claims still held stay held (and live) until exit."""
         self.folder.close()
+        if self.job_map is not None:
+            self.job_map.close()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """The one lock around check-and-claim, with a timeout that names its holder."""
         with locked(self.folder, self.timeout):
-            yield
+            self._locked = True
+            try:
+                yield
+            finally:
+                self._locked = False
+
+    def keep_job_map(self, live: Sequence[Claim] | None = None) -> None:
+        """Write dcgm-exporter's job mapping from the live claims (`live`, or read again),
+        under the store's lock so that an older view never overwrites a newer one. A
+        mapping that cannot be kept is a problem to report, never a failed run."""
+        if self.job_map is None:
+            return
+        try:
+            if self._locked:
+                keep_claims(self.job_map, self._live() if live is None else live, self.hostname)
+            else:
+                with self.locked():
+                    keep_claims(self.job_map, self._live(), self.hostname)
+        except (GpuenvError, OSError) as exc:
+            self.job_map_problems.append(f"the dcgm-exporter job mapping is not kept: {exc}")
+        self.job_map_problems.extend(self.job_map.problems)
+        self.job_map.problems.clear()
 
     # -- files ---------------------------------------------------------------------------
 
@@ -239,7 +271,13 @@ class ClaimStore:
     # -- claims ---------------------------------------------------------------------------
 
     def claims(self) -> list[Claim]:
-        """Every claim that counts; dead ones of this user (any, for root) are deleted."""
+        """Every claim that counts; dead ones of this user (any, for root) are deleted,
+        and the job mapping, where this process keeps one, says who holds what."""
+        live = self._live()
+        self.keep_job_map(live)
+        return live
+
+    def _live(self) -> list[Claim]:
         out = []
         me = os.getuid()
         for name in self._names(CLAIM_PREFIX):
@@ -260,6 +298,7 @@ class ClaimStore:
                     project=_text(data, "project"),
                     since=float(data.get("since") or info.st_mtime),
                     container=str(data.get("container") or ""),
+                    slot=str(data.get("slot") or ""),
                 )
             except (ValueError, TypeError) as exc:
                 self._problem(name, info, f"is not a gpuenv claim ({exc})")
@@ -283,15 +322,36 @@ class ClaimStore:
             return "live" if self.container_check(claim.container, info.st_uid) else "dead"
         return "live" if held else "dead"
 
-    def add(self, gpus: Sequence[str], project: str, container: str = "") -> list[str]:
+    def add(
+        self,
+        gpus: Sequence[str],
+        project: str,
+        container: str = "",
+        slots: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """Record claims (call under `locked`); returns their names, for `release`. With
-        `container`, the claims belong to that container, not to this process."""
+        `container`, the claims belong to that container, not to this process; `slots`
+        names each GPU as dcgm-exporter does (`jobmap.slots`)."""
+        names = self._add(gpus, project, container, slots or {})
+        self.keep_job_map()
+        return names
+
+    def _add(
+        self, gpus: Sequence[str], project: str, container: str, slots: Mapping[str, str]
+    ) -> list[str]:
         me = _me()
         if container:
             me.update(pid=0, pid_start="")
         names = []
         for gpu in gpus:
-            claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
+            claim = Claim(
+                gpu=gpu,
+                project=project,
+                since=time.time(),
+                container=container,
+                slot=slots.get(gpu, ""),
+                **me,
+            )
             name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{os.urandom(6).hex()}.json"
             names.append(self._write(name, asdict(claim), held=not container))
         return names
@@ -300,14 +360,18 @@ class ClaimStore:
         """Hand our claims `names` to `container` (call under `locked`): new claims that
         live as long as it runs are written before the old ones go."""
         gpus: list[str] = []
+        slots: dict[str, str] = {}
         project = ""
         for name in names:
             read = self._read(name)
             if read is not None and read[1].st_uid == os.getuid() and name in self._held:
                 gpus.append(str(read[0].get("gpu")))
+                slots[gpus[-1]] = str(read[0].get("slot") or "")
                 project = str(read[0].get("project") or "")
-        handed = self.add(gpus, project, container=container)
-        self.release(names)
+        handed = self._add(gpus, project, container, slots)
+        for name in names:
+            self._delete(name)
+        self.keep_job_map()
         return handed
 
     def read_record(self, name: str, owners: Sequence[int]) -> dict[str, Any] | None:
@@ -328,6 +392,8 @@ class ClaimStore:
     def release(self, names: Sequence[str]) -> None:
         for name in names:
             self._delete(name)
+        if any(name.startswith(CLAIM_PREFIX) for name in names):
+            self.keep_job_map()
 
     # -- the queue ------------------------------------------------------------------------
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuenv.common.labels import RUN_LABEL
-from gpuenv.common.sysconfig import read_system_config, seconds
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.monitor import user_uid
+from gpuenv.sharing.siteconfig import read_site_config, seconds
 
 MAX_GAP = 600.0  # samples further apart than this say nothing about the time between
 
@@ -53,9 +53,12 @@ class IdlePolicy:
 def load_policy(env: Mapping[str, str] | None = None) -> tuple[IdlePolicy | None, str]:
     """The admin's policy and where it came from; (None, why) when there is none. The
     file must be root's and writable by root only: a user cannot write policy."""
-    data, path = read_system_config(env)
+    site = read_site_config(env)
+    path, data = site.path, site.data
+    if site.missing:
+        return None, f"no {path}: idle runs are not warned or stopped"
     if data is None:
-        return None, f"{path}: idle runs are not warned or stopped"
+        return None, site.why
     section = data.get("idle")
     if not isinstance(section, dict) or not section.get("enabled", True):
         return None, f"{path} has no [idle] policy"

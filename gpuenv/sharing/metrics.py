@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.sharing.claims import Claim
@@ -21,6 +22,8 @@ GPU_LABELS = ("gpu", "uuid", "project", "user", "run")
 PREFIX = "gpuenv_gpu_"
 MIB = 2**20
 MHZ = 1_000_000
+# The alert rules on these metrics, shipped in the package (`exporter --print-alert-rules`).
+ALERT_RULES = Path(__file__).with_name("alert_rules.yml")
 
 # NVML's clock event reasons by name (nvml.h nvmlClocksEventReason*), each a 0/1 series.
 CLOCK_EVENT_REASONS = (
@@ -247,3 +250,32 @@ def _mig_instances(host: Host, held: Mapping[str, Holder]) -> Family:
             where = (str(gpu.index), instance.uuid, instance.profile or "")
             mig.samples.append(((*where, by.project, by.user, by.run), 1))
     return mig
+
+
+def idle_families(
+    host: Host,
+    held: Mapping[str, Holder],
+    idle_seconds: Mapping[str, float],
+    warn_after: float | None,
+) -> list[Family]:
+    """How long each held GPU has been idle (GPU key -> seconds, from `gpuenv idle`'s
+    samples) and the idle policy's warning time (None: no policy), so that an alert can
+    say when a claim sits idle past the policy."""
+    idle = Family(
+        PREFIX + "claim_idle_seconds",
+        "Seconds a held GPU has been below the idle threshold (as `gpuenv idle` sampled it).",
+        "gauge",
+        GPU_LABELS,
+    )
+    for gpu in host.gpus:
+        if gpu.key in held and gpu.key in idle_seconds:
+            idle.samples.append((_labels(gpu, held), idle_seconds[gpu.key]))
+    policy = Family(
+        "gpuenv_idle_policy_warn_after_seconds",
+        "The idle policy's [idle] warn_after: idle this long, a run is warned.",
+        "gauge",
+        (),
+    )
+    if warn_after is not None:
+        policy.samples.append(((), warn_after))
+    return [idle, policy]

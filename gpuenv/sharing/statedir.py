@@ -69,11 +69,15 @@ def user_state_dir() -> str:
     return platformdirs.user_state_dir("gpuenv")
 
 
-def _unsafe(where: str, why: str, hint: str = CREATE_HINT) -> StateUnsafe:
-    return StateUnsafe(f"the gpuenv state folder is unsafe: {where} {why}", hint=hint)
+def _unsafe(
+    where: str, why: str, hint: str = CREATE_HINT, what: str = "the gpuenv state folder"
+) -> StateUnsafe:
+    return StateUnsafe(f"{what} is unsafe: {where} {why}", hint=hint)
 
 
-def _check_component(where: str, info: os.stat_result, final: bool) -> None:
+def _check_component(
+    where: str, info: os.stat_result, final: bool, what: str = "the gpuenv state folder"
+) -> None:
     me = os.getuid()
     if info.st_uid not in (0, me):
         raise _unsafe(
@@ -81,6 +85,7 @@ def _check_component(where: str, info: os.stat_result, final: bool) -> None:
             f"belongs to {owner_name(info.st_uid)} (uid {info.st_uid}), who could replace "
             "what gpuenv writes there",
             hint=f"use a folder owned by root or by you; {CREATE_HINT}",
+            what=what,
         )
     writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     if writable_by_others and not info.st_mode & stat.S_ISVTX:
@@ -91,12 +96,16 @@ def _check_component(where: str, info: os.stat_result, final: bool) -> None:
             hint=f"make it sticky (`sudo chmod +t {where}`); {CREATE_HINT}"
             if final
             else f"choose a state folder under safer folders; {CREATE_HINT}",
+            what=what,
         )
 
 
-def open_folder(path: str, *, create: bool) -> tuple[int, os.stat_result]:
+def open_folder(
+    path: str, *, create: bool, what: str = "the gpuenv state folder"
+) -> tuple[int, os.stat_result]:
     """Open `path` component by component from `/` without following a symbolic link,
-    checking each; missing components are made private (0700) when `create`."""
+    checking each; missing components are made private (0700) when `create`. `what`
+    names the folder in messages."""
     absolute = os.path.abspath(path)
     parts = [p for p in absolute.split("/") if p]
     fd = os.open("/", _DIR_FLAGS)
@@ -129,18 +138,19 @@ def open_folder(path: str, *, create: bool) -> tuple[int, os.stat_result]:
                         where,
                         f"is {kind} (owned by {owner_name(link.st_uid)}): gpuenv never follows one",
                         hint=f"remove it (its owner or root), or set {STATE_ENV}; {CREATE_HINT}",
+                        what=what,
                     ) from None
                 raise UsageError(
-                    f"cannot open the gpuenv state folder {absolute}: {exc.strerror} ({where})",
+                    f"cannot open {what} {absolute}: {exc.strerror} ({where})",
                     hint=f"set {STATE_ENV} to a folder you can use; {CREATE_HINT}",
                 ) from None
             os.close(fd)
             fd = child
             info = os.fstat(fd)
-            _check_component(where, info, final)
+            _check_component(where, info, final, what)
         if not _writable(info):
             raise UsageError(
-                f"the gpuenv state folder {absolute} is not writable for you",
+                f"{what} {absolute} is not writable for you",
                 hint=f"{CREATE_HINT}; or set {STATE_ENV} to a folder of your own",
             )
     except BaseException:

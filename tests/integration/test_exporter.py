@@ -1,6 +1,7 @@
 """`gpuenv exporter` on the scripted NVML, scraped by a real Prometheus (Debian's
 `prometheus`, started here on loopback with its own data folder, stopped by pid),
-and its output checked by `promtool check metrics`."""
+and its output checked by `promtool check metrics`; under dcgm-exporter's names, every
+expression of its Grafana dashboard (12239, vendored in tests/data/dcgm-exporter/)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,134 @@ def test_the_exporter_listens_on_loopback_and_says_when_it_cannot(tmp_path: Path
         timeout=60,
     )
     assert bad.returncode == 2 and "expected HOST:PORT" in bad.stderr
+
+
+DCGM_DASHBOARD = REPO / "tests" / "data" / "dcgm-exporter" / "dcgm-exporter-dashboard.json"
+# DCP (profiling) fields DCGM reads from the GPU's performance counters: NVML has no such
+# reading, so gpuenv serves none and the dashboard's Tensor Core panel stays empty.
+NOT_FROM_NVML = {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
+
+
+def dashboard_queries(address: str) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every target, with Grafana's variables as a user who
+    picked this exporter's instance and all GPUs would have them."""
+    dashboard = json.loads(DCGM_DASHBOARD.read_text())
+    variables = {"$instance": address, "$gpu": ".+"}
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for name, value in variables.items():
+                expr = expr.replace(name, value)
+            assert "$" not in expr, f"a Grafana variable left in {expr!r}"
+            queries.append((panel["title"], expr))
+    return queries
+
+
+def test_dcgm_exporters_dashboard_finds_data_in_gpuenvs_dcgm_names(
+    tmp_path: Path, prometheus: tuple[Path, Any]
+) -> None:
+    nvml = ScriptedNvml(tmp_path)
+    nvml.write(
+        scenario(
+            gpu(
+                0,
+                name="NVIDIA GeForce RTX 4090",
+                brand=5,  # NVML_BRAND_GEFORCE: a card DCGM does not support
+                utilization=99,
+                memory_total_mib=24564,
+                memory_used_mib=20480,
+                temperature_c=88,
+                power_mw=301500,
+                clocks_event_reasons=0x20,
+                clocks_mhz={"sm": 2520, "memory": 10501},
+                xids=[79],
+            ),
+            gpu(1, utilization=40),
+            gpu(2, lost=True),
+        )
+    )
+    env = {
+        **os.environ,
+        **nvml.env,
+        "GPUENV_STATE_DIR": str(tmp_path / "state"),
+        "GPUENV_SYSTEM_CONFIG": str(tmp_path / "no-config.toml"),
+        "DOCKER_HOST": "unix:///nonexistent.sock",  # no engine: no runs, the GPUs still
+    }
+    env.pop("GPUENV_HOST_FILE", None)
+    address = f"127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [*GPUENV, "exporter", "--names", "dcgm", "--listen", address],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        text = wait_for(
+            "the exporter serves the XID",
+            lambda: (
+                (t := get(f"http://{address}/metrics")) and "DCGM_FI_DEV_XID_ERRORS{" in t and t
+            ),
+        )
+        assert "gpuenv_gpu_" not in text  # --names dcgm: dcgm-exporter's names only
+        # promtool's lint takes exception to one label name of dcgm-exporter's own,
+        # modelName (camelCase), and to nothing else: with it renamed, the scrape is clean.
+        linted = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True
+        )
+        problems = set((linted.stdout + linted.stderr).splitlines())
+        assert {p.split(" ", 1)[1] for p in problems} == {
+            "label names should be written in 'snake_case' not 'camelCase'"
+        }, problems
+        renamed = text.replace("modelName=", "model_name=")
+        clean = subprocess.run(
+            ["promtool", "check", "metrics"], input=renamed, capture_output=True, text=True
+        )
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        _, start = prometheus
+        server = start(address)
+        wait_for("Prometheus has the DCGM series", lambda: query(server, "DCGM_FI_DEV_GPU_UTIL"))
+        queries = dashboard_queries(address)
+        found = {title: query(server, expr) for title, expr in queries}
+        empty = {title for title, series in found.items() if not series}
+        unservable = {t for t, expr in queries if any(name in expr for name in NOT_FROM_NVML)}
+        assert empty == unservable == {"Tensor Core Utilization"}, empty
+        assert len(found) == len(queries) == 8  # every panel of the dashboard, each once
+        temps = {s["metric"]["gpu"]: s["value"][1] for s in found["GPU Temperature"]}
+        assert temps == {"0": "88", "1": "34"}  # °C; the lost GPU 2 has no readings
+        (power,) = found["GPU Power Total"]
+        assert float(power["value"][1]) == 301.5 + 61  # W
+        clocks = {s["metric"]["gpu"]: s["value"][1] for s in found["GPU SM Clocks"]}
+        assert clocks == {"0": "2520000000", "1": "210000000"}  # MHz, times 10^6 by the panel
+        used = {s["metric"]["gpu"]: s["value"][1] for s in found["GPU Framebuffer Mem Used"]}
+        assert used == {"0": "20480", "1": "0"}  # MiB
+        (rtx,) = query(server, 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}')
+        labels = rtx["metric"]
+        assert (labels["modelName"], labels["UUID"], labels["device"], labels["pci_bus_id"]) == (
+            "NVIDIA GeForce RTX 4090",
+            UUID0,
+            "nvidia0",
+            "00000000:17:00.0",
+        )
+        assert labels["Hostname"] == socket.gethostname() and rtx["value"][1] == "99"
+        assert labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
+        (free,) = query(server, 'DCGM_FI_DEV_FB_FREE{gpu="0"}')
+        assert free["value"][1] == str(24564 - 20480)
+        (reasons,) = query(server, 'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="0"}')
+        assert reasons["value"][1] == str(0x20)  # NVML's bitmask: SW thermal slowdown
+        (xid,) = query(server, "DCGM_FI_DEV_XID_ERRORS")
+        assert (xid["metric"]["gpu"], xid["metric"]["err_code"], xid["value"][1]) == (
+            "0",
+            "79",
+            "79",
+        )
+        assert xid["metric"]["err_msg"] == "GPU has fallen off the bus"
+        # The dashboard's variables: label_values(DCGM_FI_DEV_GPU_TEMP, instance|gpu).
+        for label, values in (("instance", [address]), ("gpu", ["0", "1"])):
+            url = f"http://{server}/api/v1/label/{label}/values?match[]=DCGM_FI_DEV_GPU_TEMP"
+            assert json.loads(get(url))["data"] == values
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, out + err
