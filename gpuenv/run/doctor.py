@@ -37,6 +37,7 @@ from gpuenv.run.sizing import (
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.health import assess_all
+from gpuenv.sharing.history import with_recorded_xids
 from gpuenv.sharing.monitor import container_check
 from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
@@ -259,7 +260,7 @@ def _disk(api: Engine, info: dict[str, Any], directory: str, checks: list[Check]
 
 def _driver(checks: list[Check]) -> object:
     try:
-        host = detect_host()
+        host = with_recorded_xids(detect_host())
     except GpuenvError as exc:
         checks.append(Check("NVIDIA driver", "fail", exc.message, exc.hint or ""))
         return None

@@ -21,13 +21,13 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuenv.errors import StateUnsafe
-from gpuenv.host.machine import Gpu
-from gpuenv.sharing.statedir import Folder, owner_name
+from gpuenv.errors import GpuenvError, StateUnsafe
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.sharing.statedir import Folder, open_state, owner_name
 
 DATABASE = "gpus.sqlite"
 SAMPLER_LOCK = "sampler.lock"
@@ -252,11 +252,46 @@ def _number(value: Any) -> float | None:
     return None if value is None else round(float(value), 2)
 
 
-@contextlib.contextmanager
-def reading(folder: Folder, uid: int) -> Iterator[History | None]:
-    history = History.for_reading(folder, uid)
+RECENT_XIDS = 86400.0  # `top` and `doctor` show the XIDs a sampler recorded in the last day
+
+
+def recorded_xids(since: float) -> dict[str, set[int]]:
+    """The XIDs the samplers recorded since `since`, per GPU key: root's sampler's and
+    this user's own. Nothing (never an error) where there is no history to read."""
     try:
-        yield history
+        folder = open_state()
+    except GpuenvError:
+        return {}
+    found: dict[str, set[int]] = {}
+    try:
+        for uid in dict.fromkeys((0, os.getuid())):
+            try:
+                history = History.for_reading(folder, uid)
+                if history is None:
+                    continue
+                try:
+                    for xid in history.xids(since):
+                        found.setdefault(xid.gpu, set()).add(xid.xid)
+                finally:
+                    history.close()
+            except (GpuenvError, sqlite3.Error):
+                continue  # doctor's state-folder check says what is wrong there
     finally:
-        if history is not None:
-            history.close()
+        folder.close()
+    return found
+
+
+def with_recorded_xids(host: Host, now: float | None = None) -> Host:
+    """`host` with each GPU's XIDs of the last day that a sampler recorded added to
+    those NVML reports now, so the health findings name them."""
+    if not host.gpus:
+        return host
+    since = (time.time() if now is None else now) - RECENT_XIDS
+    recorded = recorded_xids(since)
+    if not recorded:
+        return host
+    gpus = tuple(
+        replace(gpu, xids=tuple(sorted(set(gpu.xids) | recorded.get(gpu.key, set()))))
+        for gpu in host.gpus
+    )
+    return replace(host, gpus=gpus)

@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import GPUENV, _missing
-from tests.integration.test_exporter import free_port, get, wait_for
+from tests.integration.test_exporter import (
+    free_port,
+    get,
+    prometheus,  # noqa: F401 (a fixture this file uses)
+    wait_for,
+)
 from tests.jsonschemas import validate
 from tests.scripted_nvml import A100, ScriptedNvml, gpu, scenario
 
@@ -250,7 +255,7 @@ def test_the_sampler_keeps_sampling_and_history_survives_a_restart(tmp_path: Pat
     assert seen >= 6
 
 
-def test_history_from_prometheus(tmp_path: Path, prometheus: tuple[Path, Any]) -> None:
+def test_history_from_prometheus(tmp_path: Path, prometheus: tuple[Path, Any]) -> None:  # noqa: F811
     """--prometheus: the charts read what a real Prometheus scraped from gpuenv exporter."""
     nvml = ScriptedNvml(tmp_path)
     nvml.write(scenario(gpu(0, utilization=40, memory_used_mib=2048)))

@@ -186,3 +186,22 @@ def test_history_settings(tmp_path: Path, text: str, expected: HistorySettings |
             HistorySettings.load(env)
     else:
         assert HistorySettings.load(env) == expected
+
+
+def test_top_and_doctor_see_the_xids_a_sampler_recorded_in_the_last_day(
+    folder: Folder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuenv.sharing.health import assess
+    from gpuenv.sharing.history import with_recorded_xids
+
+    monkeypatch.setenv("GPUENV_STATE_DIR", folder.path)
+    history = History.for_sampling(folder, 16)
+    now = 1_000_000.0
+    history.record(now - 2 * 86400, [a100(0)], [Xid(now - 2 * 86400, UUID, 0, 48)])  # too old
+    history.record(now - 600, [a100(0)], [Xid(now - 600, UUID, 0, 79)])
+    history.close()
+    host = with_recorded_xids(Host("550.54.15", (a100(0, xids=(13,)),), "nvml"), now=now)
+    assert host.gpus[0].xids == (13, 79)
+    assert "GPU 0 fell off the bus (XID 79)" in [f.message for f in assess(host.gpus[0])]
+    other = Host("550.54.15", (Gpu(1, "A100", uuid="GPU-other"),), "nvml")
+    assert with_recorded_xids(other, now=now).gpus[0].xids == ()
