@@ -21,6 +21,14 @@ from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.run.sizing import (
+    SizingSettings,
+    disk_finding,
+    memory_finding,
+    storage_finding,
+    storage_kind,
+    system_memory_mib,
+)
 from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
 from gpuenv.sharing.health import assess
 from gpuenv.sharing.history import READINGS, History
@@ -238,8 +246,36 @@ def _users(gpu: Gpu, by_container: dict[str, RunInfo]) -> list[dict[str, Any]]:
     return users
 
 
+def sizing_payload(engine: Callable[[], Engine], host: Host) -> list[dict[str, str]]:
+    """`doctor`'s right-sizing checks, for the page: system memory against GPU memory,
+    and where the engine answers, its data root's storage and free space."""
+    try:
+        settings = SizingSettings.load()
+    except GpuenvError as exc:
+        return [{"check": "sizing settings", "status": "fail", "detail": exc.message, "remedy": ""}]
+    found: list[tuple[str, tuple[str, str, str]]] = []
+    memory = memory_finding(system_memory_mib(), host.gpus, settings)
+    if memory is not None:
+        found.append(("system memory", memory))
+    try:
+        info = engine().info()
+    except GpuenvError:
+        info = None
+    if info is not None:
+        root = str(info.get("DockerRootDir") or info.get("GraphRoot") or "/var/lib/docker")
+        found.append(("storage", storage_finding(root, storage_kind(root))))
+        found.append(("disk", disk_finding(root, 0, settings)))
+    return [
+        {"check": name, "status": status, "detail": detail, "remedy": remedy}
+        for name, (status, detail, remedy) in found
+    ]
+
+
 def gpus_payload(
-    engine: Callable[[], Engine], history: HistorySource | None, sampler: str
+    engine: Callable[[], Engine],
+    history: HistorySource | None,
+    sampler: str,
+    sizing: Callable[[Host], list[dict[str, str]]] | None = None,
 ) -> dict[str, Any]:
     host: Host = detect_host()
     shared = read_shared(engine) if host.gpus else Shared([], [], {})
@@ -268,6 +304,7 @@ def gpus_payload(
             if r.detached
         ],
         "history": {"source": history.name if history else None, "sampler": sampler},
+        "sizing": sizing(host) if sizing else [],
     }
 
 

@@ -28,6 +28,7 @@ from gpuenv.app.dashboard import (
     SqliteHistory,
     gpus_payload,
     history_payload,
+    sizing_payload,
     usage_payload,
 )
 from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
@@ -36,6 +37,7 @@ from gpuenv.cli.app import engine
 from gpuenv.cli.charts import READINGS, line_chart
 from gpuenv.cli.listen import bind_hint, parse_listen
 from gpuenv.errors import ExporterError, GpuenvError, UsageError
+from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener
 from gpuenv.sharing.history import History, SamplerBusy
 from gpuenv.sharing.statedir import Folder, open_state, owner_name
@@ -104,6 +106,15 @@ class Site:
         self.sampler = sampler
         self.token = token
         self.lock = threading.Lock()  # one host reading at a time (NVML, the engine)
+        self._sizing: tuple[float, list[dict[str, str]]] = (0.0, [])
+
+    def sizing(self, host: Host) -> list[dict[str, str]]:
+        """The right-sizing checks, read at most once a minute (they change slowly)."""
+        read_at, found = self._sizing
+        if time.monotonic() - read_at > 60 or not read_at:
+            found = sizing_payload(engine, host)
+            self._sizing = (time.monotonic(), found)
+        return found
 
     def allowed(self, headers: Any) -> bool:
         if self.token is None:
@@ -120,7 +131,7 @@ class Site:
         for a bad query."""
         with self.lock:
             if path == "/api/gpus":
-                return _json(gpus_payload(engine, self.history, self.sampler))
+                return _json(gpus_payload(engine, self.history, self.sampler, self.sizing))
             if path == "/api/usage":
                 return _json(usage_payload())
             window = query.get("window", "1h")

@@ -83,7 +83,7 @@ def browser() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1200"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
@@ -165,6 +165,10 @@ def test_the_page_shows_gpus_holders_charts_and_gpu_hours(
     )
     text = browser.find_element("tag name", "body").text
     assert A100 in text
+    assert (
+        "GiB of system memory for 160 GiB of GPU memory"
+        in browser.find_element("id", "sizing").text
+    )
     card = browser.find_element("css selector", f'.gpu[data-key="{HELD}"]').text
     assert "held by" in card and "(vision" in card
     assert "thermal slowdown on GPU 0" in card and "XID 79" in card
@@ -202,6 +206,9 @@ def test_the_json_behind_the_page_matches_its_schemas(
     assert gpus["queue"] and set(gpus["queue"][0]) == {"user", "since"}
     # no process IDs or command lines anywhere on the page's data
     assert "pid" not in json.dumps(gpus) and "command" not in json.dumps(gpus)
+    # right-sizing: this machine's memory against the two scripted 80 GiB GPUs
+    memory = next(f for f in gpus["sizing"] if f["check"] == "system memory")
+    assert "GiB of system memory for 160 GiB of GPU memory" in memory["detail"]
     history = json.loads(get(f"http://{address}/api/history?gpu={HELD}&window=1h"))
     validate("dashboard-history", history)
     assert len(history["points"]) >= 55  # a point a minute, each in its own 15 s bucket

@@ -123,6 +123,9 @@ async function loadGpus() {
     if (old) slot.replaceChildren(...old.childNodes);
   }
   if (known !== fresh) await loadCharts();
+  const sizing = document.getElementById("sizing");
+  sizing.replaceChildren(...data.sizing.map((f) => el("li", { class: f.status },
+    `${f.check}: ${f.detail}`, f.remedy ? el("span", { class: "remedy" }, "→ " + f.remedy) : null)));
   rows(document.getElementById("queue"), data.queue, (w) => [w.user, clock(w.since)]);
   rows(document.getElementById("detached"), data.detached, (r) => [r.name, r.user, r.project, r.gpus, r.started]);
 }
