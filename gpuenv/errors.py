@@ -67,7 +67,7 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(
         EXIT_STATE_UNSAFE, "the shared state folder is unsafe (a symbolic link, or another user's)"
     ),
-    ExitCode(EXIT_EXPORTER, "gpuenv exporter cannot listen on the address it was given"),
+    ExitCode(EXIT_EXPORTER, "gpuenv exporter or dashboard cannot listen on the address given"),
     ExitCode(
         EXIT_GPU_PATH, "the engine's CDI specs cannot give the requested GPUs (gpuenv doctor)"
     ),
@@ -338,7 +338,8 @@ def file_error(
 
 
 class ExporterError(GpuenvError):
-    """`gpuenv exporter` cannot serve (the address is taken, not local, not permitted)."""
+    """`gpuenv exporter` or `dashboard` cannot serve (the address is taken, not local, not
+    permitted)."""
 
     exit_code = EXIT_EXPORTER
 

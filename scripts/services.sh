@@ -71,8 +71,10 @@ SERVICES=(netns engine-gpu engine-nogpu engine-claims registry pypi docker-tcp i
 MADE=(images tester)
 # Tools the tests run themselves, installed by `up` of every service: docker-compose (the
 # benchmark's baseline), prometheus and its promtool (the exporter's tests start their
-# own server), gcc (the scripted NVML, tests/nvml/).
-TEST_TOOLS=(docker-compose:docker-compose prometheus:prometheus promtool:prometheus gcc:gcc)
+# own server), gcc (the scripted NVML, tests/nvml/), chromium and its chromedriver (the
+# dashboard's page is loaded in a real browser, tests/integration/test_dashboard.py).
+TEST_TOOLS=(docker-compose:docker-compose prometheus:prometheus promtool:prometheus gcc:gcc
+  chromium:chromium chromedriver:chromium-driver)
 EVERY=no  # yes: no SERVICE was named, the command is for every service
 
 service_call() {  # service_call SERVICE ACTION: runs SERVICE's function for ACTION (up,

@@ -5,3 +5,8 @@ delimiter  # noqa: B018  - string.Template reads a subclass's delimiter
 mtime  # noqa: B018  - tarfile.TarInfo fields, read by TarFile.addfile
 linkname  # noqa: B018  - tarfile.TarInfo fields, read by TarFile.addfile
 on_broken_pipe  # noqa: B018  - rich.Console calls it when stdout closes (cli/ui.py)
+server_version  # noqa: B018  - http.server's handler attributes and methods (cli/dashboard.py)
+sys_version  # noqa: B018
+log_message  # noqa: B018
+do_HEAD  # noqa: B018
+daemon_threads  # noqa: B018  - socketserver.ThreadingMixIn reads it

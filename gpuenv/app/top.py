@@ -12,13 +12,14 @@ from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
 from gpuenv.sharing.claims import Claim, ClaimStore
+from gpuenv.sharing.history import with_recorded_xids
 from gpuenv.sharing.idle import idle_for, known_state
 from gpuenv.sharing.monitor import GpuRow, RunInfo, container_check, gpu_rows, list_runs
 
 
 def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
     """The host and one row per GPU. `engine` is asked for only when there are GPUs."""
-    host = detect_host()
+    host = with_recorded_xids(detect_host())
     if not host.gpus:
         return host, []
     claims, idle = _claims_and_idle(engine)

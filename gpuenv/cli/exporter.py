@@ -4,7 +4,6 @@ and under dcgm-exporter's names from gpuenv.sharing.dcgm)."""
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import socket
@@ -20,7 +19,8 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 
 from gpuenv.cli import ui
 from gpuenv.cli.app import engine
-from gpuenv.errors import ExporterError, GpuenvError, UsageError
+from gpuenv.cli.listen import bind_hint, parse_listen
+from gpuenv.errors import ExporterError, GpuenvError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
@@ -32,31 +32,6 @@ from gpuenv.sharing.monitor import list_runs
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 NAMES = ("gpuenv", "dcgm", "both")
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) -> (host, port); a usage error otherwise."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(
-            f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN} or 0.0.0.0:9478"
-        )
-    return host, int(port)
-
-
-def _bind_hint(exc: OSError, port: int) -> str:
-    """What to do when the address cannot be bound, by why."""
-    if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
-        return (
-            f"that address is not one of this host's: give one of its addresses, or "
-            f"0.0.0.0:{port} for every interface"
-        )
-    if exc.errno == errno.EACCES:
-        return "ports below 1024 need root: pick a port above 1024 (9478 is the default)"
-    if exc.errno == errno.EADDRINUSE:
-        return "something listens there already: pick another port, or stop it"
-    return "pick another address with --listen HOST:PORT"
 
 
 class GpuCollector:
@@ -186,7 +161,7 @@ def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
     if print_alert_rules:
         click.echo(ALERT_RULES.read_text(encoding="utf-8"), nl=False)
         return
-    address, port = parse_listen(listen)
+    address, port = parse_listen(listen, DEFAULT_LISTEN)
     listener = NvmlListener()
     listener.start()
     registry = CollectorRegistry(auto_describe=False)
@@ -196,7 +171,7 @@ def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
     except OSError as exc:
         listener.stop()
         raise ExporterError(
-            f"cannot listen on {listen}: {exc.strerror or exc}", hint=_bind_hint(exc, port)
+            f"cannot listen on {listen}: {exc.strerror or exc}", hint=bind_hint(exc, port, 9478)
         ) from None
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

@@ -88,9 +88,11 @@ def doctor(obj: Context, as_json: bool) -> None:
     """Check this machine for gpuenv: the engine (Docker or Podman, rootless or not) and
     its API, the GPU path (legacy NVIDIA request or CDI, and what is wrong with the CDI
     specs: a cdiVersion the engine cannot read, a spec stale after a driver upgrade),
-    the NVIDIA runtime, driver and NVML, the project's lock against this host, free disk,
-    nvcr.io credentials, the state folder and, where one is set, the dcgm-exporter
-    job mapping folder. Exits 15 when a check fails."""
+    the NVIDIA runtime, driver and NVML, the project's lock against this host, free disk
+    (room for the locked image) and the storage under it (NVMe, SSD or rotating), system
+    memory against GPU memory, nvcr.io credentials, the state folder and, where one is
+    set, the dcgm-exporter job mapping folder. Sizing thresholds: [sizing] in
+    /etc/gpuenv/config.toml. Exits 15 when a check fails."""
     checks = run_checks(obj.directory, engine)
     if as_json:
         output.data([c.to_data() for c in checks])

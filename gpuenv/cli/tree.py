@@ -37,6 +37,7 @@ COMMANDS = {
     "top": "gpuenv.cli.sharing.top",
     "doctor": "gpuenv.cli.sharing.doctor",
     "exporter": "gpuenv.cli.exporter.exporter",
+    "dashboard": "gpuenv.cli.dashboard.dashboard",
     "usage": "gpuenv.cli.usage.usage",
     "idle": "gpuenv.cli.sharing.idle",
     "submit": "gpuenv.cli.cluster.submit",
@@ -76,7 +77,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Image:   gpuenv build           (pulls the base, pins its digest, builds)
     Run:     gpuenv run train.py    (as you, the project at /workspace)
     Share:   gpuenv ps | top | stop (who uses which GPU)
-    Watch:   gpuenv exporter | usage (Prometheus metrics, GPU-hours)
+    Watch:   gpuenv dashboard | exporter | usage (a web page, Prometheus, GPU-hours)
     Detach:  gpuenv run -d | logs -f | attach | wait | rm
     Scale:   gpuenv push | submit | jobs | export kubernetes|compose
     Fix:     gpuenv doctor

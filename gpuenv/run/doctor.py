@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import EngineRefused, GpuenvError
+from gpuenv.errors import EngineRefused, GpuenvError, UsageError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
 from gpuenv.lock.project import load_project
@@ -27,9 +26,18 @@ from gpuenv.run.devices import (
     read_cdi_specs,
 )
 from gpuenv.run.preflight import preflight
+from gpuenv.run.sizing import (
+    SizingSettings,
+    disk_finding,
+    memory_finding,
+    storage_finding,
+    storage_kind,
+    system_memory_mib,
+)
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.health import assess_all
+from gpuenv.sharing.history import with_recorded_xids
 from gpuenv.sharing.monitor import container_check
 from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
@@ -50,7 +58,7 @@ class Check:
         return asdict(self)
 
 
-def _engine(connect: Callable[[], Engine], checks: list[Check]) -> object:
+def _engine(connect: Callable[[], Engine], directory: str, checks: list[Check]) -> object:
     """The engine, its API, its GPU path and rootless mode; the host for later checks."""
     try:
         api = connect()
@@ -84,7 +92,7 @@ def _engine(connect: Callable[[], Engine], checks: list[Check]) -> object:
     _rootless(facts, checks)
     if facts.product == "docker" and (path is None or path.method == "legacy"):
         _gpu_runtime(api, info, checks)
-    _disk(info, checks)
+    _disk(api, info, directory, checks)
     return host
 
 
@@ -228,32 +236,31 @@ def _runtime_verdict(message: str) -> Check:
     )
 
 
-def _disk(info: dict[str, Any], checks: list[Check]) -> None:
-    root = str(info.get("DockerRootDir") or "/var/lib/docker")
+def _sizing_settings(checks: list[Check]) -> SizingSettings:
     try:
-        free = shutil.disk_usage(root).free
-    except OSError:
-        checks.append(Check("disk", "warn", f"cannot read free space of {root} (another host?)"))
-        return
-    gigabytes = free / 1e9
-    if gigabytes < 10:
-        status, remedy = (
-            "fail",
-            "free space: NGC images need 10-20 GB each (`gpuenv gc --yes`, `docker system prune`)",
-        )
-    elif gigabytes < 40:
-        status, remedy = (
-            "warn",
-            "NGC images need 10-20 GB each; `gpuenv gc` lists unused gpuenv images",
-        )
-    else:
-        status, remedy = "ok", ""
-    checks.append(Check("disk", status, f"{gigabytes:.0f} GB free in {root}", remedy))
+        return SizingSettings.load()
+    except UsageError as exc:
+        checks.append(Check("sizing settings", "fail", exc.message, "the defaults are used"))
+        return SizingSettings()
+
+
+def _disk(api: Engine, info: dict[str, Any], directory: str, checks: list[Check]) -> None:
+    """The engine's data root: the storage it is on, and room for the lock's image."""
+    root = str(info.get("DockerRootDir") or info.get("GraphRoot") or "/var/lib/docker")
+    settings = _sizing_settings(checks)
+    missing = 0
+    if os.path.exists(os.path.join(directory, "gpuenv.lock")):
+        try:
+            missing = 0 if api.has_image(load_project(directory).lock.image) else 1
+        except GpuenvError:
+            missing = 0  # the lock check says what is wrong with it
+    checks.append(Check("disk", *disk_finding(root, missing, settings)))
+    checks.append(Check("storage", *storage_finding(root, storage_kind(root))))
 
 
 def _driver(checks: list[Check]) -> object:
     try:
-        host = detect_host()
+        host = with_recorded_xids(detect_host())
     except GpuenvError as exc:
         checks.append(Check("NVIDIA driver", "fail", exc.message, exc.hint or ""))
         return None
@@ -270,6 +277,9 @@ def _driver(checks: list[Check]) -> object:
         checks.append(Check("NVIDIA driver", "ok", host.describe()))
         _health(host.gpus, checks)
         _mig(host.gpus, checks)
+        memory = memory_finding(system_memory_mib(), host.gpus, _sizing_settings([]))
+        if memory is not None:
+            checks.append(Check("system memory", *memory))
     return host
 
 
@@ -429,7 +439,7 @@ def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
     """Every check, in order; `connect` makes the engine (its failure is a check)."""
     checks: list[Check] = []
     steps: list[Callable[[], object]] = [
-        lambda: _lock(directory, _engine(connect, checks), checks),
+        lambda: _lock(directory, _engine(connect, directory, checks), checks),
         lambda: _credentials(checks),
         lambda: _state(connect, checks),
     ]

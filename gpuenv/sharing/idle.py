@@ -18,7 +18,7 @@ from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.monitor import user_uid
-from gpuenv.sharing.siteconfig import read_site_config
+from gpuenv.sharing.siteconfig import read_site_config, seconds
 
 MAX_GAP = 600.0  # samples further apart than this say nothing about the time between
 
@@ -50,20 +50,6 @@ class IdlePolicy:
     stop_after: float
 
 
-def _seconds(value: object, key: str, where: str) -> float:
-    """A duration: seconds, or '90s', '30m', '2h', '1d'.
-
-    >>> _seconds("2h", "warn_after", "config.toml")
-    7200.0
-    """
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str) and value[:-1].isdigit() and value[-1:] in units:
-        return float(int(value[:-1]) * units[value[-1]])
-    raise UsageError(f"{where}: [idle] {key} = {value!r} is not a duration (e.g. 30m, 2h)")
-
-
 def load_policy(env: Mapping[str, str] | None = None) -> tuple[IdlePolicy | None, str]:
     """The admin's policy and where it came from; (None, why) when there is none. The
     file must be root's and writable by root only: a user cannot write policy."""
@@ -81,8 +67,8 @@ def load_policy(env: Mapping[str, str] | None = None) -> tuple[IdlePolicy | None
         raise UsageError(f"{path}: [idle] threshold = {threshold!r} is not a percentage (1-100)")
     policy = IdlePolicy(
         threshold,
-        _seconds(section.get("warn_after", "2h"), "warn_after", path),
-        _seconds(section.get("stop_after", "30m"), "stop_after", path),
+        seconds(section.get("warn_after", "2h"), "idle", "warn_after", path),
+        seconds(section.get("stop_after", "30m"), "idle", "stop_after", path),
     )
     return policy, path
 

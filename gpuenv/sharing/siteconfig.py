@@ -1,6 +1,8 @@
 """The host-wide config file (`/etc/gpuenv/config.toml`, or GPUENV_SYSTEM_CONFIG): the
-admin's settings, trusted only when root (or the reader itself) owns it and nobody else
-can write it, since it says what gpuenv does to other users' runs."""
+admin's settings ([idle] for `gpuenv idle --enforce`, [history] for the dashboard's
+sampler, [dcgm_exporter] for the job mapping), trusted only when root (or the reader
+itself) owns it and nobody else can write it, since it says what gpuenv does to other
+users' runs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from gpuenv.errors import UsageError
 
 SYSTEM_CONFIG = "/etc/gpuenv/config.toml"
 SYSTEM_CONFIG_ENV = "GPUENV_SYSTEM_CONFIG"
+MAX_CONFIG = 1024 * 1024  # no wait on a FIFO, no reading a huge file: it is a config
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,24 @@ def read_site_config(env: Mapping[str, str] | None = None) -> SiteConfig:
             return SiteConfig(path, None, f"{path} is not a file of root's: ignored")
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return SiteConfig(path, None, f"{path} can be written by others: ignored")
+        if info.st_size > MAX_CONFIG:
+            return SiteConfig(path, None, f"{path} is over {MAX_CONFIG // 1024} KiB: ignored")
         try:
-            data = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
+            data = tomllib.loads(handle.read(MAX_CONFIG).decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path} is not valid TOML: {exc}") from None
     return SiteConfig(path, data)
+
+
+def seconds(value: object, section: str, key: str, where: str) -> float:
+    """A duration: seconds, or '90s', '30m', '2h', '1d'.
+
+    >>> seconds("2h", "idle", "warn_after", "config.toml")
+    7200.0
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str) and value[:-1].isdigit() and value[-1:] in units:
+        return float(int(value[:-1]) * units[value[-1]])
+    raise UsageError(f"{where}: [{section}] {key} = {value!r} is not a duration (e.g. 30m, 2h)")

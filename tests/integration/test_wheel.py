@@ -32,6 +32,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The schema of every --json output ships as package data (docs/reference/scripting.md).
     shipped = {name for name in names if name.startswith("gpuenv/schemas/")}
     assert {f"gpuenv/schemas/{n}.json" for n in ("error", "check", "lock", "resolve")} <= shipped
+    # the dashboard's page and the monitoring data files
+    for name in (
+        "gpuenv/cli/static/index.html",
+        "gpuenv/cli/static/dashboard.js",
+        "gpuenv/cli/static/dashboard.css",
+        "gpuenv/schemas/dashboard-gpus.json",
+        "gpuenv/sharing/alert_rules.yml",
+        "gpuenv/sharing/dcgm_xid_messages.json",
+    ):
+        assert name in names, name
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True)

@@ -218,6 +218,6 @@ def test_an_address_this_host_does_not_have_gets_the_right_hint(listen: str, hin
     ],
 )
 def test_bind_hints_by_reason(number: int, said: str) -> None:
-    from gpuenv.cli.exporter import _bind_hint
+    from gpuenv.cli.listen import bind_hint
 
-    assert said in _bind_hint(OSError(number, os.strerror(number)), 9478)
+    assert said in bind_hint(OSError(number, os.strerror(number)), 9478, 9478)

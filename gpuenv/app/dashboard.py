@@ -1,0 +1,346 @@
+"""What `gpuenv dashboard` shows, as data (each payload has a schema in gpuenv/schemas):
+the GPUs with their readings, health and holders, the wait queue and detached runs
+(`gpus`), a GPU's history (`history`), and GPU-hours per user and project (`usage`).
+
+A viewer sees what `ps` and `usage` show the user the dashboard runs as; never a command
+line, an environment value or a process ID.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpuenv.engine.protocol import Engine
+from gpuenv.errors import GpuenvError
+from gpuenv.host.detect import detect_host
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.run.sizing import (
+    SizingSettings,
+    disk_finding,
+    memory_finding,
+    storage_finding,
+    storage_kind,
+    system_memory_mib,
+)
+from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
+from gpuenv.sharing.health import assess
+from gpuenv.sharing.history import READINGS, History
+from gpuenv.sharing.idle import idle_for, known_state
+from gpuenv.sharing.metrics import CLOCK_EVENT_REASONS
+from gpuenv.sharing.monitor import RunInfo, container_check, list_runs
+from gpuenv.sharing.procfs import container_of, process_owner
+from gpuenv.sharing.statedir import state_dir
+from gpuenv.sharing.usage import UsageLog, load_prices, summarize
+
+WINDOWS = {"1h": 3600.0, "1d": 86400.0}
+USAGE_DAYS = (7, 30)
+RECENT_XIDS = 86400.0  # XIDs of the last day are shown with their GPU
+
+
+class HistorySource(Protocol):
+    name: str
+
+    def series(self, gpu: Gpu | None, key: str, since: float) -> list[dict[str, Any]]: ...
+
+    def xids(self, since: float) -> list[dict[str, Any]]: ...
+
+
+class SqliteHistory:
+    """The history database the sampler writes (root's, else the viewer's own)."""
+
+    def __init__(self, open_history: Callable[[], History | None], where: str) -> None:
+        self.open_history = open_history
+        self.name = f"sqlite:{where}"
+
+    def series(self, gpu: Gpu | None, key: str, since: float) -> list[dict[str, Any]]:
+        history = self.open_history()
+        if history is None:
+            return []
+        try:
+            return history.series(key, since)
+        finally:
+            history.close()
+
+    def xids(self, since: float) -> list[dict[str, Any]]:
+        history = self.open_history()
+        if history is None:
+            return []
+        try:
+            return [xid.to_data() for xid in history.xids(since)]
+        finally:
+            history.close()
+
+
+# gpuenv exporter's series behind each reading, and the factor to the reading's unit.
+PROMETHEUS_SERIES = {
+    "utilization": ("gpuenv_gpu_utilization_ratio", 100),
+    "memory_used_mib": ("gpuenv_gpu_memory_used_bytes", 1 / 2**20),
+    "memory_total_mib": ("gpuenv_gpu_memory_total_bytes", 1 / 2**20),
+    "temperature_c": ("gpuenv_gpu_temperature_celsius", 1),
+    "power_w": ("gpuenv_gpu_power_watts", 1),
+    "power_limit_w": ("gpuenv_gpu_power_limit_watts", 1),
+    "sm_clock_mhz": ("gpuenv_gpu_sm_clock_hertz", 1e-6),
+}
+
+
+class PrometheusHistory:
+    """History from a Prometheus that scrapes `gpuenv exporter` (query_range)."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.name = f"prometheus:{self.url}"
+
+    def _query_range(self, promql: str, since: float, now: float) -> list[Any]:
+        step = max(15, int((now - since) / 240))
+        query = urllib.parse.urlencode(
+            {"query": promql, "start": since, "end": now, "step": f"{step}s"}
+        )
+        with urllib.request.urlopen(
+            f"{self.url}/api/v1/query_range?{query}", timeout=self.timeout
+        ) as response:
+            body = json.loads(response.read(8 * 2**20))
+        result = body.get("data", {}).get("result", [])
+        return result[0]["values"] if result else []
+
+    def series(self, gpu: Gpu | None, key: str, since: float) -> list[dict[str, Any]]:
+        now = time.time()
+        selector = (
+            f'uuid="{_promql_string(gpu.uuid)}"'
+            if gpu and gpu.uuid
+            else f'gpu="{_promql_string(key)}"'
+        )
+        points: dict[float, dict[str, Any]] = {}
+        for reading, (metric, factor) in PROMETHEUS_SERIES.items():
+            promql = f"max({metric}{{{selector}}}) * {factor}"
+            for t, value in self._query_range(promql, since, now):
+                point = points.setdefault(float(t), {"t": float(t)} | dict.fromkeys(READINGS))
+                point[reading] = round(float(value), 2)
+        return [points[t] for t in sorted(points)]
+
+    def xids(self, since: float) -> list[dict[str, Any]]:
+        return []  # counters without times: the page shows the sampler's XIDs only
+
+
+def _promql_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass
+class Shared:
+    """The state folder's view: claims, waiters and idle samples (none where it is
+    unusable: the GPUs show anyway)."""
+
+    claims: list[Claim]
+    waiters: list[Waiter]
+    idle: dict[str, Any]
+
+
+def read_shared(engine: Callable[[], Engine]) -> Shared:
+    try:
+        store = ClaimStore(container_check=container_check(engine()))
+    except GpuenvError:
+        return Shared([], [], {})
+    try:
+        return Shared(store.claims(), store.waiting(), known_state(store))
+    except GpuenvError:
+        return Shared([], [], {})
+    finally:
+        store.close()
+
+
+def read_runs(engine: Callable[[], Engine]) -> list[RunInfo]:
+    try:
+        return list_runs(engine())
+    except GpuenvError:  # no engine here: the GPUs and their claims still show
+        return []
+
+
+def reasons(mask: int | None) -> list[str]:
+    """NVML's clock event reason bits by name.
+
+    >>> reasons(0x24)
+    ['sw_power_cap', 'sw_thermal_slowdown']
+    """
+    return [name for name, bit in CLOCK_EVENT_REASONS if mask and mask & bit]
+
+
+def _holder(
+    gpu_key: str, claims: Sequence[Claim], runs: Sequence[RunInfo], idle: dict[str, Any]
+) -> dict[str, Any] | None:
+    claim = next((c for c in claims if c.gpu == gpu_key), None)
+    if claim is None:
+        return None
+    run = next(
+        (r for r in runs if (claim.container and r.id == claim.container) or r.pid == claim.pid),
+        None,
+    )
+    return {
+        "user": claim.user,
+        "project": claim.project,
+        "run": run.name if run else None,
+        "detached": bool(claim.container),
+        "since": claim.since,
+        "idle_seconds": idle_for(idle, gpu_key, time.time()),
+    }
+
+
+def _gpu(
+    gpu: Gpu, shared: Shared, runs: Sequence[RunInfo], xids: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    by_container = {run.id: run for run in runs}
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "key": gpu.key,
+        "utilization": gpu.utilization,
+        "memory_used_mib": gpu.memory_used_mib,
+        "memory_total_mib": gpu.memory_total_mib,
+        "temperature_c": gpu.temperature_c,
+        "slowdown_temperature_c": gpu.slowdown_temperature_c,
+        "power_w": gpu.power_w,
+        "power_limit_w": gpu.power_limit_w,
+        "sm_clock_mhz": gpu.sm_clock_mhz,
+        "sm_clock_max_mhz": gpu.sm_clock_max_mhz,
+        "clocks_event_reasons": reasons(gpu.clocks_event_reasons),
+        "lost": gpu.lost,
+        "health": [
+            {"severity": f.severity, "kind": f.kind, "message": f.message, "remedy": f.remedy}
+            for f in assess(gpu)
+        ],
+        "holder": _holder(gpu.key, shared.claims, runs, shared.idle),
+        "users": _users(gpu, by_container),
+        "recent_xids": [x for x in xids if x["gpu"] == gpu.key],
+        "mig": [
+            {
+                "index": mig.index,
+                "uuid": mig.uuid,
+                "profile": mig.profile,
+                "memory_total_mib": mig.memory_total_mib,
+                "holder": _holder(mig.uuid, shared.claims, runs, shared.idle),
+            }
+            for mig in gpu.mig_devices
+        ],
+    }
+
+
+def _users(gpu: Gpu, by_container: dict[str, RunInfo]) -> list[dict[str, Any]]:
+    """Who has processes on the GPU: gpuenv runs by name, others as "outside gpuenv"
+    (no process IDs: the page is for people, `gpuenv top` has the details)."""
+    users = []
+    for process in gpu.processes:
+        run = by_container.get(container_of(process.pid) or "")
+        users.append(
+            {"run": run.name, "project": run.project, "user": run.user}
+            if run
+            else {"run": None, "project": None, "user": process_owner(process.pid)}
+        )
+    return users
+
+
+def sizing_payload(engine: Callable[[], Engine], host: Host) -> list[dict[str, str]]:
+    """`doctor`'s right-sizing checks, for the page: system memory against GPU memory,
+    and where the engine answers, its data root's storage and free space."""
+    try:
+        settings = SizingSettings.load()
+    except GpuenvError as exc:
+        return [{"check": "sizing settings", "status": "fail", "detail": exc.message, "remedy": ""}]
+    found: list[tuple[str, tuple[str, str, str]]] = []
+    memory = memory_finding(system_memory_mib(), host.gpus, settings)
+    if memory is not None:
+        found.append(("system memory", memory))
+    try:
+        info = engine().info()
+    except GpuenvError:
+        info = None
+    if info is not None:
+        root = str(info.get("DockerRootDir") or info.get("GraphRoot") or "/var/lib/docker")
+        found.append(("storage", storage_finding(root, storage_kind(root))))
+        found.append(("disk", disk_finding(root, 0, settings)))
+    return [
+        {"check": name, "status": status, "detail": detail, "remedy": remedy}
+        for name, (status, detail, remedy) in found
+    ]
+
+
+def gpus_payload(
+    engine: Callable[[], Engine],
+    history: HistorySource | None,
+    sampler: str,
+    sizing: Callable[[Host], list[dict[str, str]]] | None = None,
+) -> dict[str, Any]:
+    host: Host = detect_host()
+    shared = read_shared(engine) if host.gpus else Shared([], [], {})
+    runs = read_runs(engine) if host.gpus else []
+    xids = history.xids(time.time() - RECENT_XIDS) if history else []
+    return {
+        "hostname": socket.gethostname(),
+        "generated": time.time(),
+        "host": {
+            "driver": host.driver,
+            "cuda_driver": host.cuda_driver,
+            "source": host.source,
+            "note": host.note,
+        },
+        "gpus": [_gpu(gpu, shared, runs, xids) for gpu in host.gpus],
+        "queue": [{"user": w.user, "since": w.since} for w in shared.waiters],
+        "detached": [
+            {
+                "name": r.name,
+                "user": r.user,
+                "project": r.project,
+                "gpus": r.gpus,
+                "started": r.started,
+            }
+            for r in runs
+            if r.detached
+        ],
+        "history": {"source": history.name if history else None, "sampler": sampler},
+        "sizing": sizing(host) if sizing else [],
+    }
+
+
+def history_payload(history: HistorySource | None, key: str, window: str) -> dict[str, Any]:
+    since = time.time() - WINDOWS[window]
+    gpu = next((g for g in detect_host().gpus if g.key == key), None)
+    points = history.series(gpu, key, since) if history else []
+    return {
+        "gpu": key,
+        "window": window,
+        "source": history.name if history else None,
+        "points": points,
+    }
+
+
+def usage_payload(now: float | None = None) -> dict[str, Any]:
+    """GPU-hours (and cost, where prices are configured) per user and per project for
+    the last 7 and 30 days: root sees every user's, a user their own (as `gpuenv usage`)."""
+    now = time.time() if now is None else now
+    prices = load_prices()
+    runs = UsageLog(state_dir()).runs()
+    per_gpu_hour = prices.per_gpu_hour if prices else None
+    return {
+        "currency": prices.currency if prices else None,
+        "periods": [
+            {
+                "days": days,
+                "by_user": [
+                    r.to_data()
+                    for r in summarize(runs, "user", now - days * 86400, now, per_gpu_hour)
+                ],
+                "by_project": [
+                    r.to_data()
+                    for r in summarize(runs, "project", now - days * 86400, now, per_gpu_hour)
+                ],
+            }
+            for days in USAGE_DAYS
+        ],
+    }

@@ -1,0 +1,101 @@
+"""The dashboard's sampler: every `interval` seconds, this host's GPU readings and the
+XID errors NVML reported since the last round go into the history database; rows older
+than the retention go. Settings: `[history]` in /etc/gpuenv/config.toml."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gpuenv.errors import UsageError
+from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
+from gpuenv.host.machine import Host
+from gpuenv.host.nvml import NvmlListener, detect_nvml
+from gpuenv.sharing.history import History, Xid
+from gpuenv.sharing.siteconfig import read_site_config, seconds
+
+
+@dataclass(frozen=True)
+class HistorySettings:
+    interval: float = 15.0  # seconds between samples
+    retention: float = 7 * 86400.0  # seconds of history kept
+    max_mib: int = 256  # the database's cap
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> HistorySettings:
+        """`[history]` of the admin's config (interval, retention, max_mib); the defaults
+        without one."""
+        site = read_site_config(env)
+        path = site.path
+        section = (site.data or {}).get("history") or {}
+        if not isinstance(section, dict) or set(section) - {"interval", "retention", "max_mib"}:
+            raise UsageError(f"{path}: [history] takes interval, retention and max_mib only")
+        max_mib = section.get("max_mib", cls.max_mib)
+        if isinstance(max_mib, bool) or not isinstance(max_mib, int) or max_mib < 1:
+            raise UsageError(f"{path}: [history] max_mib = {max_mib!r} is not a size in MiB")
+        return cls(
+            seconds(section.get("interval", cls.interval), "history", "interval", path),
+            seconds(section.get("retention", cls.retention), "history", "retention", path),
+            max_mib,
+        )
+
+
+class Sampler:
+    """Writes one round of readings per interval into `history` until stopped."""
+
+    def __init__(
+        self,
+        history: History,
+        settings: HistorySettings,
+        detect: Callable[[NvmlListener], Host | str],
+        listener: NvmlListener,
+    ) -> None:
+        self.history = history
+        self.settings = settings
+        self.detect = detect
+        self.listener = listener
+        self._seen: dict[tuple[int, int], int] = {}  # XID counts already recorded
+        self.stopped = threading.Event()
+        self.note: str | None = None  # why the last round found no GPUs
+
+    def round(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        self.listener.drain()
+        host = self.detect(self.listener)
+        if isinstance(host, str):
+            self.note = host
+            return
+        self.note = None if host.gpus else (host.note or "no NVIDIA GPU")
+        by_index = {gpu.index: gpu.key for gpu in host.gpus}
+        counts = self.listener.counts
+        if host.source != "nvml":  # a host file lists the XIDs it saw: each counts once
+            counts = dict.fromkeys(((g.index, x) for g in host.gpus for x in g.xids), 1)
+        xids = []
+        for (index, xid), count in counts.items():
+            for _ in range(count - self._seen.get((index, xid), 0)):
+                xids.append(Xid(now, by_index.get(index, str(index)), index, xid))
+            self._seen[(index, xid)] = count
+        self.history.record(now, host.gpus, xids)
+        self.history.prune(now - self.settings.retention)
+
+    def run(self) -> None:
+        """Rounds until `stopped` is set; the first at once. A round that fails (a full
+        disk, NVML gone) is noted for the page and tried again next interval."""
+        while True:
+            try:
+                self.round()
+            except (sqlite3.Error, OSError) as exc:
+                self.note = f"the last sample was not recorded: {exc}"
+            if self.stopped.wait(self.settings.interval):
+                return
+
+
+def detect_sampled(listener: NvmlListener) -> Host | str:
+    """This host through the sampler's long-lived NVML session (so XIDs are seen), or the
+    host file GPUENV_HOST_FILE names."""
+    described = os.environ.get(HOST_FILE_ENV)
+    return load_host_file(described) if described else detect_nvml(listener.xids)

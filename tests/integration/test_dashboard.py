@@ -1,0 +1,314 @@
+"""`gpuenv dashboard` in a real browser: Debian's headless Chromium, driven by Selenium
+through Debian's chromedriver, loads the page against the scripted NVML and a real
+claims store (a GPU held by a live process, a run queued, usage records, an hour of
+history), and the page must show the GPU model, its holder, a drawn chart and
+GPU-hours, with no console error. The JSON behind it is checked against its schemas."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import GPUENV, _missing
+from tests.integration.test_exporter import (
+    free_port,
+    get,
+    prometheus,  # noqa: F401 (a fixture this file uses)
+    wait_for,
+)
+from tests.jsonschemas import validate
+from tests.scripted_nvml import A100, ScriptedNvml, gpu, scenario
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO / "docs" / "images" / "dashboard.png"
+HELD = gpu(0)["uuid"]
+
+# Takes a claim on GPU 0 and a place in the wait queue, and records an ended run of an
+# hour, then holds them (the claim lives while this process holds its lock) until killed.
+HOLDER = f"""
+import sys, time
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.statedir import state_dir
+from gpuenv.sharing.usage import UsageLog
+store = ClaimStore()
+with store.locked():
+    store.add([{HELD!r}], "vision")
+ticket = store.enqueue()
+log = UsageLog(state_dir())
+run = log.begin("vision", [({HELD!r}, {A100!r})], start=time.time() - 7200)
+log.finish(run, 0, end=time.time() - 3600)
+print("ready", flush=True)
+while True:
+    store.touch([ticket])
+    time.sleep(0.5)
+"""
+
+
+def _seed_history(env: dict[str, str]) -> None:
+    """An hour of samples of GPU 0 ramping up, written through the history store (as a
+    sampler that ran before this dashboard would have)."""
+    script = f"""
+import time
+from gpuenv.host.machine import Gpu
+from gpuenv.sharing.history import History
+from gpuenv.sharing.statedir import open_state
+history = History.for_sampling(open_state(), 16)
+now = time.time()
+for minute in range(60, 0, -1):
+    g = Gpu(0, {A100!r}, uuid={HELD!r}, utilization=100 - minute, memory_used_mib=500 * minute,
+            memory_total_mib=81920, temperature_c=40 + minute // 3, power_w=100.0 + minute,
+            power_limit_w=400.0)
+    history.record(now - minute * 60, [g], [])
+history.close()
+"""
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        _missing("no chromium or chromedriver (Debian packages chromium, chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1200"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def dashboard(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    nvml = ScriptedNvml(tmp_path)
+    nvml.write(
+        scenario(
+            gpu(
+                0,
+                utilization=97,
+                memory_used_mib=61440,
+                temperature_c=82,
+                power_mw=351000,
+                clocks_event_reasons=0x20,
+                xids=[79],
+            ),
+            gpu(1),
+        )
+    )
+    config = tmp_path / "config.toml"
+    config.write_text('[history]\ninterval = "1s"\nretention = "2d"\n')
+    config.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
+    env.update(nvml.env)
+    env.update(
+        GPUENV_STATE_DIR=str(tmp_path / "state"),
+        GPUENV_SYSTEM_CONFIG=str(config),
+        PYTHONPATH=str(REPO),
+    )
+    _seed_history(env)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    address = f"127.0.0.1:{free_port()}"
+    process = subprocess.Popen(
+        [*GPUENV, "dashboard", "--listen", address],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for("the dashboard answers", lambda: "gpuenv" in get(f"http://{address}/"))
+        yield address, env
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        holder.kill()
+        holder.wait()
+    assert process.returncode == 0, err
+
+
+def test_the_page_shows_gpus_holders_charts_and_gpu_hours(
+    dashboard: tuple[str, dict[str, str]], browser: Any
+) -> None:
+    address, _ = dashboard
+    browser.get(f"http://{address}/")
+    wait_for(
+        "the page lists both GPUs and draws GPU 0's charts",
+        lambda: browser.execute_script(
+            "return document.querySelectorAll('.gpu').length === 2 && document.querySelectorAll("
+            "'.gpu[data-key=\"' + arguments[0] + '\"] svg.chart polyline').length >= 4",
+            HELD,
+        ),
+        seconds=30,
+    )
+    wait_for(
+        "the GPU-hours tables are filled",
+        lambda: "vision" in browser.find_element("id", "usage").text,
+        seconds=30,
+    )
+    text = browser.find_element("tag name", "body").text
+    assert A100 in text
+    assert (
+        "GiB of system memory for 160 GiB of GPU memory"
+        in browser.find_element("id", "sizing").text
+    )
+    card = browser.find_element("css selector", f'.gpu[data-key="{HELD}"]').text
+    assert "held by" in card and "(vision" in card
+    assert "thermal slowdown on GPU 0" in card and "XID 79" in card
+    free = browser.find_element("css selector", '.gpu:not([data-key="' + HELD + '"])').text
+    assert "free" in free
+    points = browser.execute_script(
+        "return document.querySelector('.gpu[data-key=\"' + arguments[0] + '\"] "
+        "svg.chart polyline').getAttribute('points').split(' ').length",
+        HELD,
+    )
+    assert points >= 30  # an hour of minute samples, in 15-second buckets
+    # an hour ended an hour ago counts in both periods, by user and by project
+    hours = browser.execute_script(
+        "return Array.from(document.querySelectorAll('table.usage tbody tr')).map(r => r.innerText)"
+    )
+    assert sum("vision" in row and "1.00" in row for row in hours) == 2
+    assert len(browser.find_elements("css selector", "#queue tbody tr td")) >= 2
+    assert "none" not in browser.find_element("id", "queue").text
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    if os.environ.get("GPUENV_DASHBOARD_SCREENSHOT"):
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        browser.save_screenshot(str(SCREENSHOT))
+
+
+def test_the_json_behind_the_page_matches_its_schemas(
+    dashboard: tuple[str, dict[str, str]],
+) -> None:
+    address, _ = dashboard
+    gpus = json.loads(get(f"http://{address}/api/gpus"))
+    validate("dashboard-gpus", gpus)
+    held = next(g for g in gpus["gpus"] if g["key"] == HELD)
+    assert held["holder"]["project"] == "vision" and held["holder"]["run"] is None
+    assert [x["xid"] for x in held["recent_xids"]] == [79]
+    assert gpus["queue"] and set(gpus["queue"][0]) == {"user", "since"}
+    # no process IDs or command lines anywhere on the page's data
+    assert "pid" not in json.dumps(gpus) and "command" not in json.dumps(gpus)
+    # right-sizing: this machine's memory against the two scripted 80 GiB GPUs
+    memory = next(f for f in gpus["sizing"] if f["check"] == "system memory")
+    assert "GiB of system memory for 160 GiB of GPU memory" in memory["detail"]
+    history = json.loads(get(f"http://{address}/api/history?gpu={HELD}&window=1h"))
+    validate("dashboard-history", history)
+    assert len(history["points"]) >= 55  # a point a minute, each in its own 15 s bucket
+    day = json.loads(get(f"http://{address}/api/history?gpu={HELD}&window=1d"))
+    assert 10 <= len(day["points"]) <= 13  # the same hour in 6-minute buckets
+    validate("dashboard-usage", json.loads(get(f"http://{address}/api/usage")))
+
+
+def test_the_sampler_keeps_sampling_and_history_survives_a_restart(tmp_path: Path) -> None:
+    """Two dashboards one after the other, the first SIGKILLed: the second samples on
+    into the same history (nothing left behind breaks it)."""
+    nvml = ScriptedNvml(tmp_path)
+    nvml.write(scenario(gpu(0, utilization=55)))
+    config = tmp_path / "config.toml"
+    config.write_text('[history]\ninterval = "1s"\n')
+    config.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
+    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"), GPUENV_SYSTEM_CONFIG=str(config))
+    count = (
+        "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("
+        "'select count(*) from samples').fetchone()[0])"
+    )
+    database = tmp_path / "state" / f"history-{os.getuid()}" / "gpus.sqlite"
+
+    def samples() -> int:
+        if not database.exists():
+            return 0
+        out = subprocess.run(
+            [sys.executable, "-c", count, str(database)], capture_output=True, text=True
+        )
+        return int(out.stdout or 0)
+
+    seen = 0
+    for signal_to_send in (signal.SIGKILL, signal.SIGTERM):
+        before = seen
+        address = f"127.0.0.1:{free_port()}"
+        process = subprocess.Popen(
+            [*GPUENV, "dashboard", "--listen", address],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for("new samples", lambda before=before: samples() >= before + 3, seconds=30)
+            assert "this dashboard" in get(f"http://{address}/api/gpus")
+        finally:
+            process.send_signal(signal_to_send)
+            process.communicate(timeout=30)
+        seen = samples()
+    assert seen >= 6
+
+
+def test_history_from_prometheus(tmp_path: Path, prometheus: tuple[Path, Any]) -> None:  # noqa: F811
+    """--prometheus: the charts read what a real Prometheus scraped from gpuenv exporter."""
+    nvml = ScriptedNvml(tmp_path)
+    nvml.write(scenario(gpu(0, utilization=40, memory_used_mib=2048)))
+    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
+    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"))
+    exporter_address, dashboard_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    exporter = subprocess.Popen(
+        [*GPUENV, "exporter", "--listen", exporter_address],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    dashboard = None
+    try:
+        wait_for(
+            "the exporter answers",
+            lambda: "gpuenv_gpu_up" in get(f"http://{exporter_address}/metrics"),
+        )
+        _, start = prometheus
+        server = start(exporter_address)
+        dashboard = subprocess.Popen(
+            [
+                *GPUENV,
+                "dashboard",
+                "--listen",
+                dashboard_address,
+                "--prometheus",
+                f"http://{server}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        url = f"http://{dashboard_address}/api/history?gpu={HELD}&window=1h"
+        history = wait_for(
+            "the dashboard reads Prometheus' samples",
+            lambda: json.loads(get(url))["points"],
+        )
+        validate("dashboard-history", json.loads(get(url)))
+        assert history[-1]["utilization"] == 40 and history[-1]["memory_used_mib"] == 2048
+        assert json.loads(get(url))["source"] == f"prometheus:http://{server}"
+        # no state folder history was made: Prometheus is the history
+        assert not (tmp_path / "state" / f"history-{os.getuid()}").exists()
+    finally:
+        for process in (dashboard, exporter):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=30)

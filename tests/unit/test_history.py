@@ -1,0 +1,207 @@
+"""The dashboard's history: one SQLite database per sampling user in the state folder,
+one sampler at a time, retention and a size cap, and nothing another user planted."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuenv.app.sampler import HistorySettings, Sampler
+from gpuenv.errors import StateUnsafe, UsageError
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.sharing.history import History, SamplerBusy, Xid
+from gpuenv.sharing.statedir import Folder, open_state
+
+UUID = "GPU-00000000-1111-2222-3333-444444444444"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Iterator[Folder]:
+    opened = open_state(directory=str(tmp_path / "state"))
+    yield opened
+    opened.close()
+
+
+def a100(utilization: int | None, **readings: Any) -> Gpu:
+    return Gpu(0, "NVIDIA A100-SXM4-80GB", uuid=UUID, utilization=utilization, **readings)
+
+
+def test_samples_come_back_averaged_per_bucket_with_unknown_readings_null(folder: Folder) -> None:
+    history = History.for_sampling(folder, 16)
+    now = 1_000_000.0
+    for second, utilization in ((0, 10), (5, 30), (20, None)):
+        history.record(now - 3600 + second, [a100(utilization, temperature_c=50)], [])
+    points = history.series(UUID, now - 3600, points=240, now=now)  # 15 s buckets
+    assert [(p["utilization"], p["temperature_c"]) for p in points] == [(20.0, 50.0), (None, 50.0)]
+    assert points[0]["power_w"] is None  # never reported: unknown, not 0
+    history.close()
+
+
+def test_retention_forgets_older_rows_and_xids(folder: Folder) -> None:
+    history = History.for_sampling(folder, 16)
+    history.record(100.0, [a100(1)], [Xid(100.0, UUID, 0, 79)])
+    history.record(200.0, [a100(2)], [Xid(200.0, UUID, 0, 48)])
+    history.prune(before=150.0)
+    assert [p["utilization"] for p in history.series(UUID, 0, now=300.0)] == [2.0]
+    assert [x.xid for x in history.xids(0)] == [48]
+    history.close()
+
+
+def test_a_full_database_drops_its_oldest_samples_instead_of_failing(folder: Folder) -> None:
+    history = History.for_sampling(folder, 1)  # 1 MiB
+    gpus = [Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}", utilization=i) for i in range(256)]
+    for second in range(150):
+        history.record(float(second), gpus, [])
+    assert os.path.getsize(history.path) <= 2**20
+    first = history.connection.execute("SELECT min(t), max(t) FROM samples").fetchone()
+    assert first[0] > 0 and first[1] == 149.0
+    history.close()
+
+
+def test_one_sampler_per_database_and_the_next_one_takes_over(folder: Folder) -> None:
+    first = History.for_sampling(folder, 16)
+    with pytest.raises(SamplerBusy):
+        History.for_sampling(folder, 16)
+    first.record(1.0, [a100(5)], [])
+    first.close()
+    second = History.for_sampling(folder, 16)  # the lock went with the first
+    assert second.last_sample() == 1.0
+    second.close()
+
+
+def test_readers_open_it_read_only(folder: Folder) -> None:
+    assert History.for_reading(folder, os.getuid()) is None  # nothing sampled yet
+    History.for_sampling(folder, 16).close()
+    reader = History.for_reading(folder, os.getuid())
+    assert reader is not None
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        reader.connection.execute("DELETE FROM samples")
+    reader.close()
+
+
+@pytest.mark.parametrize(
+    ("plant", "message"),
+    [
+        ("folder symlink", "is not a folder gpuenv made"),
+        ("folder of another user", "belongs to"),
+        ("folder others may write", "may be written by others"),
+        ("database symlink", "is not a database"),
+    ],
+)
+def test_what_another_user_planted_is_refused(
+    folder: Folder, tmp_path: Path, plant: str, message: str
+) -> None:
+    own = Path(folder.path) / f"history-{os.getuid()}"
+    if plant == "folder symlink":
+        (tmp_path / "elsewhere").mkdir()
+        own.symlink_to(tmp_path / "elsewhere")
+    else:
+        own.mkdir(mode=0o755)
+        if plant == "folder of another user":
+            if os.getuid() != 0:
+                pytest.skip("needs root to make a folder of another user's")
+            os.chown(own, 4321, 4321)
+        elif plant == "folder others may write":
+            own.chmod(0o777)
+        else:
+            (own / "gpus.sqlite").symlink_to(tmp_path / "victim")
+    with pytest.raises(StateUnsafe, match=message):
+        History.for_sampling(folder, 16)
+    with pytest.raises(StateUnsafe, match=message):
+        History.for_reading(folder, os.getuid())
+    assert not (tmp_path / "victim").exists()
+
+
+class Listener:
+    """NvmlListener's interface, with XID counts a test sets."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[int, int], int] = {}
+
+    def drain(self) -> None:
+        pass
+
+    def xids(self, index: int) -> tuple[int, ...]:
+        return tuple(x for (gpu, x) in self.counts if gpu == index)
+
+
+def test_the_sampler_records_each_xid_event_once(folder: Folder) -> None:
+    history = History.for_sampling(folder, 16)
+    listener = Listener()
+    host = Host("550.54.15", (a100(3),), "nvml")
+    sampler = Sampler(history, HistorySettings(), lambda _: host, listener)  # type: ignore[arg-type]
+    listener.counts[(0, 79)] = 1
+    sampler.round(100.0)
+    sampler.round(101.0)  # the same count: nothing new
+    listener.counts[(0, 79)] = 3
+    sampler.round(102.0)
+    assert sorted((x.at, x.xid) for x in history.xids(0)) == [(100.0, 79), (102.0, 79), (102.0, 79)]
+    history.close()
+
+
+def test_a_host_files_xids_count_once(folder: Folder) -> None:
+    history = History.for_sampling(folder, 16)
+    host = Host("550.54.15", (a100(3, xids=(48,)),), "file:/etc/host.yaml")
+    sampler = Sampler(history, HistorySettings(), lambda _: host, Listener())  # type: ignore[arg-type]
+    sampler.round(100.0)
+    sampler.round(200.0)
+    assert [(x.at, x.xid) for x in history.xids(0)] == [(100.0, 48)]
+    history.close()
+
+
+def test_a_round_without_nvml_says_why(folder: Folder) -> None:
+    history = History.for_sampling(folder, 16)
+    sampler = Sampler(history, HistorySettings(), lambda _: "NVML: not loaded", Listener())  # type: ignore[arg-type]
+    sampler.round(1.0)
+    assert sampler.note == "NVML: not loaded" and history.last_sample() is None
+    history.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", HistorySettings()),
+        (
+            '[history]\ninterval = "5s"\nretention = "30d"\nmax_mib = 64\n',
+            HistorySettings(5, 30 * 86400, 64),
+        ),
+        ("[history]\ninterval = 60\n", HistorySettings(60, 7 * 86400, 256)),
+        ('[history]\ninterval = "soon"\n', "[history] interval = 'soon' is not a duration"),
+        ("[history]\nmax_mib = 0\n", "is not a size in MiB"),
+        ("[history]\nkeep = 1\n", "takes interval, retention and max_mib only"),
+    ],
+)
+def test_history_settings(tmp_path: Path, text: str, expected: HistorySettings | str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    config.chmod(0o644)
+    env = {"GPUENV_SYSTEM_CONFIG": str(config)}
+    if isinstance(expected, str):
+        with pytest.raises(UsageError, match=expected.replace("[", r"\[").replace("]", r"\]")):
+            HistorySettings.load(env)
+    else:
+        assert HistorySettings.load(env) == expected
+
+
+def test_top_and_doctor_see_the_xids_a_sampler_recorded_in_the_last_day(
+    folder: Folder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuenv.sharing.health import assess
+    from gpuenv.sharing.history import with_recorded_xids
+
+    monkeypatch.setenv("GPUENV_STATE_DIR", folder.path)
+    history = History.for_sampling(folder, 16)
+    now = 1_000_000.0
+    history.record(now - 2 * 86400, [a100(0)], [Xid(now - 2 * 86400, UUID, 0, 48)])  # too old
+    history.record(now - 600, [a100(0)], [Xid(now - 600, UUID, 0, 79)])
+    history.close()
+    host = with_recorded_xids(Host("550.54.15", (a100(0, xids=(13,)),), "nvml"), now=now)
+    assert host.gpus[0].xids == (13, 79)
+    assert "GPU 0 fell off the bus (XID 79)" in [f.message for f in assess(host.gpus[0])]
+    other = Host("550.54.15", (Gpu(1, "A100", uuid="GPU-other"),), "nvml")
+    assert with_recorded_xids(other, now=now).gpus[0].xids == ()
