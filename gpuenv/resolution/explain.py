@@ -52,6 +52,7 @@ FIELD_WORDS = {
     "min_driver": "the minimum driver",
     "forward_compat": "the forward-compatible driver branches",
     "min_compute_capability": "the minimum compute capability",
+    "platforms": "the platforms it is built for",
 }
 
 
@@ -72,6 +73,8 @@ def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list
     row = chosen.row
     out = []
     relied = [f for f in RELEVANT_FIELDS if f in row.unverified]
+    if "platforms" in row.unverified and row.platforms and host.platform:
+        relied.append("platforms")  # the platform check relied on them
     if row.evidence == "unverified" or relied:
         what = _listed(relied) if relied else "its data"
         verb = "is" if len(relied) <= 1 else "are"

@@ -74,7 +74,7 @@ def test_the_last_branch_itself_still_drives(driver: str, gpu: str) -> None:
     ("platform", "said"), [("linux/arm64", True), ("linux/amd64", False), (None, False)]
 )
 def test_an_unrecorded_platform_is_said_not_checked(platform: str | None, said: bool) -> None:
-    """No shipped row records its platforms yet (matrix sync reads them): an arm64 host
+    """A shipped row that does not record its platforms (matrix sync reads them): an arm64 host
     is told the platform was not checked, never silence; every NGC image is amd64."""
     args = ["resolve", "--framework", "pytorch", "--driver", "580.82.07", "--gpu", "H100"]
     result = CliRunner().invoke(main, [*args, *(["--platform", platform] if platform else [])])

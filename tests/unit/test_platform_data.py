@@ -127,3 +127,16 @@ def test_the_engine_check_uses_the_shipped_platforms(shipped: Matrix) -> None:
     with pytest.raises(ResolutionError) as refused:
         check_platform(multi.image, ["linux/amd64"], engine)  # type: ignore[arg-type]
     assert "exec format error" in " ".join(refused.value.explanation)
+
+
+@pytest.mark.parametrize("platform", ["linux/arm64", "linux/amd64"])
+def test_an_extrapolated_platform_list_is_said_to_be_unverified(platform: str) -> None:
+    """26.03 (PyTorch 2.11) sits between sourced months: its platforms are extrapolated,
+    so a host whose platform the check used is told they are unverified; a host of no
+    known platform did not rely on them and is not."""
+    output = _resolve("2.11", platform)
+    assert "26.03-py3" in output
+    assert "the platforms it is built for is unverified" in output
+    args = ["resolve", "--framework", "pytorch", "--version", "2.11"]
+    unknown = CliRunner().invoke(main, [*args, "--driver", "580.82.07", "--gpu", "H100"])
+    assert "platforms it is built for" not in " ".join(unknown.output.split())
