@@ -14,9 +14,9 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpuenv.app.top import Shared, read_runs, read_shared
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
@@ -29,12 +29,12 @@ from gpuenv.run.sizing import (
     storage_kind,
     system_memory_mib,
 )
-from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
+from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import assess
 from gpuenv.sharing.history import READINGS, History
-from gpuenv.sharing.idle import idle_for, known_state
+from gpuenv.sharing.idle import idle_for
 from gpuenv.sharing.metrics import CLOCK_EVENT_REASONS
-from gpuenv.sharing.monitor import RunInfo, container_check, list_runs
+from gpuenv.sharing.monitor import RunInfo
 from gpuenv.sharing.procfs import container_of, process_owner
 from gpuenv.sharing.statedir import state_dir
 from gpuenv.sharing.usage import UsageLog, load_prices, summarize
@@ -131,36 +131,6 @@ class PrometheusHistory:
 
 def _promql_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-@dataclass
-class Shared:
-    """The state folder's view: claims, waiters and idle samples (none where it is
-    unusable: the GPUs show anyway)."""
-
-    claims: list[Claim]
-    waiters: list[Waiter]
-    idle: dict[str, Any]
-
-
-def read_shared(engine: Callable[[], Engine]) -> Shared:
-    try:
-        store = ClaimStore(container_check=container_check(engine()))
-    except GpuenvError:
-        return Shared([], [], {})
-    try:
-        return Shared(store.claims(), store.waiting(), known_state(store))
-    except GpuenvError:
-        return Shared([], [], {})
-    finally:
-        store.close()
-
-
-def read_runs(engine: Callable[[], Engine]) -> list[RunInfo]:
-    try:
-        return list_runs(engine())
-    except GpuenvError:  # no engine here: the GPUs and their claims still show
-        return []
 
 
 def reasons(mask: int | None) -> list[str]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
-from gpuenv.sharing.claims import Claim, ClaimStore
+from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
 from gpuenv.sharing.history import with_recorded_xids
 from gpuenv.sharing.idle import idle_for, known_state
 from gpuenv.sharing.monitor import GpuRow, RunInfo, container_check, gpu_rows, list_runs
@@ -22,30 +23,38 @@ def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
     host = with_recorded_xids(detect_host())
     if not host.gpus:
         return host, []
-    claims, idle = _claims_and_idle(engine)
-    rows = gpu_rows(host, claims, _runs(engine))
+    shared = read_shared(engine)
+    rows = gpu_rows(host, shared.claims, read_runs(engine))
     now = time.time()
     for row, gpu in zip(rows, host.gpus, strict=True):
-        row.idle_seconds = idle_for(idle, gpu.key, now) if row.claimed_by else None
+        row.idle_seconds = idle_for(shared.idle, gpu.key, now) if row.claimed_by else None
     return host, rows
 
 
-def _claims_and_idle(engine: Callable[[], Engine]) -> tuple[list[Claim], dict[str, Any]]:
-    """The claims and the idle samples; none when the state folder is unsafe or
-    unusable (the GPUs show anyway)."""
+@dataclass
+class Shared:
+    """The state folder's view: claims, waiters and idle samples (none where it is
+    unusable: the GPUs show anyway)."""
+
+    claims: list[Claim]
+    waiters: list[Waiter]
+    idle: dict[str, Any]
+
+
+def read_shared(engine: Callable[[], Engine]) -> Shared:
     try:
         store = ClaimStore(container_check=container_check(engine()))
     except GpuenvError:
-        return [], {}
+        return Shared([], [], {})
     try:
-        return store.claims(), known_state(store)
+        return Shared(store.claims(), store.waiting(), known_state(store))
     except GpuenvError:
-        return [], {}
+        return Shared([], [], {})
     finally:
         store.close()
 
 
-def _runs(engine: Callable[[], Engine]) -> list[RunInfo]:
+def read_runs(engine: Callable[[], Engine]) -> list[RunInfo]:
     try:
         return list_runs(engine())
     except GpuenvError:  # no engine here: the GPUs and their claims still show
