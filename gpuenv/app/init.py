@@ -32,16 +32,34 @@ def init_project(
     plan: HostPlan,
     *,
     force: bool = False,
+    strict_driver: bool = False,
+    newest: bool = False,
     notify: Notify = no_notes,
 ) -> Resolution:
     """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
-    lock. When no image fits, the spec is still written (to edit) and no lock is."""
+    lock. When no image fits, the spec is still written (to edit) and no lock is.
+    `strict_driver` is written into the spec; `newest` is how this first lock resolves."""
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
-        return _init_project(directory, overrides, plan, force=force, notify=notify)
+        return _init_project(
+            directory,
+            overrides,
+            plan,
+            force=force,
+            strict_driver=strict_driver,
+            newest=newest,
+            notify=notify,
+        )
 
 
 def _init_project(
-    directory: str, overrides: Overrides, plan: HostPlan, *, force: bool, notify: Notify
+    directory: str,
+    overrides: Overrides,
+    plan: HostPlan,
+    *,
+    force: bool,
+    strict_driver: bool,
+    newest: bool,
+    notify: Notify,
 ) -> Resolution:
     spec_path = os.path.join(directory, SPEC_FILENAME)
     lock_path = os.path.join(directory, LOCK_FILENAME)
@@ -77,6 +95,7 @@ def _init_project(
         python=overrides.python or detected.python,
         cuda=overrides.cuda,
         gpus=GpuRequest("all"),
+        strict_driver=strict_driver,
     )
     spec = parse_spec_text(text, directory)
     for found in detected.found:
@@ -92,7 +111,7 @@ def _init_project(
     for note in unknown_companions(pins, matrix):
         notify(Note("warn", note))
     try:
-        resolution = resolve(spec, matrix, host, pins=pins)
+        resolution = resolve(spec, matrix, host, pins=pins, newest=newest)
     except ResolutionError:
         atomic_write(spec_path, text)
         notify(

@@ -135,6 +135,17 @@ def lock(
 @spec_options
 @host_options
 @click.option("--force", is_flag=True, help="Overwrite an existing gpuenv.yaml and gpuenv.lock.")
+@click.option(
+    "--strict-driver",
+    is_flag=True,
+    help="Write `strict_driver: true`: only images the host's driver runs natively.",
+)
+@click.option(
+    "--newest",
+    is_flag=True,
+    help="Lock the newest image that fits, even where the matrix does not record its "
+    "framework version or its forward compatibility is disputed.",
+)
 @json_option("what was found and written")
 @click.pass_obj
 def init(
@@ -147,6 +158,8 @@ def init(
     gpu_models: tuple[str, ...],
     platform: str | None,
     force: bool,
+    strict_driver: bool,
+    newest: bool,
     as_json: bool,
 ) -> None:
     """Write gpuenv.yaml and gpuenv.lock for the project in this folder.
@@ -174,6 +187,8 @@ def init(
         checked_overrides(framework, version, python, cuda),
         HostPlan(driver, gpu_models, platform),
         force=force,
+        strict_driver=strict_driver,
+        newest=newest,
         notify=notify,
     )
     if as_json:

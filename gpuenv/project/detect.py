@@ -365,6 +365,7 @@ def render_spec(
     python: str | None,
     cuda: str | None,
     gpus: GpuRequest,
+    strict_driver: bool = False,
 ) -> str:
     """A commented gpuenv.yaml; every value is quoted so YAML cannot reinterpret it."""
     found = "; ".join(detected.found) if detected.found else "nothing detected"
@@ -393,6 +394,8 @@ framework: {framework}
 {line("python", python, "3.10")}
 # CUDA toolkit in the image. Unset: the newest the host driver supports.
 {line("cuda", cuda, ">=12.4")}
+# Only images the host's driver runs natively (no CUDA minor-version compatibility).
+{"strict_driver: true" if strict_driver else "# strict_driver: true"}
 
 # Image family: ngc (NVIDIA NGC containers).
 base: ngc

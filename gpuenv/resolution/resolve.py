@@ -348,8 +348,9 @@ def resolve(
     newest: bool = False,
 ) -> Resolution:
     """The newest image of the spec's framework that fits the spec and the host, among
-    those whose framework version the matrix records (unless `newest`: then the newest
-    of all); newer fitting images with an unrecorded version are named in a warning.
+    those gpuenv can vouch for (framework version recorded, driver route not a disputed
+    forward compatibility), unless `newest`: then the newest of all; newer fitting
+    images passed over are named in a warning.
 
     `prefer` names an image (the one already locked): if it still fits, it is kept, so
     editing an unrelated field of the spec never moves the image. `pins` are the

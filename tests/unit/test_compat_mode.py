@@ -92,3 +92,35 @@ def test_a_strict_driver_that_is_not_true_or_false_is_a_spec_error(tmp_path: Pat
     result = CliRunner().invoke(main, ["-C", str(tmp_path), "check"])
     assert result.exit_code == 3, result.output
     assert "field 'strict_driver'" in result.stderr or "strict_driver" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "image", "written"),
+    [
+        # 550.54.15 is CUDA 12.4's own driver (CUDA 12.4 Update 1 release notes): 24.05
+        # (CUDA 12.4.1) runs natively; 24.06 (CUDA 12.5) only by minor-version compatibility.
+        ((), "pytorch:24.06-py3", "# strict_driver: true"),
+        (("--strict-driver",), "pytorch:24.05-py3", "\nstrict_driver: true"),
+    ],
+)
+def test_init_writes_strict_driver_and_locks_by_it(
+    tmp_path: Path, flags: tuple[str, ...], image: str, written: str
+) -> None:
+    (tmp_path / "requirements.txt").write_text("torch\n")
+    args = ["-C", str(tmp_path), "init", *flags, "--driver", "550.54.15", "--gpu", "H100"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert written in (tmp_path / "gpuenv.yaml").read_text()
+    assert f"nvcr.io/nvidia/{image}" in (tmp_path / "gpuenv.lock").read_text()
+    assert CliRunner().invoke(main, ["-C", str(tmp_path), "lock", "--check"]).exit_code == 0
+
+
+def test_init_newest_takes_what_resolution_passes_over(tmp_path: Path) -> None:
+    """An H100 on R550: 26.02 fits only by a forward compatibility NVIDIA's documents
+    disagree on (the image lists R550; the CUDA Compatibility guide does not for 13.1)."""
+    (tmp_path / "requirements.txt").write_text("torch\n")
+    args = ["-C", str(tmp_path), "init", "--newest", "--driver", "550.54.15", "--gpu", "H100"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lock = (tmp_path / "gpuenv.lock").read_text()
+    assert "nvcr.io/nvidia/pytorch:26.02-py3" in lock and "route_verified: false" in lock
