@@ -90,9 +90,10 @@ def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list
         )
     elif chosen.driver_route and not chosen.route_verified:
         out.append(
-            "forward compatibility here is unverified: NVIDIA's documents do not agree "
-            "that this driver branch runs this image (the host line says which); try the "
-            "image on this host before relying on it, or move to a branch both list"
+            "forward compatibility here is unverified: NVIDIA's documents do not agree, or "
+            "do not say, that this driver branch runs this image (the host line says "
+            "which); try the image on this host before relying on it, or move to a branch "
+            "they all list"
         )
     elif chosen.driver_route and chosen.driver_route.startswith("CUDA forward"):
         out.append(

@@ -56,7 +56,14 @@ def forward_verdict(row: ImageRow, matrix: Matrix, driver: str, gpus: Sequence[H
     """Whether `driver`, below the image's minimum, runs it by forward compatibility."""
     branch = driver_branch(driver)
     entry = next((d for d in row.forward_compat if driver_branch(d) == branch), None)
-    image_lists = entry is not None and driver_tuple(driver) >= driver_tuple(entry)
+    if entry is not None and driver_tuple(driver) < driver_tuple(entry):
+        # The image's own list names this branch from a later release on: below it the
+        # container runtime refuses, whatever the guide says of the branch.
+        return Forward(
+            why_not=f"on R{branch} its forward compatibility needs ≥ {entry} (the image's "
+            f"own list); this host has {driver}"
+        )
+    image_lists = entry is not None
     support = matrix.forward_support_for(row.cuda) if row.cuda else None
     guide_lists = support is not None and str(branch) in support.branches
     life = matrix.driver_branch(branch)
@@ -77,17 +84,14 @@ def forward_verdict(row: ImageRow, matrix: Matrix, driver: str, gpus: Sequence[H
         )
     if not gpus:
         return Forward(why_not=f"forward compatibility with R{branch} needs the GPUs to be known")
-    refused = _not_a_target(row, matrix, branch, life, support)
+    refused = _not_a_target(row, matrix, branch, life, support, guide_lists)
     if refused:
         return Forward(why_not=refused)
     doubts = _doubts(row, branch, life, support, image_lists, guide_lists)
-    floor = entry if image_lists and entry else f"R{branch}"
+    on = f"R{branch} ≥ {entry}" if entry else f"R{branch}"
     if not doubts:
-        return Forward(f"CUDA forward compatibility: data-center GPU on R{branch} ≥ {floor}")
-    route = (
-        f"CUDA forward compatibility, unverified: data-center GPU on R{branch} ≥ {floor}; "
-        + "; ".join(doubts)
-    )
+        return Forward(f"CUDA forward compatibility: data-center GPU on {on}")
+    route = f"CUDA forward compatibility, unverified: data-center GPU on {on}; " + "; ".join(doubts)
     return Forward(route, verified=False)
 
 
@@ -104,8 +108,12 @@ def _not_a_target(
     branch: int,
     life: DriverBranch | None,
     support: ForwardSupport | None,
+    guide_lists: bool = False,
 ) -> str | None:
-    """Why NVIDIA's lifecycle rules R`branch` out as a target for this image, if it does."""
+    """Why NVIDIA's lifecycle rules R`branch` out as a target for this image, if it does.
+    A branch that ended (by an NVIDIA page) before the image is refused even where the
+    guide's table still marks it: the guide itself says end-of-life branches are not
+    supported targets, and the message says that the table still lists it."""
     if life is None:
         return None
     if life.designation is not None and not life.target:
@@ -117,10 +125,15 @@ def _not_a_target(
             + (f" ({use} for CUDA {support.cuda})" if use and support else "")
         )
     if life.ended_before(row.release) and life.evidence == "primary":
+        table = (
+            f" (its table still marks R{branch} for cuda-compat-{support.cuda.replace('.', '-')})"
+            if guide_lists and support
+            else ""
+        )
         return (
             f"R{branch} reached its end of life in {_month(life.end_of_life)} "
-            f"({BRANCH_SOURCE}: {life.note}), before this image ({row.release}); NVIDIA's "
-            "CUDA Compatibility guide says end-of-life branches are not supported targets"
+            f"({BRANCH_SOURCE}), before this image ({row.release}); NVIDIA's CUDA "
+            f"Compatibility guide says end-of-life branches are not supported targets{table}"
         )
     return None
 
@@ -150,11 +163,14 @@ def _doubts(
     nothing, each named."""
     out = []
     cuda = ".".join(row.cuda.split(".")[:2]) if row.cuda else "?"
-    image_source = (
-        "the image's own list (its NVIDIA_REQUIRE_CUDA branches, the row's forward_compat)"
-    )
+    image_source = "the image's own list (NVIDIA_REQUIRE_CUDA)"
     if image_lists and not guide_lists:
-        if support is None:
+        if row.cuda is None:
+            out.append(
+                f"{image_source} names R{branch}, but the image's CUDA version is not "
+                f"recorded, so {GUIDE_SOURCE} cannot be read for it"
+            )
+        elif support is None:
             out.append(
                 f"{image_source} names R{branch}, but {GUIDE_SOURCE} has no row for "
                 f"cuda-compat-{cuda.replace('.', '-')}"

@@ -78,6 +78,10 @@ def test_forward_routes(
         # R535 ended June 2026 [drv615], before 26.07 (CUDA 13.3.1), though [guide]
         # cuda-compat-13-3 still marks it C ("end of life ... not supported targets")
         ("26.07-py3", "535.288.01", "H100", "reached its end of life in June 2026"),
+        ("26.07-py3", "535.288.01", "H100", "table still marks R535 for cuda-compat-13-3"),
+        # below the image's own minimum on its branch: Triton rel-24-01 lists R535 from
+        # 535.86 on, so 535.54 is refused whatever the guide says of R535
+        ("24.01-py3", "535.54.03", "H100", "on R535 its forward compatibility needs ≥ 535.86"),
         # a consumer GPU never runs forward compatibility ([guide]: data-center GPUs)
         ("24.07-py3", "535.104.05", "RTX 4090", "works on data-center GPUs only"),
         # a production branch neither source lists: the image's branches are named
