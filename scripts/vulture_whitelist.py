@@ -10,3 +10,4 @@ sys_version  # noqa: B018
 log_message  # noqa: B018
 do_HEAD  # noqa: B018
 daemon_threads  # noqa: B018  - socketserver.ThreadingMixIn reads it
+address_family  # noqa: B018  - socketserver reads it (cli/dashboard_server.py)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import time
 import urllib.parse
 import urllib.request
@@ -31,23 +32,24 @@ from gpuenv.run.sizing import (
 )
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import assess
-from gpuenv.sharing.history import READINGS, History
+from gpuenv.sharing.history import READINGS, RECENT_XIDS, History
 from gpuenv.sharing.idle import idle_for
 from gpuenv.sharing.metrics import CLOCK_EVENT_REASONS
 from gpuenv.sharing.monitor import RunInfo
 from gpuenv.sharing.procfs import container_of, process_owner
-from gpuenv.sharing.statedir import state_dir
+from gpuenv.sharing.statedir import owner_name, state_dir
 from gpuenv.sharing.usage import UsageLog, load_prices, summarize
 
 WINDOWS = {"1h": 3600.0, "1d": 86400.0}
 USAGE_DAYS = (7, 30)
-RECENT_XIDS = 86400.0  # XIDs of the last day are shown with their GPU
 
 
 class HistorySource(Protocol):
     name: str
 
-    def series(self, gpu: Gpu | None, key: str, since: float) -> list[dict[str, Any]]: ...
+    def series(
+        self, key: str, since: float, readings: Sequence[str] = READINGS
+    ) -> list[dict[str, Any]]: ...
 
     def xids(self, since: float) -> list[dict[str, Any]]: ...
 
@@ -59,7 +61,9 @@ class SqliteHistory:
         self.open_history = open_history
         self.name = f"sqlite:{where}"
 
-    def series(self, gpu: Gpu | None, key: str, since: float) -> list[dict[str, Any]]:
+    def series(
+        self, key: str, since: float, readings: Sequence[str] = READINGS
+    ) -> list[dict[str, Any]]:
         history = self.open_history()
         if history is None:
             return []
@@ -110,15 +114,17 @@ class PrometheusHistory:
         result = body.get("data", {}).get("result", [])
         return result[0]["values"] if result else []
 
-    def series(self, gpu: Gpu | None, key: str, since: float) -> list[dict[str, Any]]:
+    def series(
+        self, key: str, since: float, readings: Sequence[str] = READINGS
+    ) -> list[dict[str, Any]]:
+        """The readings asked for (each one query), keyed like gpuenv exporter's labels:
+        a UUID (GPU- or MIG-) by `uuid`, an index by `gpu`."""
         now = time.time()
-        selector = (
-            f'uuid="{_promql_string(gpu.uuid)}"'
-            if gpu and gpu.uuid
-            else f'gpu="{_promql_string(key)}"'
-        )
+        label = "uuid" if key.startswith(("GPU-", "MIG-")) else "gpu"
+        selector = f'{label}="{_promql_string(key)}"'
         points: dict[float, dict[str, Any]] = {}
-        for reading, (metric, factor) in PROMETHEUS_SERIES.items():
+        for reading in readings:
+            metric, factor = PROMETHEUS_SERIES[reading]
             promql = f"max({metric}{{{selector}}}) * {factor}"
             for t, value in self._query_range(promql, since, now):
                 point = points.setdefault(float(t), {"t": float(t)} | dict.fromkeys(READINGS))
@@ -244,13 +250,20 @@ def sizing_payload(engine: Callable[[], Engine], host: Host) -> list[dict[str, s
 def gpus_payload(
     engine: Callable[[], Engine],
     history: HistorySource | None,
-    sampler: str,
+    status: dict[str, Any],
     sizing: Callable[[Host], list[dict[str, str]]] | None = None,
 ) -> dict[str, Any]:
+    """The live page: never without its GPUs because the history cannot be read (that
+    is said in `history.note`). `status`: who samples, their last note and sample."""
     host: Host = detect_host()
     shared = read_shared(engine) if host.gpus else Shared([], [], {})
     runs = read_runs(engine) if host.gpus else []
-    xids = history.xids(time.time() - RECENT_XIDS) if history else []
+    note = status.get("note")
+    try:
+        xids = history.xids(time.time() - RECENT_XIDS) if history else []
+    except (GpuenvError, sqlite3.Error, OSError) as exc:
+        xids = []
+        note = f"the history cannot be read: {exc.message if isinstance(exc, GpuenvError) else exc}"
     return {
         "hostname": socket.gethostname(),
         "generated": time.time(),
@@ -273,44 +286,49 @@ def gpus_payload(
             for r in runs
             if r.detached
         ],
-        "history": {"source": history.name if history else None, "sampler": sampler},
+        "history": {
+            "source": history.name if history else None,
+            "sampler": status.get("sampler", ""),
+            "note": note,
+            "last_sample": status.get("last_sample"),
+        },
         "sizing": sizing(host) if sizing else [],
     }
 
 
-def history_payload(history: HistorySource | None, key: str, window: str) -> dict[str, Any]:
+def history_payload(
+    history: HistorySource | None, key: str, window: str, readings: Sequence[str] = READINGS
+) -> dict[str, Any]:
     since = time.time() - WINDOWS[window]
-    gpu = next((g for g in detect_host().gpus if g.key == key), None)
-    points = history.series(gpu, key, since) if history else []
     return {
         "gpu": key,
         "window": window,
         "source": history.name if history else None,
-        "points": points,
+        "points": history.series(key, since, readings) if history else [],
     }
 
 
-def usage_payload(now: float | None = None) -> dict[str, Any]:
+def usage_payload(viewer: int | None, now: float | None = None) -> dict[str, Any]:
     """GPU-hours (and cost, where prices are configured) per user and per project for
-    the last 7 and 30 days: root sees every user's, a user their own (as `gpuenv usage`)."""
+    the last 7 and 30 days, as `gpuenv usage` shows them to `viewer`: root every user's,
+    a user their own (-1: a viewer who cannot be told, nobody's). None: everything the
+    dashboard's own user may read (a token holder)."""
     now = time.time() if now is None else now
     prices = load_prices()
     runs = UsageLog(state_dir()).runs()
+    if viewer is not None and viewer != 0:
+        runs = [run for run in runs if run.uid == viewer]
     per_gpu_hour = prices.per_gpu_hour if prices else None
+
+    def rows(by: str, days: int) -> list[dict[str, Any]]:
+        found = summarize(runs, by, now - days * 86400, now, per_gpu_hour)
+        return [row.to_data() for row in found]
+
     return {
+        "viewer": None if viewer is None or viewer < 0 else owner_name(viewer),
         "currency": prices.currency if prices else None,
         "periods": [
-            {
-                "days": days,
-                "by_user": [
-                    r.to_data()
-                    for r in summarize(runs, "user", now - days * 86400, now, per_gpu_hour)
-                ],
-                "by_project": [
-                    r.to_data()
-                    for r in summarize(runs, "project", now - days * 86400, now, per_gpu_hour)
-                ],
-            }
+            {"days": days, "by_user": rows("user", days), "by_project": rows("project", days)}
             for days in USAGE_DAYS
         ],
     }

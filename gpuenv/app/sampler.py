@@ -5,17 +5,16 @@ than the retention go. Settings: `[history]` in /etc/gpuenv/config.toml."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuenv.errors import UsageError
+from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
-from gpuenv.sharing.history import History, Xid
+from gpuenv.sharing.history import RECENT_XIDS, History, Xid
 from gpuenv.sharing.siteconfig import read_site_config, seconds
 
 
@@ -60,7 +59,8 @@ class Sampler:
         self.listener = listener
         self._seen: dict[tuple[int, int], int] = {}  # XID counts already recorded
         self.stopped = threading.Event()
-        self.note: str | None = None  # why the last round found no GPUs
+        self.note: str | None = None  # why the last round found no GPUs or failed
+        self.last_sample: float | None = None
 
     def round(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -81,6 +81,9 @@ class Sampler:
             self._seen[(index, xid)] = count
         self.history.record(now, host.gpus, xids)
         self.history.prune(now - self.settings.retention)
+        if xids:
+            self.history.publish_xids(now - RECENT_XIDS)
+        self.last_sample = now
 
     def run(self) -> None:
         """Rounds until `stopped` is set; the first at once. A round that fails (a full
@@ -88,7 +91,9 @@ class Sampler:
         while True:
             try:
                 self.round()
-            except (sqlite3.Error, OSError) as exc:
+            except GpuenvError as exc:
+                self.note = f"the last sample was not recorded: {exc.message}"
+            except Exception as exc:  # the sampler outlives any one round (NVML, a bug)
                 self.note = f"the last sample was not recorded: {exc}"
             if self.stopped.wait(self.settings.interval):
                 return

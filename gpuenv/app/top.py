@@ -13,21 +13,23 @@ from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
 from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
-from gpuenv.sharing.history import with_recorded_xids
+from gpuenv.sharing.history import recorded_findings
 from gpuenv.sharing.idle import idle_for, known_state
 from gpuenv.sharing.monitor import GpuRow, RunInfo, container_check, gpu_rows, list_runs
 
 
 def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
     """The host and one row per GPU. `engine` is asked for only when there are GPUs."""
-    host = with_recorded_xids(detect_host())
+    host = detect_host()
     if not host.gpus:
         return host, []
     shared = read_shared(engine)
     rows = gpu_rows(host, shared.claims, read_runs(engine))
     now = time.time()
+    recorded = recorded_findings(host.gpus, now)
     for row, gpu in zip(rows, host.gpus, strict=True):
         row.idle_seconds = idle_for(shared.idle, gpu.key, now) if row.claimed_by else None
+        row.health += [f.to_data() for f in recorded if f.gpu == gpu.index]
     return host, rows
 
 

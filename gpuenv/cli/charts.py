@@ -3,6 +3,7 @@ in the image): a reading of one GPU over a window, with its scale and its last v
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from html import escape
@@ -25,8 +26,10 @@ def _number(value: float) -> str:
 
 
 def line_chart(points: Sequence[dict[str, Any]], reading: str, since: float, until: float) -> str:
-    """An SVG of `reading` between `since` and `until` (epoch seconds). Gaps in the
-    samples (no value) break the line; without any value it says "no samples yet".
+    """An SVG of `reading` between `since` and `until` (epoch seconds, labelled in UTC).
+    Gaps break the line: a point without the value, or points further apart than
+    three times their usual spacing (the sampler was not running); without any value
+    it says "no samples yet".
 
     >>> svg = line_chart([{"t": 0, "utilization": 50}, {"t": 60, "utilization": 100}],
     ...                  "utilization", 0, 60)
@@ -46,13 +49,18 @@ def line_chart(points: Sequence[dict[str, Any]], reading: str, since: float, unt
         y = 2 + plot_h - min(value, top) / top * plot_h
         return f"{x:.1f},{y:.1f}"
 
+    times = [p["t"] for p in points]
+    steps = sorted(b - a for a, b in itertools.pairwise(times))
+    gap = 3 * steps[len(steps) // 2] if steps else span
     lines: list[list[str]] = [[]]
+    last: float | None = None
     for point in points:
         value = point.get(reading)
-        if value is None:
+        if value is None or (last is not None and point["t"] - last > gap):
             lines.append([])
-        else:
+        if value is not None:
             lines[-1].append(xy(point["t"], value))
+        last = point["t"]
     title = f"{label} ({unit})"
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
@@ -83,4 +91,4 @@ def line_chart(points: Sequence[dict[str, Any]], reading: str, since: float, unt
 
 
 def _clock(epoch: float) -> str:
-    return time.strftime("%H:%M", time.localtime(epoch))
+    return time.strftime("%m-%d %H:%M UTC", time.gmtime(epoch))

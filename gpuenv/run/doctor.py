@@ -37,7 +37,7 @@ from gpuenv.run.sizing import (
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.health import assess_all
-from gpuenv.sharing.history import with_recorded_xids
+from gpuenv.sharing.history import recorded_findings
 from gpuenv.sharing.monitor import container_check
 from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
@@ -260,7 +260,7 @@ def _disk(api: Engine, info: dict[str, Any], directory: str, checks: list[Check]
 
 def _driver(checks: list[Check]) -> object:
     try:
-        host = with_recorded_xids(detect_host())
+        host = detect_host()
     except GpuenvError as exc:
         checks.append(Check("NVIDIA driver", "fail", exc.message, exc.hint or ""))
         return None
@@ -315,8 +315,9 @@ def _mig(gpus: Any, checks: list[Check]) -> None:
 
 
 def _health(gpus: Any, checks: list[Check]) -> None:
-    """One check per health finding (an info one is ok, with what it saw); ok if none."""
-    findings = assess_all(gpus)
+    """One check per health finding (an info one is ok, with what it saw), the XIDs a
+    sampler recorded in the last day among them; ok if none."""
+    findings = assess_all(gpus) + recorded_findings(gpus)
     status = {"info": "ok", "warn": "warn", "fail": "fail"}
     for finding in findings:
         checks.append(

@@ -70,8 +70,9 @@ def memory_finding(
     return (
         "warn",
         detail,
-        f"GPU servers are usually given {settings.memory_ratio:g}-3× their GPU memory "
-        f"(≥ {want:.0f} GiB here): data loaders, pinned buffers and checkpoints live there; "
+        f"GPU servers are usually given 2-3× their GPU memory, and this host's setting "
+        f"asks for {settings.memory_ratio:g}× (≥ {want:.0f} GiB here): data loaders, pinned "
+        "buffers and checkpoints live there; "
         "add memory, or set [sizing] memory_ratio in /etc/gpuenv/config.toml",
     )
 

@@ -14,6 +14,7 @@ meanings and actions follow NVIDIA's Xid catalog
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -209,6 +210,15 @@ def _ecc(gpu: Gpu) -> list[Finding]:
             f"drain it and reset it (`nvidia-smi -r -i {gpu.index}`); replace it if they recur",
         )
     ]
+
+
+def recorded_xid(index: int, xid: int, at: float) -> Finding:
+    """An XID a sampler recorded earlier: what it meant and what to do, with when; at
+    most a warning, since the GPU may have been reset since."""
+    finding = _xid(index, xid)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+    severity = "warn" if finding.severity == "fail" else finding.severity
+    return Finding(index, "xid", severity, f"{finding.message}, recorded at {when}", finding.remedy)
 
 
 def _xid(index: int, xid: int) -> Finding:

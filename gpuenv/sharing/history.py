@@ -1,36 +1,44 @@
 """GPU history for `gpuenv dashboard`: one SQLite database per sampling user in the state
-folder, written by one sampler at a time, read by anyone the folder lets read it.
+folder, written by one sampler at a time and read only by its own user's processes.
 
-Layout: `<state>/history-<uid>/gpus.sqlite`. The folder is made by its user (0755) in the
-state folder, which is root-owned and sticky where users share it, so nobody else can
-rename, replace or add files in it (SQLite's journal included); a folder or database
-that is a symlink, or that another user (not root) owns, is refused. Readers prefer
-root's history (`history-0`, the systemd sampler's), else their own.
+Layout: `<state>/history-<uid>/` holds `gpus.sqlite` (0600), `sampler.lock` (0600) and
+`xids.json` (0644: the XIDs of the last day, which `top` and `doctor` of every user read).
+The folder is made by its user (0755) in the state folder, which is root-owned and
+sticky where users share it, so nobody else can rename, replace or add files in it
+(SQLite's journal included); a folder or file that is a symlink, or that another user
+owns, is refused. No other user opens the database: nobody can hold a lock on it that
+stalls the sampler, and a journal left by a killed sampler is rolled back by the next
+opener, which may write it.
 
 One sampler per database: it holds `sampler.lock` (flock) while it runs; the kernel drops
-the lock when it dies, SIGKILL included, and SQLite's rollback journal undoes a write it
-was in the middle of the next time the database is opened for writing. The database is
-capped (`max_mib`); retention deletes older rows on every sampling round.
+the lock when it dies, SIGKILL included. The database is capped (`max_mib`); retention
+deletes older rows on every sampling round.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import sqlite3
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from gpuenv.common.files import read_up_to
 from gpuenv.errors import GpuenvError, StateUnsafe
-from gpuenv.host.machine import Gpu, Host
+from gpuenv.host.machine import Gpu
+from gpuenv.sharing.health import Finding, recorded_xid
 from gpuenv.sharing.statedir import Folder, open_state, owner_name
 
 DATABASE = "gpus.sqlite"
 SAMPLER_LOCK = "sampler.lock"
+XIDS_FILE = "xids.json"
+MAX_XIDS_FILE = 256 * 1024  # the last day's XIDs, at most MAX_XIDS of them
+MAX_XIDS = 1000
 SCHEMA_VERSION = "1"
 # Readings kept per sample, in the order of the table's columns after (t, gpu, idx).
 READINGS = (
@@ -48,6 +56,7 @@ CREATE TABLE IF NOT EXISTS samples(
     t REAL NOT NULL, gpu TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL,
     {", ".join(f"{column} REAL" for column in READINGS)});
 CREATE INDEX IF NOT EXISTS samples_by_gpu ON samples(gpu, t);
+CREATE INDEX IF NOT EXISTS samples_by_time ON samples(t);
 CREATE TABLE IF NOT EXISTS xids(
     t REAL NOT NULL, gpu TEXT NOT NULL, idx INTEGER NOT NULL, xid INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS xids_by_time ON xids(t);
@@ -73,9 +82,11 @@ def _own_folder(folder: Folder, uid: int, *, create: bool) -> int | None:
     """The descriptor of `history-<uid>` in the state folder, checked: a directory (not a
     symlink), owned by `uid`, writable by its owner only. None when it does not exist."""
     name = history_folder(uid)
+    made = False
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o755, dir_fd=folder.fd)
+            made = True
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder.fd)
     except FileNotFoundError:
@@ -94,6 +105,8 @@ def _own_folder(folder: Folder, uid: int, *, create: bool) -> int | None:
             "be written by others: the dashboard's history is not kept there",
             hint=f"its owner or root removes it: `rm -r {os.path.join(folder.path, name)}`",
         )
+    if made:
+        os.fchmod(fd, 0o755)  # whatever the umask: others read xids.json in it
     return fd
 
 
@@ -115,13 +128,37 @@ class SamplerBusy(Exception):
     """Another process already samples into this database."""
 
 
+def _sampler_lock(directory: int, uid: int, where: str) -> int:
+    """The sampler's lock, held: a regular file of `uid`'s that only `uid` can open (an
+    other user's read-only descriptor could otherwise take the flock)."""
+    lock = os.open(
+        SAMPLER_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory
+    )
+    info = os.fstat(lock)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
+        os.close(lock)
+        raise StateUnsafe(
+            f"{where}/{SAMPLER_LOCK} is not a lock file of {owner_name(uid)}'s",
+            hint=f"remove it: `rm {where}/{SAMPLER_LOCK}`",
+        )
+    os.fchmod(lock, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise SamplerBusy(where) from None
+    return lock
+
+
 class History:
     """One user's GPU history database."""
 
-    def __init__(self, connection: sqlite3.Connection, path: str, owner: int, lock: int | None):
+    def __init__(
+        self, connection: sqlite3.Connection, path: str, directory: int, lock: int | None
+    ) -> None:
         self.connection = connection
         self.path = path
-        self.owner = owner
+        self._directory = directory  # history-<uid>, for xids.json
         self._lock = lock  # the sampler's flock, held while this writes
 
     @classmethod
@@ -131,50 +168,46 @@ class History:
         directory = _own_folder(folder, uid, create=True)
         assert directory is not None  # just made, or refused above
         try:
-            lock = os.open(
-                SAMPLER_LOCK,
-                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644,
-                dir_fd=directory,
-            )
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(lock)
-                raise SamplerBusy(os.path.join(folder.path, history_folder(uid))) from None
+            lock = _sampler_lock(directory, uid, os.path.join(folder.path, history_folder(uid)))
             path = os.path.join(folder.path, history_folder(uid), DATABASE)
             _check_database(directory, path, uid)
-        finally:
+            connection = sqlite3.connect(path, timeout=10, check_same_thread=False)
+        except BaseException:
             os.close(directory)
-        connection = sqlite3.connect(path, timeout=10, check_same_thread=False)
+            raise
+        os.chmod(path, 0o600)
         page_size = connection.execute("PRAGMA page_size").fetchone()[0]
         connection.execute(f"PRAGMA max_page_count = {max(1, max_mib * 2**20 // page_size)}")
         connection.executescript(_SCHEMA)
         connection.execute(
             "INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,)
         ).connection.commit()
-        os.chmod(path, 0o644)
-        return cls(connection, path, uid, lock)
+        return cls(connection, path, directory, lock)
 
     @classmethod
-    def for_reading(cls, folder: Folder, uid: int) -> History | None:
-        """`uid`'s history opened read-only, None when it has none."""
+    def for_reading(cls, folder: Folder) -> History | None:
+        """This user's own history, None when it has none. Opened so that it may roll
+        back what a killed sampler left half-written (only its owner can)."""
+        uid = os.getuid()
         directory = _own_folder(folder, uid, create=False)
         if directory is None:
             return None
         path = os.path.join(folder.path, history_folder(uid), DATABASE)
         try:
             if not _check_database(directory, path, uid):
+                os.close(directory)
                 return None
-        finally:
+            connection = sqlite3.connect(
+                f"file:{path}?mode=rw", uri=True, timeout=5, check_same_thread=False
+            )
+        except BaseException:
             os.close(directory)
-        connection = sqlite3.connect(
-            f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False
-        )
-        return cls(connection, path, uid, None)
+            raise
+        return cls(connection, path, directory, None)
 
     def close(self) -> None:
         self.connection.close()
+        os.close(self._directory)
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
@@ -240,6 +273,24 @@ class History:
             for row in cursor.fetchall()
         ]
 
+    def publish_xids(self, since: float) -> None:
+        """Write the XIDs recorded since `since` to xids.json, for every user's `top` and
+        `doctor` (they never open the database): a new file renamed over the old one."""
+        data = {"xids": [x.to_data() for x in self.xids(since, MAX_XIDS)]}
+        temp = f".{XIDS_FILE}.{os.getpid()}.tmp"
+        fd = os.open(
+            temp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            0o644,
+            dir_fd=self._directory,
+        )
+        try:
+            os.fchmod(fd, 0o644)
+            os.write(fd, json.dumps(data).encode())
+        finally:
+            os.close(fd)
+        os.replace(temp, XIDS_FILE, src_dir_fd=self._directory, dst_dir_fd=self._directory)
+
     def xids(self, since: float, limit: int = 200) -> list[Xid]:
         cursor = self.connection.execute(
             "SELECT t, gpu, idx, xid FROM xids WHERE t >= ? ORDER BY t DESC LIMIT ?",
@@ -255,43 +306,66 @@ def _number(value: Any) -> float | None:
 RECENT_XIDS = 86400.0  # `top` and `doctor` show the XIDs a sampler recorded in the last day
 
 
-def recorded_xids(since: float) -> dict[str, set[int]]:
-    """The XIDs the samplers recorded since `since`, per GPU key: root's sampler's and
-    this user's own. Nothing (never an error) where there is no history to read."""
+def _read_xids_file(folder: Folder, uid: int) -> list[Xid]:
+    """`uid`'s published XIDs: a regular file of theirs in their own history folder, of
+    bounded size; nothing where there is none or it is not to be trusted."""
+    directory = _own_folder(folder, uid, create=False)
+    if directory is None:
+        return []
+    try:
+        fd = os.open(XIDS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+    except OSError:
+        return []
+    finally:
+        os.close(directory)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
+            return []
+        data = json.loads(read_up_to(fd, MAX_XIDS_FILE)[:MAX_XIDS_FILE] or b"{}")
+    except (OSError, ValueError):
+        return []
+    finally:
+        os.close(fd)
+    found = []
+    for entry in (data.get("xids") if isinstance(data, dict) else None) or []:
+        try:
+            found.append(
+                Xid(float(entry["at"]), str(entry["gpu"]), int(entry["index"]), int(entry["xid"]))
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found[:MAX_XIDS]
+
+
+def recorded_xids(since: float) -> list[Xid]:
+    """The XIDs the samplers recorded since `since`: root's sampler's and this user's
+    own (their published xids.json). Nothing, never an error, where there is none."""
     try:
         folder = open_state()
     except GpuenvError:
-        return {}
-    found: dict[str, set[int]] = {}
+        return []
+    found: dict[tuple[float, str, int], Xid] = {}
     try:
         for uid in dict.fromkeys((0, os.getuid())):
             try:
-                history = History.for_reading(folder, uid)
-                if history is None:
-                    continue
-                try:
-                    for xid in history.xids(since):
-                        found.setdefault(xid.gpu, set()).add(xid.xid)
-                finally:
-                    history.close()
-            except (GpuenvError, sqlite3.Error):
+                for xid in _read_xids_file(folder, uid):
+                    if xid.at >= since:
+                        found[(xid.at, xid.gpu, xid.xid)] = xid
+            except GpuenvError:
                 continue  # doctor's state-folder check says what is wrong there
     finally:
         folder.close()
-    return found
+    return sorted(found.values(), key=lambda x: x.at)
 
 
-def with_recorded_xids(host: Host, now: float | None = None) -> Host:
-    """`host` with each GPU's XIDs of the last day that a sampler recorded added to
-    those NVML reports now, so the health findings name them."""
-    if not host.gpus:
-        return host
+def recorded_findings(gpus: Sequence[Gpu], now: float | None = None) -> list[Finding]:
+    """A finding for each XID a sampler recorded on these GPUs in the last day, with when:
+    a past event, so at most a warning (the GPU may have been reset since)."""
     since = (time.time() if now is None else now) - RECENT_XIDS
-    recorded = recorded_xids(since)
-    if not recorded:
-        return host
-    gpus = tuple(
-        replace(gpu, xids=tuple(sorted(set(gpu.xids) | recorded.get(gpu.key, set()))))
-        for gpu in host.gpus
-    )
-    return replace(host, gpus=gpus)
+    keys = {gpu.key: gpu.index for gpu in gpus}
+    return [
+        recorded_xid(keys[xid.gpu], xid.xid, xid.at)
+        for xid in recorded_xids(since)
+        if xid.gpu in keys
+    ]

@@ -73,3 +73,43 @@ def process_uid(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _proc_address(host: str, port: int) -> str | None:
+    """An address as /proc/net/tcp{,6} writes it: the address in host-order 32-bit words,
+    then the port, in hex.
+
+    >>> _proc_address("127.0.0.1", 8478)
+    '0100007F:211E'
+    """
+    import socket
+    import struct
+
+    try:
+        if ":" in host:
+            packed = socket.inet_pton(socket.AF_INET6, host)
+            words = struct.unpack("<4I", packed)
+            return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
+        (word,) = struct.unpack("<I", socket.inet_aton(host))
+    except (OSError, ValueError):
+        return None
+    return f"{word:08X}:{port:04X}"
+
+
+def loopback_peer(client: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """Whose process holds the client end of a local TCP connection (the uid /proc/net
+    lists for the socket from `client` to `server`); None when it cannot be told."""
+    local, remote = _proc_address(*client[:2]), _proc_address(*server[:2])
+    if local is None or remote is None:
+        return None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as handle:
+                lines = handle.read(4 << 20).splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 7 and fields[1] == local and fields[2] == remote:
+                return int(fields[7]) if fields[7].isdigit() else None
+    return None

@@ -3,23 +3,30 @@ path answers, and the charts it draws. Served on loopback in-process: no daemon.
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from gpuenv.app.dashboard import usage_payload
 from gpuenv.cli import main
 from gpuenv.cli.charts import line_chart
-from gpuenv.cli.dashboard import COOKIE, Site, handler_for, read_token
+from gpuenv.cli.dashboard_server import Site, read_token, serve
 from gpuenv.errors import UsageError
+from gpuenv.sharing.usage import UsageLog
 
 TOKEN = "s3cret-token-of-the-lab"
+STATUS = {"sampler": "none", "note": None, "last_sample": None}
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -40,13 +47,18 @@ def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[st
 def served() -> Iterator[Any]:
     servers = []
 
-    def serve(token: str | None) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(Site(None, "none", token)))
+    def start(token: str | None, address: str = "127.0.0.1") -> str:
+        probe = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+        probe.bind((address, 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        server = serve(address, port, Site(None, lambda: STATUS, token, port))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        host = f"[{address}]" if ":" in address else address
+        return f"http://{host}:{port}"
 
-    yield serve
+    yield start
     for server in servers:
         server.shutdown()
         server.server_close()
@@ -85,13 +97,41 @@ def test_with_a_token_nothing_is_served_without_it(served: Any) -> None:
     assert fetch(base + "/")[0] == 401
     assert fetch(base + "/api/usage")[0] == 401
     assert fetch(base + "/?token=wrong")[0] == 401
-    assert fetch(base + "/", {"Cookie": f"{COOKIE}=wrong"})[0] == 401
+    port = base.rsplit(":", 1)[1]
+    assert fetch(base + "/", {"Cookie": f"gpuenv_dashboard_{port}={TOKEN}"})[0] == 401
     status, headers, _ = fetch(f"{base}/?token={TOKEN}")
     assert status == 303 and headers["Location"] == "/"  # the token leaves the address bar
     cookie = headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert cookie.startswith(f"gpuenv_dashboard_{port}=")  # this instance's own cookie
+    assert TOKEN not in cookie  # a session value: the token never goes to other ports
     assert fetch(base + "/", {"Cookie": cookie.split(";")[0]})[0] == 200
     assert fetch(base + "/", {"Authorization": f"Bearer {TOKEN}"})[0] == 200
+    # the address may name any host with a token (the token is the check)
+    assert fetch(base + "/", {"Authorization": f"Bearer {TOKEN}", "Host": "gpu-01:8478"})[0] == 200
+
+
+def test_a_token_with_a_plus_or_a_percent_escape_is_read_as_written(served: Any) -> None:
+    token = "abc+def~ghi.jkl_mno-123"
+    base = served(token)
+    assert fetch(f"{base}/?token={token}")[0] == 303
+    assert fetch(f"{base}/?token=abc%2Bdef~ghi.jkl_mno-123")[0] == 303
+    assert fetch(f"{base}/?token=abc def~ghi.jkl_mno-123".replace(" ", "%20"))[0] == 401
+
+
+def test_without_a_token_only_the_pages_own_address_is_answered(served: Any) -> None:
+    """No DNS rebinding: a page of evil.example that resolves to 127.0.0.1 names its own
+    host in the Host header and is refused."""
+    base = served(None)
+    port = base.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+        assert fetch(base + "/", {"Host": host})[0] == 200, host
+    status, _, body = fetch(base + "/api/gpus", {"Host": f"evil.example:{port}"})
+    assert status == 403 and b"answers to" in body
+
+
+def test_ipv6_loopback_is_served(served: Any) -> None:
+    assert fetch(served(None, "::1") + "/")[0] == 200
 
 
 def test_a_non_loopback_address_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +147,8 @@ def test_a_non_loopback_address_needs_a_token(monkeypatch: pytest.MonkeyPatch) -
     [
         (0o600, f"{TOKEN}\n", None),
         (0o644, f"{TOKEN}\n", "other users can read it"),
-        (0o600, "short\n", "shorter than 16 characters"),
+        (0o600, "short\n", "must be 16 to 256 letters"),
+        (0o600, "has;a;semicolon;in;it\n", "must be 16 to 256 letters"),
     ],
 )
 def test_token_files(tmp_path: Path, mode: int, content: str, problem: str | None) -> None:
@@ -141,3 +182,34 @@ def test_charts_break_at_gaps_and_say_when_there_is_nothing() -> None:
     assert 'class="limit"' in svg and "power (W): 300" in svg
     empty = line_chart([], "utilization", 0, 3600)
     assert "no samples yet" in empty and "<polyline" not in empty
+
+
+def test_gpu_hours_are_the_viewers_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """As `gpuenv usage` shows them: root every user's, a user their own, nobody's for a
+    viewer who cannot be told; a token holder what the dashboard's user may read."""
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUENV_HOST_CONFIG", str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("{}\n")
+    log = UsageLog(str(tmp_path / "state"))
+    run = log.begin("vision", [("GPU-0", "NVIDIA A100-SXM4-80GB")], start=time.time() - 7200)
+    log.finish(run, 0, end=time.time() - 3600)
+    me = os.getuid()
+
+    def projects(viewer: int | None) -> list[str]:
+        data = usage_payload(viewer)
+        return [row["key"] for row in data["periods"][0]["by_project"]]
+
+    assert projects(me) == ["vision"] and projects(None) == ["vision"]
+    assert projects(me + 4242) == [] and projects(-1) == []
+    assert usage_payload(-1)["viewer"] is None and usage_payload(None)["viewer"] is None
+
+
+def test_the_loopback_viewer_is_told_by_the_connection(
+    served: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GPUENV_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("GPUENV_HOST_CONFIG", str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("{}\n")
+    status, _, body = fetch(served(None) + "/api/usage")
+    assert status == 200
+    assert json.loads(body)["viewer"] == pwd.getpwuid(os.getuid()).pw_name

@@ -4,7 +4,9 @@ one sampler at a time, retention and a size cap, and nothing another user plante
 from __future__ import annotations
 
 import os
-import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,14 +76,46 @@ def test_one_sampler_per_database_and_the_next_one_takes_over(folder: Folder) ->
     second.close()
 
 
-def test_readers_open_it_read_only(folder: Folder) -> None:
-    assert History.for_reading(folder, os.getuid()) is None  # nothing sampled yet
-    History.for_sampling(folder, 16).close()
-    reader = History.for_reading(folder, os.getuid())
-    assert reader is not None
-    with pytest.raises(sqlite3.OperationalError, match="readonly"):
-        reader.connection.execute("DELETE FROM samples")
+def test_only_its_user_opens_the_database(folder: Folder) -> None:
+    assert History.for_reading(folder) is None  # nothing sampled yet
+    history = History.for_sampling(folder, 16)
+    history.record(5.0, [a100(7)], [])
+    assert os.stat(history.path).st_mode & 0o777 == 0o600  # no other user opens it
+    assert os.stat(Path(history.path).parent / "sampler.lock").st_mode & 0o777 == 0o600
+    assert os.stat(Path(history.path).parent).st_mode & 0o777 == 0o755
+    history.close()
+    reader = History.for_reading(folder)
+    assert reader is not None and reader.last_sample() == 5.0
     reader.close()
+
+
+def test_a_journal_a_killed_sampler_left_is_rolled_back_by_the_next_reader(
+    folder: Folder, tmp_path: Path
+) -> None:
+    """SIGKILL in the middle of a write: the next opener (its own user) rolls it back."""
+    history = History.for_sampling(folder, 16)
+    gpus = [Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}", utilization=1) for i in range(500)]
+    history.record(1.0, gpus, [])
+    path = history.path
+    history.close()
+    # A writer that spills its changes into the file before committing, then dies.
+    script = (
+        "import os, sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA cache_size=1')\n"
+        "c.execute('BEGIN IMMEDIATE')\n"
+        "c.execute('UPDATE samples SET t = 99, name = hex(randomblob(64))')\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, path], check=False)
+    assert os.path.exists(path + "-journal")  # hot: only a writer can roll it back
+    reader = History.for_reading(folder)
+    assert reader is not None and reader.last_sample() == 1.0  # the half-written round is gone
+    reader.close()
+    sampler = History.for_sampling(folder, 16)  # and the next sampler goes on
+    sampler.record(2.0, [a100(2)], [])
+    assert sampler.last_sample() == 2.0
+    sampler.close()
 
 
 @pytest.mark.parametrize(
@@ -113,7 +147,7 @@ def test_what_another_user_planted_is_refused(
     with pytest.raises(StateUnsafe, match=message):
         History.for_sampling(folder, 16)
     with pytest.raises(StateUnsafe, match=message):
-        History.for_reading(folder, os.getuid())
+        History.for_reading(folder)
     assert not (tmp_path / "victim").exists()
 
 
@@ -191,17 +225,34 @@ def test_history_settings(tmp_path: Path, text: str, expected: HistorySettings |
 def test_top_and_doctor_see_the_xids_a_sampler_recorded_in_the_last_day(
     folder: Folder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuenv.sharing.health import assess
-    from gpuenv.sharing.history import with_recorded_xids
+    """The sampler publishes them (xids.json, 0644); every user's `top` and `doctor`
+    read that, never the database; a past XID is at most a warning, with its time."""
+    from gpuenv.sharing.history import recorded_findings
 
     monkeypatch.setenv("GPUENV_STATE_DIR", folder.path)
     history = History.for_sampling(folder, 16)
-    now = 1_000_000.0
+    now = time.time()
     history.record(now - 2 * 86400, [a100(0)], [Xid(now - 2 * 86400, UUID, 0, 48)])  # too old
     history.record(now - 600, [a100(0)], [Xid(now - 600, UUID, 0, 79)])
+    history.publish_xids(now - 86400)
     history.close()
-    host = with_recorded_xids(Host("550.54.15", (a100(0, xids=(13,)),), "nvml"), now=now)
-    assert host.gpus[0].xids == (13, 79)
-    assert "GPU 0 fell off the bus (XID 79)" in [f.message for f in assess(host.gpus[0])]
-    other = Host("550.54.15", (Gpu(1, "A100", uuid="GPU-other"),), "nvml")
-    assert with_recorded_xids(other, now=now).gpus[0].xids == ()
+    published = Path(folder.path) / f"history-{os.getuid()}" / "xids.json"
+    assert published.stat().st_mode & 0o777 == 0o644
+    (finding,) = recorded_findings([a100(0)], now=now)
+    assert finding.kind == "xid" and finding.severity == "warn"  # XID 79 is "fail" when live
+    assert finding.message.startswith("GPU 0 fell off the bus (XID 79), recorded at ")
+    assert recorded_findings([Gpu(1, "A100", uuid="GPU-other")], now=now) == []
+
+
+def test_a_published_xids_file_another_user_planted_is_not_read(
+    folder: Folder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gpuenv.sharing.history import recorded_xids
+
+    monkeypatch.setenv("GPUENV_STATE_DIR", folder.path)
+    History.for_sampling(folder, 16).close()
+    (tmp_path / "fake.json").write_text(
+        '{"xids": [{"at": 1e12, "gpu": "x", "index": 0, "xid": 79}]}'
+    )
+    (Path(folder.path) / f"history-{os.getuid()}" / "xids.json").symlink_to(tmp_path / "fake.json")
+    assert recorded_xids(0) == []

@@ -35,7 +35,7 @@ function meter(label, value, max, text, hot) {
   return [el("span", {}, label), bar, el("span", {}, value === null ? "n/a" : text)];
 }
 
-function holderLine(gpu) {
+function holderLine(gpu, now) {
   const h = gpu.holder;
   if (!h) {
     const others = gpu.users.filter((u) => !u.run);
@@ -44,10 +44,10 @@ function holderLine(gpu) {
   }
   const idle = h.idle_seconds === null ? "" : `, idle ${duration(h.idle_seconds)}`;
   const run = h.run ? ` run ${h.run}` : "";
-  return el("p", { class: "holder" }, `held by ${h.user} (${h.project}${run}${h.detached ? ", detached" : ""}) since ${clock(h.since)} — ${duration(Date.now() / 1000 - h.since)}${idle}`);
+  return el("p", { class: "holder" }, `held by ${h.user} (${h.project}${run}${h.detached ? ", detached" : ""}) since ${clock(h.since)} — ${duration(now - h.since)}${idle}`);
 }
 
-function gpuCard(gpu) {
+function gpuCard(gpu, now) {
   const temp = gpu.temperature_c;
   const slow = gpu.slowdown_temperature_c;
   const tempText = temp === null ? "n/a" : `${temp} °C` + (slow ? ` / ${slow} °C` : "");
@@ -70,7 +70,7 @@ function gpuCard(gpu) {
   for (const reading of CHARTS) charts.append(el("div", { class: "chart-slot", "data-reading": reading }));
   const card = el("article", { class: "gpu", "data-key": gpu.key },
     el("h3", {}, `GPU ${gpu.index}: ${gpu.name}`),
-    holderLine(gpu), meters,
+    holderLine(gpu, now), meters,
     reasons.length ? el("p", {}, "clock events: " + reasons.join(", ")) : null,
     findings.children.length ? findings : null, charts);
   for (const mig of gpu.mig) {
@@ -109,13 +109,16 @@ async function loadGpus() {
   const data = await getJson("/api/gpus");
   document.getElementById("hostname").textContent = data.hostname;
   const driver = data.host.driver ? `driver ${data.host.driver}` : "no NVIDIA driver";
+  const history = data.history;
+  const sampled = history.last_sample ? `, last sample ${clock(history.last_sample)}` : "";
   document.getElementById("host").textContent =
-    `${driver} · ${data.gpus.length} GPU(s) · history: ${data.history.source || "none"} (sampler: ${data.history.sampler})`;
+    `${driver} · ${data.gpus.length} GPU(s) · history: ${history.source || "none"} (sampler: ${history.sampler}${sampled})` +
+    (history.note ? ` · ${history.note}` : "");
   const known = Array.from(document.querySelectorAll(".gpu")).map((n) => n.getAttribute("data-key")).join();
   const fresh = data.gpus.map((g) => g.key).join();
   const grid = document.getElementById("gpus");
   const slots = new Map(Array.from(document.querySelectorAll(".chart-slot")).map((s) => [s.parentElement.getAttribute("data-gpu") + s.getAttribute("data-reading"), s]));
-  grid.replaceChildren(...data.gpus.map(gpuCard));
+  grid.replaceChildren(...data.gpus.map((g) => gpuCard(g, data.generated)));
   if (!data.gpus.length) grid.append(el("p", { class: "empty" }, data.host.note || "no NVIDIA GPU on this host"));
   // keep the charts drawn so far until the next chart refresh
   for (const slot of document.querySelectorAll(".chart-slot")) {
