@@ -15,7 +15,9 @@ another host count only in a folder the admin marked as shared between hosts, an
 while their heartbeat (the file's mtime, refreshed by the run) is fresh.
 
 Where a site runs dcgm-exporter, the store keeps its job mapping (`jobmap`) in step
-whenever claims are taken, released or found dead, if this process may write it.
+whenever claims are taken, released or found dead, if this process may write it: under
+the store's lock when it is free, skipped when another process holds it (whoever reads
+the claims next catches up), so that keeping it never delays or fails a run.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuenv.errors import GpuenvError
-from gpuenv.sharing.jobmap import keep_claims, open_job_map
+from gpuenv.errors import GpuenvError, LockHeld
+from gpuenv.host.detect import detect_host
+from gpuenv.sharing.jobmap import keep_claims, open_job_map, slots
 from gpuenv.sharing.procfs import process_start
 from gpuenv.sharing.statedir import (
     STATE_ENV,
@@ -68,7 +71,6 @@ class Claim:
     project: str
     since: float
     container: str = ""  # a detached run's container: the claim lives as long as it runs
-    slot: str = ""  # dcgm-exporter's name for the GPU: its index, or "<index>.<GPU instance>"
 
     def describe(self) -> str:
         held = time.strftime("%H:%M", time.localtime(self.since))
@@ -127,6 +129,7 @@ class ClaimStore:
         self._locked = False
         self.job_map, problem = open_job_map(env)
         self.job_map_problems = [problem] if problem else []
+        self._gpu_names: dict[str, str] | None = None  # this host's GPUs -> mapping files
 
     def close(self) -> None:
         """Close the folder; claims still held stay held (and live) until exit."""
@@ -144,18 +147,48 @@ class ClaimStore:
             finally:
                 self._locked = False
 
-    def keep_job_map(self, live: Sequence[Claim] | None = None) -> None:
-        """Write dcgm-exporter's job mapping from the live claims (`live`, or read again),
-        under the store's lock so that an older view never overwrites a newer one. A
-        mapping that cannot be kept is a problem to report, never a failed run."""
+    @contextlib.contextmanager
+    def _lock_if_free(self) -> Iterator[bool]:
+        """The store's lock (already held, or taken without waiting), or False while
+        another process holds it: the job mapping then waits for the next reader."""
+        if self._locked:
+            yield True
+            return
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(locked(self.folder, 0))
+        except LockHeld:
+            free = False
+        except (GpuenvError, OSError) as exc:
+            self.job_map_problems.append(f"the dcgm-exporter job mapping is not kept: {exc}")
+            free = False
+        else:
+            free = True
+        with stack:
+            self._locked = free
+            try:
+                yield free
+            finally:
+                self._locked = False
+
+    def _host_gpus(self) -> Mapping[str, str] | None:
+        """This host's GPUs by claim key -> their mapping files, read once (not from the
+        claims, which their users write); None, a problem noted, where it cannot be read."""
+        if self._gpu_names is None:
+            try:
+                self._gpu_names = slots(detect_host())
+            except (GpuenvError, OSError) as exc:
+                self.job_map_problems.append(f"the dcgm-exporter job mapping is not kept: {exc}")
+        return self._gpu_names
+
+    def _keep_job_map(self, live: Sequence[Claim], names: Mapping[str, str]) -> None:
+        """Write dcgm-exporter's job mapping from `live`, read under the store's lock so
+        that an older view never overwrites a newer one. A mapping that cannot be kept is
+        a problem to report, never a failed run."""
         if self.job_map is None:
             return
         try:
-            if self._locked:
-                keep_claims(self.job_map, self._live() if live is None else live, self.hostname)
-            else:
-                with self.locked():
-                    keep_claims(self.job_map, self._live(), self.hostname)
+            keep_claims(self.job_map, live, self.hostname, names)
         except (GpuenvError, OSError) as exc:
             self.job_map_problems.append(f"the dcgm-exporter job mapping is not kept: {exc}")
         self.job_map_problems.extend(self.job_map.problems)
@@ -272,9 +305,15 @@ class ClaimStore:
 
     def claims(self) -> list[Claim]:
         """Every claim that counts; dead ones of this user (any, for root) are deleted,
-        and the job mapping, where this process keeps one, says who holds what."""
-        live = self._live()
-        self.keep_job_map(live)
+        and the job mapping, where this process keeps one, says who holds what (when
+        the lock is free: never waiting for it)."""
+        if self.job_map is None:
+            return self._live()
+        names = self._host_gpus()  # before the lock: NVML may take a moment
+        with self._lock_if_free() as free:
+            live = self._live()
+            if free and names is not None:
+                self._keep_job_map(live, names)
         return live
 
     def _live(self) -> list[Claim]:
@@ -298,7 +337,6 @@ class ClaimStore:
                     project=_text(data, "project"),
                     since=float(data.get("since") or info.st_mtime),
                     container=str(data.get("container") or ""),
-                    slot=str(data.get("slot") or ""),
                 )
             except (ValueError, TypeError) as exc:
                 self._problem(name, info, f"is not a gpuenv claim ({exc})")
@@ -322,36 +360,20 @@ class ClaimStore:
             return "live" if self.container_check(claim.container, info.st_uid) else "dead"
         return "live" if held else "dead"
 
-    def add(
-        self,
-        gpus: Sequence[str],
-        project: str,
-        container: str = "",
-        slots: Mapping[str, str] | None = None,
-    ) -> list[str]:
+    def add(self, gpus: Sequence[str], project: str, container: str = "") -> list[str]:
         """Record claims (call under `locked`); returns their names, for `release`. With
-        `container`, the claims belong to that container, not to this process; `slots`
-        names each GPU as dcgm-exporter does (`jobmap.slots`)."""
-        names = self._add(gpus, project, container, slots or {})
-        self.keep_job_map()
+        `container`, the claims belong to that container, not to this process."""
+        names = self._add(gpus, project, container)
+        self._reread_job_map()
         return names
 
-    def _add(
-        self, gpus: Sequence[str], project: str, container: str, slots: Mapping[str, str]
-    ) -> list[str]:
+    def _add(self, gpus: Sequence[str], project: str, container: str) -> list[str]:
         me = _me()
         if container:
             me.update(pid=0, pid_start="")
         names = []
         for gpu in gpus:
-            claim = Claim(
-                gpu=gpu,
-                project=project,
-                since=time.time(),
-                container=container,
-                slot=slots.get(gpu, ""),
-                **me,
-            )
+            claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
             name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{os.urandom(6).hex()}.json"
             names.append(self._write(name, asdict(claim), held=not container))
         return names
@@ -360,18 +382,16 @@ class ClaimStore:
         """Hand our claims `names` to `container` (call under `locked`): new claims that
         live as long as it runs are written before the old ones go."""
         gpus: list[str] = []
-        slots: dict[str, str] = {}
         project = ""
         for name in names:
             read = self._read(name)
             if read is not None and read[1].st_uid == os.getuid() and name in self._held:
                 gpus.append(str(read[0].get("gpu")))
-                slots[gpus[-1]] = str(read[0].get("slot") or "")
                 project = str(read[0].get("project") or "")
-        handed = self._add(gpus, project, container, slots)
+        handed = self._add(gpus, project, container)
         for name in names:
             self._delete(name)
-        self.keep_job_map()
+        self._reread_job_map()
         return handed
 
     def read_record(self, name: str, owners: Sequence[int]) -> dict[str, Any] | None:
@@ -393,7 +413,12 @@ class ClaimStore:
         for name in names:
             self._delete(name)
         if any(name.startswith(CLAIM_PREFIX) for name in names):
-            self.keep_job_map()
+            self._reread_job_map()
+
+    def _reread_job_map(self) -> None:
+        """After our claims changed: the mapping from the claims as they are now."""
+        if self.job_map is not None:
+            self.claims()
 
     # -- the queue ------------------------------------------------------------------------
 

@@ -3,17 +3,24 @@ dcgm-exporter with `--hpc-job-mapping-dir DIR`, gpuenv keeps one file per GPU in
 listing the runs that hold it, and the exporter adds `hpc_job="<run>"` to that GPU's
 metrics (one series per run).
 
-The format, as NVIDIA/dcgm-exporter reads it (internal/pkg/transformation/hpc.go and
-const.go at commit d5e5f510a1b6b393f39a43293ccd9dc985defc79; MIG names since 2623f7a,
-"Add MIG device support for hpc labels"): only plain files whose name matches
-`^\\d+(\\.\\d+)?$` are read, the GPU's index (its DCGM GPU id) or, for a MIG instance,
-`<GPU index>.<GPU instance id>`; each line is one job id, taken verbatim as the label
-value; a GPU without a file keeps its metrics unlabelled.
+The format, as NVIDIA/dcgm-exporter reads it (internal/pkg/transformation/hpc.go,
+`getGPUFiles`, `validGPUFile` and `readFile`, at commit
+d5e5f510a1b6b393f39a43293ccd9dc985defc79; MIG names since 2623f7a, "Add MIG device
+support for hpc labels"): every entry of DIR that is not a directory and whose name
+matches `^\\d+(\\.\\d+)?$` is read, symbolic links included (followed by os.Open); the name
+is the GPU's index (its DCGM GPU id) or, for a MIG instance, `<GPU index>.<GPU instance
+id>`; each line is one job id, taken verbatim as the label value; a GPU without a file
+keeps its metrics unlabelled; a file it cannot read (a dangling link, say) fails the
+hpcMapper transformation, and with it the whole scrape (HTTP 500, server.go).
 
 Trust: the files are written only by a process that owns the folder (or root), since
 one file lists every user's runs: a folder others may write would let one user rewrite
-another's lines. Each line comes from a live claim, whose user is its file's owner
-(fstat), never what the claim says.
+another's lines. The folder is gpuenv's alone: every number-named entry gpuenv did not
+write is removed or replaced. Each line comes from a live claim, whose user is its
+file's owner (fstat), never what the claim says; which file it goes in comes from the
+claim's GPU as this host lists it, never from the claim, and a file lists at most
+MAX_LINES runs, so a user's claims cannot land in another GPU's file or grow one without
+limit.
 """
 
 from __future__ import annotations
@@ -47,8 +54,6 @@ class ClaimView(Protocol):
     def project(self) -> str: ...
     @property
     def container(self) -> str: ...
-    @property
-    def slot(self) -> str: ...
 
 
 JOB_MAP_ENV = "GPUENV_JOB_MAPPING_DIR"
@@ -57,6 +62,10 @@ SITE_KEY = "job_mapping_dir"
 # dcgm-exporter's validGPUFile (hpc.go): a GPU index, or GPU index "." GPU instance id.
 SLOT = re.compile(r"\d+(\.\d+)?")
 MAX_FILE = 64 * 1024
+# Runs listed per GPU file: each is one more series of every metric of that GPU in
+# dcgm-exporter. A GPU rarely has more holders than this (MIG instances have files of
+# their own); past it, each user's first runs are listed before anyone's next.
+MAX_LINES = 16
 _FILE_MODE = 0o644  # dcgm-exporter may run as any user (or in a container): it must read
 
 
@@ -93,17 +102,23 @@ def job_id(claim: ClaimView) -> str:
     return f"{_clean(claim.user)}/{_clean(claim.project)}/{holder}"
 
 
-def mapping(claims: Iterable[ClaimView], hostname: str) -> dict[str, str]:
-    """File name -> content for this host's live claims; a claim without a usable slot
-    (another host's, or written where the GPU's index was not known) is left out."""
-    jobs: dict[str, set[str]] = {}
+def mapping(claims: Iterable[ClaimView], hostname: str, names: Mapping[str, str]) -> dict[str, str]:
+    """File name -> content for this host's live claims: each claim's GPU named by `names`
+    (`slots` of this host); a claim of another host, or of a GPU this host does not list,
+    is left out. At most MAX_LINES distinct lines a file."""
+    jobs: dict[str, dict[str, set[str]]] = {}  # file -> user -> lines
     for claim in claims:
-        if claim.host != hostname:
-            continue
-        slot = claim.slot or (claim.gpu if claim.gpu.isdigit() else "")
-        if SLOT.fullmatch(slot):
-            jobs.setdefault(slot, set()).add(job_id(claim))
-    return {slot: "".join(f"{job}\n" for job in sorted(lines)) for slot, lines in jobs.items()}
+        slot = names.get(claim.gpu) if claim.host == hostname else None
+        if slot is not None and SLOT.fullmatch(slot):
+            jobs.setdefault(slot, {}).setdefault(claim.user, set()).add(job_id(claim))
+    return {slot: "".join(f"{job}\n" for job in _fair(users)) for slot, users in jobs.items()}
+
+
+def _fair(users: Mapping[str, set[str]]) -> list[str]:
+    """At most MAX_LINES lines, sorted: each user's first (in order) before anyone's
+    second, so that one user's many claims cannot push the others' runs out."""
+    ranked = sorted((rank, job) for jobs in users.values() for rank, job in enumerate(sorted(jobs)))
+    return sorted(job for _, job in ranked[:MAX_LINES])
 
 
 def mapping_dir(env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -122,7 +137,8 @@ def mapping_dir(env: Mapping[str, str] | None = None) -> tuple[str, str]:
 
 @dataclass
 class JobMapFolder:
-    """An open mapping folder this process may write; `keep` writes what changed."""
+    """An open mapping folder this process may write; `keep` writes what changed and
+    removes the number-named entries it did not write (the folder is gpuenv's alone)."""
 
     path: str
     fd: int
@@ -186,8 +202,9 @@ class JobMapFolder:
 
 def open_job_map(env: Mapping[str, str] | None = None) -> tuple[JobMapFolder | None, str]:
     """The mapping folder, when one is set and this process may keep it, and a problem
-    to report ('' when none): a folder set but missing or unsafe is one; a folder
-    another user keeps (root, on a shared host) is not this process's to write."""
+    to report ('' when none): a folder set but missing or unsafe (another ordinary
+    user's included) is one; root's folder, on a shared host, is simply not this
+    process's to write."""
     try:
         path, source = mapping_dir(env)
     except GpuenvError as exc:
@@ -214,19 +231,23 @@ def open_job_map(env: Mapping[str, str] | None = None) -> tuple[JobMapFolder | N
 
 
 def _not_ours(path: str) -> bool:
-    """Whether the folder is a safe one that is simply not ours to write (root's, on a
-    shared host): users' runs are then mapped by root's gpuenv, not by them."""
+    """Whether the folder is a safe one that is simply not ours to write: root's, on a
+    shared host, where users' runs are mapped by root's gpuenv, not by them. A folder of
+    another ordinary user is no such thing: it is reported."""
     try:
         info = os.stat(path, follow_symlinks=False)
     except OSError:
         return False
     return (
         stat.S_ISDIR(info.st_mode)
-        and info.st_uid != os.getuid() != 0
+        and info.st_uid == 0 != os.getuid()
         and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     )
 
 
-def keep_claims(folder: JobMapFolder, claims: Sequence[ClaimView], hostname: str) -> None:
-    """The one writer: the folder as this host's live claims say."""
-    folder.keep(mapping(claims, hostname))
+def keep_claims(
+    folder: JobMapFolder, claims: Sequence[ClaimView], hostname: str, names: Mapping[str, str]
+) -> None:
+    """The one writer: the folder as this host's live claims say, each GPU named by
+    `names` (`slots` of this host)."""
+    folder.keep(mapping(claims, hostname, names))

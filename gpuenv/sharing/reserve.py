@@ -11,7 +11,6 @@ from gpuenv.host.machine import Host
 from gpuenv.project.spec import GpuRequest
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant, choose
-from gpuenv.sharing.jobmap import slots
 
 
 def reserve(
@@ -43,7 +42,7 @@ def reserve(
                             notice(f"waiting for free GPUs: {busy.message}")
                             told = True
                     else:
-                        return granted, store.add(keys, project, slots=slots(host))
+                        return granted, store.add(keys, project)
             if deadline is not None and time.monotonic() > deadline:
                 raise GpusBusy(f"no GPUs became free within {wait:g}s", hint="try again later")
             time.sleep(0.5)

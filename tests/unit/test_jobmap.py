@@ -1,9 +1,11 @@
 """dcgm-exporter's HPC job mapping kept from the claims (gpuenv/sharing/jobmap.py): the
 content, the setting, and the files' lifecycle with a real claims store whose holders
-are real processes (one SIGKILLed)."""
+are real processes (one SIGKILLed); the host's GPUs come from a host file
+(GPUENV_HOST_FILE), as `detect_host` reads it."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import re
@@ -16,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host, MigDevice
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.gpus import parse_gpus_option
 from gpuenv.sharing.jobmap import (
     JOB_MAP_ENV,
+    MAX_LINES,
     SLOT,
     job_id,
     mapping,
@@ -29,7 +33,7 @@ from gpuenv.sharing.jobmap import (
     slots,
 )
 from gpuenv.sharing.reserve import reserve
-from gpuenv.sharing.statedir import owner_name
+from gpuenv.sharing.statedir import hold, locked, open_state, owner_name
 
 HOST = socket.gethostname()
 # dcgm-exporter's validGPUFile, as hpc.go (d5e5f51) writes it: the names it reads.
@@ -38,7 +42,6 @@ DCGM_NAME = re.compile(r"^\d+(\.\d+)?$")
 
 def claim(
     gpu: str,
-    slot: str = "",
     *,
     user: str = "alice",
     pid: int = 7,
@@ -46,33 +49,47 @@ def claim(
     project: str = "demo",
     container: str = "",
 ) -> Claim:
-    return Claim(gpu, user, 1000, pid, "1", host, project, 0.0, container, slot)
+    return Claim(gpu, user, 1000, pid, "1", host, project, 0.0, container)
+
+
+# This host's GPUs as `slots` names them: GPU-a is GPU 0, GPU-b GPU 1 (also claimed by
+# its index where UUIDs are unknown), MIG-a GPU instance 3 of GPU 2.
+NAMES = {"GPU-a": "0", "0": "0", "GPU-b": "1", "1": "1", "GPU-c": "2", "2": "2", "MIG-a": "2.3"}
 
 
 @pytest.mark.parametrize(
     ("claims", "expected"),
     [
         ([], {}),
-        ([claim("GPU-a", "0")], {"0": "alice/demo/pid-7\n"}),
+        ([claim("GPU-a")], {"0": "alice/demo/pid-7\n"}),
         (  # two runs on one GPU: two lines, one label value each
-            [claim("GPU-a", "1", pid=9), claim("GPU-a", "1", user="bob", project="x")],
+            [claim("GPU-b", pid=9), claim("GPU-b", user="bob", project="x")],
             {"1": "alice/demo/pid-9\nbob/x/pid-7\n"},
         ),
-        ([claim("MIG-a", "2.3")], {"2.3": "alice/demo/pid-7\n"}),  # <GPU>.<GPU instance>
-        ([claim("3")], {"3": "alice/demo/pid-7\n"}),  # an index claim names its file itself
-        ([claim("GPU-a")], {}),  # no slot known: left out, never guessed
-        ([claim("GPU-a", "0", host="elsewhere")], {}),  # another host's GPU 0 is not ours
-        ([claim("GPU-a", "../0")], {}),  # a slot that is not a GPU name is ignored
-        ([claim("GPU-a", "0", container="6524a7dd9d44ffff")], {"0": "alice/demo/6524a7dd9d44\n"}),
+        ([claim("GPU-a"), claim("GPU-a")], {"0": "alice/demo/pid-7\n"}),  # one line per run
+        ([claim("MIG-a")], {"2.3": "alice/demo/pid-7\n"}),  # <GPU>.<GPU instance>
+        ([claim("1")], {"1": "alice/demo/pid-7\n"}),  # an index claim: that GPU's file
+        ([claim("GPU-z")], {}),  # a GPU this host does not list: left out, never guessed
+        ([claim("7")], {}),  # nor an index it does not have
+        ([claim("GPU-a", host="elsewhere")], {}),  # another host's claims are not ours
+        ([claim("GPU-a", container="6524a7dd9d44ffff")], {"0": "alice/demo/6524a7dd9d44\n"}),
         (  # a project cannot add a line, or a label value with odd characters
-            [claim("GPU-a", "0", project="p\nq/r s")],
+            [claim("GPU-a", project="p\nq/r s")],
             {"0": "alice/p_q_r_s/pid-7\n"},
         ),
     ],
 )
 def test_mapping(claims: list[Claim], expected: dict[str, str]) -> None:
-    assert mapping(claims, HOST) == expected
+    assert mapping(claims, HOST, NAMES) == expected
     assert all(DCGM_NAME.match(name) for name in expected)
+
+
+def test_a_file_lists_at_most_max_lines_and_every_user_first() -> None:
+    flood = [claim("GPU-a", user="mallory", pid=pid) for pid in range(100, 140)]
+    alice = claim("GPU-a", user="alice", pid=5)
+    lines = mapping([*flood, alice], HOST, NAMES)["0"].splitlines()
+    assert len(lines) == MAX_LINES == 16
+    assert "alice/demo/pid-5" in lines  # mallory's 40 claims do not push alice's run out
 
 
 def test_slots_name_gpus_and_mig_instances_as_dcgm_does() -> None:
@@ -111,6 +128,52 @@ def test_an_unsafe_or_missing_folder_is_a_problem_not_a_failure(tmp_path: Path) 
     assert folder is None and "symbolic link" in problem
 
 
+HOST4 = Host(
+    "550.54.15",
+    (
+        Gpu(0, "A100", "GPU-0"),
+        Gpu(1, "A100", "GPU-1"),
+        Gpu(2, "A100", "GPU-2", mig_mode=True, mig_devices=(MigDevice("MIG-2a", 5),)),
+    ),
+)
+HOST4_FILE = {
+    "driver": "550.54.15",
+    "gpus": [
+        {"index": 0, "name": "A100", "uuid": "GPU-0"},
+        {"index": 1, "name": "A100", "uuid": "GPU-1"},
+        {
+            "index": 2,
+            "name": "A100",
+            "uuid": "GPU-2",
+            "mig": [{"uuid": "MIG-2a", "gpu_instance": 5}],
+        },
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def _host4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This host, for the store that keeps the mapping: HOST4, through a host file."""
+    described = tmp_path / "host.json"
+    described.write_text(json.dumps(HOST4_FILE))
+    monkeypatch.setenv("GPUENV_HOST_FILE", str(described))
+    assert slots(detect_host()) == slots(HOST4)
+
+
+def test_another_users_folder_is_a_problem_roots_is_not_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    if os.getuid() == 0:
+        os.chown(theirs, 4343, -1)  # an ordinary user's folder
+    owner = theirs.stat().st_uid
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)  # gpuenv run by another user
+    folder, problem = open_job_map({JOB_MAP_ENV: str(theirs)})
+    assert folder is None and "belongs to" in problem and problem.endswith("is not kept")
+    assert open_job_map({JOB_MAP_ENV: "/"}) == (None, "")  # root's: kept by root's gpuenv
+
+
 def _store(tmp_path: Path) -> ClaimStore:
     jobs = tmp_path / "jobs"
     jobs.mkdir(exist_ok=True)
@@ -129,14 +192,87 @@ def _files(tmp_path: Path) -> dict[str, str]:
     return out
 
 
-HOST4 = Host(
-    "550.54.15",
-    (
-        Gpu(0, "A100", "GPU-0"),
-        Gpu(1, "A100", "GPU-1"),
-        Gpu(2, "A100", "GPU-2", mig_mode=True, mig_devices=(MigDevice("MIG-2a", 5),)),
-    ),
-)
+def _plant(store: ClaimStore, name: str, **fields: object) -> int:
+    """A live claim written by hand, as any local user can: this process holds it (the
+    descriptor returned) and the file says what `fields` say."""
+    me = os.getuid()
+    data = {
+        "gpu": "GPU-0",
+        "user": _user(),
+        "uid": me,
+        "pid": os.getpid(),
+        "pid_start": "1",
+        "host": HOST,
+        "project": "forged",
+        "since": time.time(),
+        "container": "",
+        **fields,
+    }
+    fd = os.open(os.path.join(store.directory, f"claim.{name}.json"), os.O_RDWR | os.O_CREAT, 0o644)
+    hold(fd)
+    os.write(fd, json.dumps(data).encode())
+    return fd
+
+
+def test_a_claim_cannot_choose_its_file_or_gpu(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    planted = [
+        _plant(store, "a", slot="1", pid=101),  # GPU 0's claim that names GPU 1's file
+        _plant(store, "b", gpu="GPU-9", slot="2", pid=102),  # a GPU this host lacks
+        _plant(store, "c", gpu="7", pid=103),  # an index this host lacks
+    ]
+    try:
+        assert len(store.claims()) == 3  # live claims, all of them
+        assert _files(tmp_path) == {"0": f"{_user()}/forged/pid-101\n"}
+    finally:
+        for fd in planted:
+            os.close(fd)
+
+
+def test_many_claims_fill_a_file_up_to_the_cap(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    planted = [_plant(store, str(pid), pid=pid) for pid in range(1000, 1040)]
+    try:
+        store.claims()
+        lines = _files(tmp_path)["0"].splitlines()
+        assert len(lines) == MAX_LINES and len(set(lines)) == MAX_LINES
+    finally:
+        for fd in planted:
+            os.close(fd)
+
+
+def _lock_holder(directory: str, pipe: Connection) -> None:
+    """Another gpuenv process (`idle --enforce` stopping a container) holding the lock."""
+    with locked(open_state(None, directory), 10):
+        pipe.send("locked")
+        pipe.recv()
+
+
+def test_a_busy_lock_never_delays_reading_or_releasing(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _, names = reserve(store, parse_gpus_option("device=0"), HOST4, "demo", None, print)
+    job = f"{_user()}/demo/pid-{os.getpid()}"
+    ours, theirs = multiprocessing.Pipe()
+    holder = multiprocessing.get_context("fork").Process(
+        target=_lock_holder, args=(store.directory, theirs)
+    )
+    holder.start()
+    try:
+        assert ours.poll(30) and ours.recv() == "locked"
+        start = time.monotonic()
+        assert [c.gpu for c in store.claims()] == ["GPU-0"]
+        store.release(names)
+        assert store.claims() == []
+        assert time.monotonic() - start < 1.0  # not GPUENV_LOCK_TIMEOUT's 10 s
+        assert _files(tmp_path) == {"0": f"{job}\n"}  # not kept meanwhile: the lock is busy
+        assert store.job_map_problems == []  # a busy lock is no problem
+        ours.send("done")
+        holder.join(10)
+        assert store.claims() == []
+        assert _files(tmp_path) == {}  # the next reader caught up
+    finally:
+        if holder.is_alive():
+            holder.kill()
 
 
 def test_claim_and_release_keep_the_files(tmp_path: Path) -> None:
