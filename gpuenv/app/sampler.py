@@ -52,11 +52,13 @@ class Sampler:
         settings: HistorySettings,
         detect: Callable[[NvmlListener], Host | str],
         listener: NvmlListener,
+        lock: threading.Lock | None = None,
     ) -> None:
         self.history = history
         self.settings = settings
         self.detect = detect
         self.listener = listener
+        self.lock = lock or threading.Lock()  # shared with the exporter's scrapes, if any
         self._seen: dict[tuple[int, int], int] = {}  # XID counts already recorded
         self.stopped = threading.Event()
         self.note: str | None = None  # why the last round found no GPUs or failed
@@ -64,14 +66,15 @@ class Sampler:
 
     def round(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        self.listener.drain()
-        host = self.detect(self.listener)
+        with self.lock:  # one NVML reading at a time in this process
+            self.listener.drain()
+            host = self.detect(self.listener)
+            counts = dict(self.listener.counts)
         if isinstance(host, str):
             self.note = host
             return
         self.note = None if host.gpus else (host.note or "no NVIDIA GPU")
         by_index = {gpu.index: gpu.key for gpu in host.gpus}
-        counts = self.listener.counts
         if host.source != "nvml":  # a host file lists the XIDs it saw: each counts once
             counts = dict.fromkeys(((g.index, x) for g in host.gpus for x in g.xids), 1)
         xids = []

@@ -17,6 +17,7 @@ import click
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 
+from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.cli import ui
 from gpuenv.cli.app import engine
 from gpuenv.cli.listen import bind_hint, parse_listen
@@ -26,9 +27,11 @@ from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
 from gpuenv.sharing.claims import Claim, ClaimStore
 from gpuenv.sharing.dcgm import dcgm_families
+from gpuenv.sharing.history import History, SamplerBusy
 from gpuenv.sharing.idle import idle_for, known_state, load_policy
 from gpuenv.sharing.metrics import ALERT_RULES, Family, Holder, families, holders, idle_families
 from gpuenv.sharing.monitor import list_runs
+from gpuenv.sharing.statedir import open_state
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 NAMES = ("gpuenv", "dcgm", "both")
@@ -140,7 +143,13 @@ def _idle(
     is_flag=True,
     help="Print gpuenv's Prometheus alert rules (YAML) and exit.",
 )
-def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
+@click.option(
+    "--history",
+    is_flag=True,
+    help="Also sample the GPUs (and XIDs) into your history in the state folder, for "
+    "`gpuenv dashboard`, `top` and `doctor` ([history] settings).",
+)
+def exporter(listen: str, names: str, print_alert_rules: bool, history: bool) -> None:
     """Serve this host's GPUs as Prometheus metrics on http://HOST:PORT/metrics.
 
     Per GPU: utilization, memory, temperature and the GPU's slowdown threshold, power
@@ -154,6 +163,9 @@ def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
     the same project, user and run labels, so its Grafana dashboard (12239) works on GPUs
     DCGM cannot serve; --names both serves the two.
 
+    --history makes it the sampler `gpuenv dashboard` reads (as a service, the one that
+    keeps history while nobody looks); without it, the dashboard samples for itself.
+
     Bound to 127.0.0.1 unless --listen says otherwise. Runs until Ctrl-C or SIGTERM.
     Exits 20 when it cannot listen there. --print-alert-rules prints the alert rules to
     load into Prometheus (see the monitoring reference).
@@ -162,17 +174,25 @@ def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
         click.echo(ALERT_RULES.read_text(encoding="utf-8"), nl=False)
         return
     address, port = parse_listen(listen, DEFAULT_LISTEN)
+    settings = HistorySettings.load() if history else None
     listener = NvmlListener()
     listener.start()
+    collector = GpuCollector(listener, names)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(listener, names))
+    registry.register(collector)
+    sampler = _sampler(listener, collector.lock, settings) if settings else None
     try:
         server, thread = start_http_server(port, addr=address, registry=registry)
     except OSError as exc:
+        if sampler is not None:
+            sampler.history.close()
         listener.stop()
         raise ExporterError(
             f"cannot listen on {listen}: {exc.strerror or exc}", hint=bind_hint(exc, port, 9478)
         ) from None
+    sampling = threading.Thread(target=sampler.run, daemon=True) if sampler else None
+    if sampling is not None:
+        sampling.start()
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     note = f" ({listener.note})" if listener.note else ""
@@ -184,4 +204,24 @@ def exporter(listen: str, names: str, print_alert_rules: bool) -> None:
     finally:
         server.shutdown()
         thread.join(timeout=5)
+        if sampler is not None and sampling is not None:
+            sampler.stopped.set()
+            sampling.join(timeout=10)
+            sampler.history.close()
         listener.stop()
+
+
+def _sampler(
+    listener: NvmlListener, lock: threading.Lock, settings: HistorySettings
+) -> Sampler | None:
+    """The history sampler on the exporter's own NVML session; None, with a warning,
+    where another process of this user samples or the history folder is not usable."""
+    try:
+        history = History.for_sampling(open_state(), settings.max_mib)
+    except SamplerBusy as exc:
+        ui.warn(f"no history from this exporter: another process samples into {exc}")
+        return None
+    except GpuenvError as exc:
+        ui.warn(f"no history from this exporter: {exc.message}")
+        return None
+    return Sampler(history, settings, detect_sampled, listener, lock)

@@ -317,3 +317,61 @@ def test_history_from_prometheus(tmp_path: Path, prometheus: tuple[Path, Any]) -
             if process is not None:
                 process.send_signal(signal.SIGTERM)
                 process.communicate(timeout=30)
+
+
+def test_the_exporter_keeps_the_history_that_the_dashboard_top_and_doctor_read(
+    tmp_path: Path,
+) -> None:
+    """`gpuenv exporter --history` as the sampler (a service's way): it records the
+    readings and the XID NVML reports; the same user's dashboard reads them without
+    sampling itself, and `top` and `doctor` name the XID with when it was recorded."""
+    nvml = ScriptedNvml(tmp_path)
+    nvml.write(scenario(gpu(0, utilization=70, xids=[79]), gpu(1)))
+    config = tmp_path / "config.toml"
+    config.write_text('[history]\ninterval = "1s"\n')
+    config.chmod(0o644)
+    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
+    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"), GPUENV_SYSTEM_CONFIG=str(config))
+    published = tmp_path / "state" / f"history-{os.getuid()}" / "xids.json"
+    exporter_address, dashboard_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    exporter = subprocess.Popen(
+        [*GPUENV, "exporter", "--history", "--listen", exporter_address],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    dashboard = None
+    try:
+        wait_for("the exporter publishes the XID", lambda: published.exists(), seconds=30)
+        assert json.loads(published.read_text())["xids"][0]["xid"] == 79
+        dashboard = subprocess.Popen(
+            [*GPUENV, "dashboard", "--listen", dashboard_address],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        gpus = json.loads(
+            wait_for("the dashboard answers", lambda: get(f"http://{dashboard_address}/api/gpus"))
+        )
+        assert gpus["history"]["sampler"].startswith("another process of")
+        assert [x["xid"] for x in gpus["gpus"][0]["recent_xids"]] == [79]
+        history = json.loads(get(f"http://{dashboard_address}/api/history?gpu={HELD}&window=1h"))
+        assert history["points"] and history["points"][-1]["utilization"] == 70
+        top = subprocess.run(
+            [*GPUENV, "top", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        health = json.loads(top.stdout)["gpus"][0]["health"]
+        assert any("(XID 79), recorded at" in f["message"] for f in health), health
+        doctor = subprocess.run(
+            [*GPUENV, "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120
+        )
+        checks = [c for c in json.loads(doctor.stdout) if c["name"] == "GPU 0 health"]
+        assert any(c["status"] == "warn" and "recorded at" in c["detail"] for c in checks), checks
+    finally:
+        for process in (dashboard, exporter):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=30)
+    assert exporter.returncode == 0
