@@ -35,8 +35,7 @@ from gpuenv.sharing.health import assess
 from gpuenv.sharing.history import READINGS, RECENT_XIDS, History
 from gpuenv.sharing.idle import idle_for
 from gpuenv.sharing.metrics import CLOCK_EVENT_REASONS
-from gpuenv.sharing.monitor import RunInfo
-from gpuenv.sharing.procfs import container_of, process_owner
+from gpuenv.sharing.monitor import RunInfo, process_user
 from gpuenv.sharing.statedir import owner_name, state_dir
 from gpuenv.sharing.usage import UsageLog, load_prices, summarize
 
@@ -209,17 +208,12 @@ def _gpu(
 
 
 def _users(gpu: Gpu, by_container: dict[str, RunInfo]) -> list[dict[str, Any]]:
-    """Who has processes on the GPU: gpuenv runs by name, others as "outside gpuenv"
-    (no process IDs: the page is for people, `gpuenv top` has the details)."""
-    users = []
-    for process in gpu.processes:
-        run = by_container.get(container_of(process.pid) or "")
-        users.append(
-            {"run": run.name, "project": run.project, "user": run.user}
-            if run
-            else {"run": None, "project": None, "user": process_owner(process.pid)}
-        )
-    return users
+    """Who has processes on the GPU, as `top` names them (gpuenv runs by name, others by
+    their user), without process IDs or containers: the page is for people."""
+    return [
+        {key: user.get(key) for key in ("run", "project", "user")}
+        for user in (process_user(process, by_container) for process in gpu.processes)
+    ]
 
 
 def sizing_payload(engine: Callable[[], Engine], host: Host) -> list[dict[str, str]]:

@@ -60,13 +60,14 @@ class Check:
 
 def _engine(connect: Callable[[], Engine], directory: str, checks: list[Check]) -> object:
     """The engine, its API, its GPU path and rootless mode; the host for later checks."""
+    settings = _sizing_settings(checks)
     try:
         api = connect()
         version = api.version()
         info = api.info()
     except GpuenvError as exc:
         checks.append(Check("Docker engine", "fail", exc.message, exc.hint or ""))
-        return _driver(checks)
+        return _driver(checks, settings)
     facts = EngineFacts.from_engine(version, info)
     api_version = str(version.get("ApiVersion", "0.0"))
     numbers = tuple(int(p) for p in api_version.split(".")[:2])
@@ -87,12 +88,12 @@ def _engine(connect: Callable[[], Engine], directory: str, checks: list[Check]) 
             )
         else:
             checks.append(Check("Engine API version", "ok", f"API {api_version}"))
-    host = _driver(checks)
+    host = _driver(checks, settings)
     path = _gpu_path(facts, host, checks)
     _rootless(facts, checks)
     if facts.product == "docker" and (path is None or path.method == "legacy"):
         _gpu_runtime(api, info, checks)
-    _disk(api, info, directory, checks)
+    _disk(api, info, directory, settings, checks)
     return host
 
 
@@ -244,10 +245,11 @@ def _sizing_settings(checks: list[Check]) -> SizingSettings:
         return SizingSettings()
 
 
-def _disk(api: Engine, info: dict[str, Any], directory: str, checks: list[Check]) -> None:
+def _disk(
+    api: Engine, info: dict[str, Any], directory: str, settings: SizingSettings, checks: list[Check]
+) -> None:
     """The engine's data root: the storage it is on, and room for the lock's image."""
     root = str(info.get("DockerRootDir") or info.get("GraphRoot") or "/var/lib/docker")
-    settings = _sizing_settings(checks)
     missing = 0
     if os.path.exists(os.path.join(directory, "gpuenv.lock")):
         try:
@@ -258,7 +260,7 @@ def _disk(api: Engine, info: dict[str, Any], directory: str, checks: list[Check]
     checks.append(Check("storage", *storage_finding(root, storage_kind(root))))
 
 
-def _driver(checks: list[Check]) -> object:
+def _driver(checks: list[Check], settings: SizingSettings) -> object:
     try:
         host = detect_host()
     except GpuenvError as exc:
@@ -277,7 +279,7 @@ def _driver(checks: list[Check]) -> object:
         checks.append(Check("NVIDIA driver", "ok", host.describe()))
         _health(host.gpus, checks)
         _mig(host.gpus, checks)
-        memory = memory_finding(system_memory_mib(), host.gpus, _sizing_settings([]))
+        memory = memory_finding(system_memory_mib(), host.gpus, settings)
         if memory is not None:
             checks.append(Check("system memory", *memory))
     return host

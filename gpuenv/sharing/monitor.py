@@ -149,12 +149,12 @@ def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> li
             health=[finding.to_data() for finding in assess(gpu)],
             mig=[_mig_row(mig, held.get(mig.uuid), by_container) for mig in gpu.mig_devices],
         )
-        row.users = [_user(process, by_container) for process in gpu.processes]
+        row.users = [process_user(process, by_container) for process in gpu.processes]
         rows.append(row)
     return rows
 
 
-def _user(process: GpuProcess, by_container: Mapping[str, RunInfo]) -> dict[str, Any]:
+def process_user(process: GpuProcess, by_container: Mapping[str, RunInfo]) -> dict[str, Any]:
     """Who a GPU process is: a gpuenv run (by its container's cgroup), or outside gpuenv."""
     container = container_of(process.pid)
     run = by_container.get(container or "")
@@ -190,7 +190,7 @@ def _mig_row(
         "claimed_by": (
             {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
         ),
-        "users": [_user(process, by_container) for process in mig.processes],
+        "users": [process_user(process, by_container) for process in mig.processes],
     }
 
 

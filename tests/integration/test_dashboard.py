@@ -73,6 +73,19 @@ history.close()
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
 
 
+def _env(tmp_path: Path, nvml: ScriptedNvml, config: str | None = None) -> dict[str, str]:
+    """gpuenv's environment here: the scripted NVML, a state folder of the test's own and,
+    with `config`, that admin config (root's, not writable by others, as it must be)."""
+    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
+    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"))
+    if config is not None:
+        path = tmp_path / "config.toml"
+        path.write_text(config)
+        path.chmod(0o644)
+        env["GPUENV_SYSTEM_CONFIG"] = str(path)
+    return env
+
+
 @pytest.fixture
 def browser() -> Iterator[Any]:
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
@@ -110,16 +123,8 @@ def dashboard(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
             gpu(1),
         )
     )
-    config = tmp_path / "config.toml"
-    config.write_text('[history]\ninterval = "1s"\nretention = "2d"\n')
-    config.chmod(0o644)
-    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
-    env.update(nvml.env)
-    env.update(
-        GPUENV_STATE_DIR=str(tmp_path / "state"),
-        GPUENV_SYSTEM_CONFIG=str(config),
-        PYTHONPATH=str(REPO),
-    )
+    env = _env(tmp_path, nvml, '[history]\ninterval = "1s"\nretention = "2d"\n')
+    env["PYTHONPATH"] = str(REPO)
     _seed_history(env)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE, text=True
@@ -222,11 +227,7 @@ def test_the_sampler_keeps_sampling_and_history_survives_a_restart(tmp_path: Pat
     into the same history (nothing left behind breaks it)."""
     nvml = ScriptedNvml(tmp_path)
     nvml.write(scenario(gpu(0, utilization=55)))
-    config = tmp_path / "config.toml"
-    config.write_text('[history]\ninterval = "1s"\n')
-    config.chmod(0o644)
-    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
-    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"), GPUENV_SYSTEM_CONFIG=str(config))
+    env = _env(tmp_path, nvml, '[history]\ninterval = "1s"\n')
     count = (
         "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("
         "'select count(*) from samples').fetchone()[0])"
@@ -266,8 +267,7 @@ def test_history_from_prometheus(tmp_path: Path, prometheus: tuple[Path, Any]) -
     """--prometheus: the charts read what a real Prometheus scraped from gpuenv exporter."""
     nvml = ScriptedNvml(tmp_path)
     nvml.write(scenario(gpu(0, utilization=40, memory_used_mib=2048)))
-    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
-    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"))
+    env = _env(tmp_path, nvml)
     exporter_address, dashboard_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     exporter = subprocess.Popen(
         [*GPUENV, "exporter", "--listen", exporter_address],
@@ -327,11 +327,7 @@ def test_the_exporter_keeps_the_history_that_the_dashboard_top_and_doctor_read(
     sampling itself, and `top` and `doctor` name the XID with when it was recorded."""
     nvml = ScriptedNvml(tmp_path)
     nvml.write(scenario(gpu(0, utilization=70, xids=[79]), gpu(1)))
-    config = tmp_path / "config.toml"
-    config.write_text('[history]\ninterval = "1s"\n')
-    config.chmod(0o644)
-    env = {k: v for k, v in os.environ.items() if k != "GPUENV_HOST_FILE"}
-    env.update(nvml.env, GPUENV_STATE_DIR=str(tmp_path / "state"), GPUENV_SYSTEM_CONFIG=str(config))
+    env = _env(tmp_path, nvml, '[history]\ninterval = "1s"\n')
     published = tmp_path / "state" / f"history-{os.getuid()}" / "xids.json"
     exporter_address, dashboard_address = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     exporter = subprocess.Popen(
