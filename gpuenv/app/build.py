@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuenv.app.mirror import configured_mirror
 from gpuenv.app.platforms import check_platform
 from gpuenv.common.files import file_hash
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import UsageError
 from gpuenv.images.accounts import Identity, account_image, image_accounts
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import ViewFactory
-from gpuenv.images.registry import InvalidMirror, registry_mirror
 from gpuenv.images.service import (
     BUILDER_KINDS,
     BuildResult,
@@ -24,6 +23,7 @@ from gpuenv.images.service import (
     ensure_base,
     plan,
 )
+from gpuenv.lock.locked import Freshness
 from gpuenv.lock.project import Project, load_project
 from gpuenv.project import stamp
 
@@ -32,15 +32,6 @@ CLASSIC_BUILDER = (
     "download cache (every requirement is downloaded and installed again on each rebuild) "
     "and installs with pip, not uv; Docker 18.09 and later build with BuildKit"
 )
-
-
-def configured_mirror() -> str | None:
-    """GPUENV_REGISTRY_MIRROR (or the user config's registry_mirror); a bad value is a
-    usage error."""
-    try:
-        return registry_mirror()[0]
-    except InvalidMirror as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _stamp_project(
@@ -69,14 +60,26 @@ def build_project(
     bake_policy: BakePolicy | None = None,
     notice: Callable[[str], None] = lambda _: None,
     identity: Identity | None = None,
+    freshness: Freshness = "update",
 ) -> tuple[Project, str, BuildResult | None]:
     """Read the project, render its image and build it if the engine lacks it (pulling
     and pinning the base first); make the account image for `identity` (the user who
     runs it, None for root); record the build stamp. Returns the project, the tag and
     the BuildResult (None when the image was already there). A baked image is first
-    checked for credentials and size (gpuenv.images.bake); `notice` gets the size."""
-    project = load_project(directory)
+    checked for credentials and size (gpuenv.images.bake); `notice` gets the size.
+    When the lock's Python packages are older than the requirements (or not resolved
+    yet), they are resolved again first and the lock written (`notice` says so, and what
+    changed), unless `freshness` is `locked` (LockError) or `frozen`."""
+    project = load_project(directory, freshness)
     check_platform(project.lock.image, project.lock.resolved.get("platforms") or (), engine)
+    if project.stale:
+        from gpuenv.app.overlay import lock_overlay, notice_line
+
+        notice(f"the Python packages are resolved again: {'; '.join(project.stale)}")
+        update = lock_overlay(project, engine, view(), on_line=notice_line(notice))
+        for line in update.summary():
+            notice(line)
+        project = update.project
     mirror = configured_mirror()
     builder = engine.builder
     result = None

@@ -5,7 +5,7 @@ an image must be built."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from gpuenv.common.files import file_hash
 from gpuenv.engine.protocol import Engine
 from gpuenv.images.accounts import Identity, usable_account_image
 from gpuenv.images.progress import ViewFactory
-from gpuenv.lock.locked import Locked
+from gpuenv.lock.locked import Freshness, Locked
 from gpuenv.project import stamp
 from gpuenv.project.spec import Spec, spec_from_data
 
@@ -46,7 +46,13 @@ def _accounts(saved: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def image_for_run(
-    directory: str, engine: Engine, view: ViewFactory, identity: Identity | None = None
+    directory: str,
+    engine: Engine,
+    view: ViewFactory,
+    identity: Identity | None = None,
+    *,
+    notice: Callable[[str], None] = lambda _: None,
+    freshness: Freshness = "update",
 ) -> RunImage:
     """The image a run uses, building first if missing.
 
@@ -68,7 +74,9 @@ def image_for_run(
     # The build path (the lock, the matrix, render, pull: ~0.1 s of imports), only now.
     from gpuenv.app.build import build_project
 
-    project, tag, _ = build_project(directory, engine, view, identity=identity)
+    project, tag, _ = build_project(
+        directory, engine, view, identity=identity, notice=notice, freshness=freshness
+    )
     locked = project.lock.locked(file_hash(project.lock_path))
     saved = (stamp.fresh(directory, False) or {}).get("project") or {}
     account = usable_account_image(engine, saved.get("account"), tag, identity)

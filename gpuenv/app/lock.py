@@ -22,8 +22,10 @@ from gpuenv.lock.lockfile import (
     lock_differences,
     lock_from_resolution,
     locked_row_problems,
+    overlay_differences,
     read_lock,
     recorded_host,
+    requirements_hashes,
     write_lock,
 )
 from gpuenv.matrix.load import Matrix, load_matrix
@@ -81,10 +83,12 @@ def differs_from_lock(directory: str, image: str) -> str | None:
 
 
 def verify_lock(directory: str) -> Lock:
-    """`gpuenv lock --check`: the lock, or LockError listing what changed."""
+    """`gpuenv lock --check`: the lock, or LockError listing what changed (gpuenv.yaml,
+    a dependency file, Python packages not locked yet)."""
     spec = spec_for(directory, Overrides(), need_file=True)
     current = read_lock(os.path.join(directory, LOCK_FILENAME))
-    changes = lock_differences(current, spec)
+    hashes = requirements_hashes(spec)
+    changes = lock_differences(current, spec, hashes)
     if changes:
         raise LockError(
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in changes),
@@ -92,6 +96,12 @@ def verify_lock(directory: str) -> Lock:
         )
 
     check_locked_row(current, spec, load_matrix())
+    stale = overlay_differences(current, hashes)
+    if stale:
+        raise LockError(
+            f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in stale),
+            hint="run `gpuenv lock` (where a container engine runs) and commit gpuenv.lock",
+        )
     return current
 
 
@@ -153,6 +163,10 @@ def _update_lock(
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
     new_lock = lock_from_resolution(resolution, matrix.version, digest)
+    if existing is not None and same_image:
+        # Same image: its Python packages stay locked (re-resolved, keeping what they
+        # can, when a requirements file changed: `overlay.sources` tells).
+        new_lock = replace(new_lock, overlay=existing.overlay)
     if existing is not None and same_image and not lock_differences(existing, spec):
         # Same spec, same image (a re-resolve for another host): the pushed image holds.
         new_lock = replace(new_lock, extra=existing.extra)

@@ -25,6 +25,7 @@ from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageEr
 from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity
 from gpuenv.images.progress import ViewFactory
+from gpuenv.lock.locked import Freshness
 from gpuenv.project.mounts import Bind, run_binds
 from gpuenv.project.spec import GpuRequest, parse_size
 from gpuenv.run.container import (
@@ -63,6 +64,7 @@ class RunRequest:
     allow_mounts: tuple[str, ...] = ()  # --allow-mount PATH
     detach: bool = False  # -d: start, hand the GPU claims to the container, return
     name: str | None = None
+    freshness: Freshness = "update"  # --locked refuses a stale lock, --frozen uses it as is
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,9 @@ def plan_run(run: RunContext, directory: str) -> RunPlan:
     memory = memory_limit(request.memory)
     command = ["bash", "-l"] if request.shell else command_for(request.arguments)
     identity = None if request.root or run.terminal.uid == 0 else run.services.identity()
-    image = image_for_run(directory, run.engine, run.view, identity)
+    image = image_for_run(
+        directory, run.engine, run.view, identity, notice=run.notice, freshness=request.freshness
+    )
     binds = run_binds(
         image.spec, request.mounts, request.allow_mounts, env=run.environ, notice=run.notice
     )

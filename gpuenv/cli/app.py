@@ -32,7 +32,9 @@ from gpuenv.errors import (
     EXIT_INTERRUPTED,
     GpuenvError,
     GpuenvWarning,
+    UsageError,
 )
+from gpuenv.lock.locked import Freshness
 
 __all__ = ["Context", "LazyGroup", "apply", "engine", "report", "view_factory"]
 
@@ -235,6 +237,31 @@ def json_option(what: str) -> Callable[[F], F]:
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress output, only errors.")
+freshness_options = apply(
+    [
+        click.option(
+            "--locked",
+            is_flag=True,
+            help="Refuse (exit 5) when gpuenv.lock's Python packages are older than the "
+            "requirements, instead of resolving them again (for CI).",
+        ),
+        click.option(
+            "--frozen",
+            is_flag=True,
+            help="Install gpuenv.lock's Python packages as they are, even if the "
+            "requirements changed since.",
+        ),
+    ]
+)
+
+
+def freshness(locked: bool, frozen: bool) -> Freshness:
+    """--locked / --frozen as the lock's freshness policy (default: re-resolve)."""
+    if locked and frozen:
+        raise UsageError("--locked and --frozen cannot be combined")
+    return "locked" if locked else "frozen" if frozen else "update"
+
+
 bake_option = click.option(
     "--bake",
     is_flag=True,

@@ -10,7 +10,16 @@ import click
 
 from gpuenv.app.image import up_to_date_tag
 from gpuenv.cli import output
-from gpuenv.cli.app import Context, bake_checks, bake_option, engine, quiet_option, view_factory
+from gpuenv.cli.app import (
+    Context,
+    bake_checks,
+    bake_option,
+    engine,
+    freshness,
+    freshness_options,
+    quiet_option,
+    view_factory,
+)
 from gpuenv.cli.base import up_to_date
 from gpuenv.images.accounts import invoking_identity
 from gpuenv.images.bake import BakePolicy
@@ -19,17 +28,31 @@ from gpuenv.images.bake import BakePolicy
 @click.command()
 @bake_option
 @bake_checks
+@freshness_options
 @quiet_option
 @click.pass_obj
 def build(
-    obj: Context, bake: bool, allow_secrets: tuple[str, ...], allow_large: bool, quiet: bool
+    obj: Context,
+    bake: bool,
+    allow_secrets: tuple[str, ...],
+    allow_large: bool,
+    locked: bool,
+    frozen: bool,
+    quiet: bool,
 ) -> None:
     """Build the project image: the locked base (pulled and pinned first if needed), apt
-    packages, requirements, extra packages.
+    packages, and exactly the Python packages gpuenv.lock pins (each file's sha256
+    checked, nothing resolved: a file whose hash differs fails the build, exit 12).
 
-    The tag is a hash of the base digest, the Dockerfile and the files copied in
-    (gpuenv/<name>:<hash>): when nothing changed, the image is found and nothing is
-    built. Project code is mounted at run time, not copied, unless --bake.
+    After a requirements edit (or with a lock whose Python packages are not resolved
+    yet), they are resolved first in the base image, keeping the locked versions the
+    edit does not move, and gpuenv.lock is written; gpuenv says what changed. --locked
+    refuses instead (exit 5, for CI); --frozen builds the lock as it is.
+
+    The tag is a hash of the base digest, the Dockerfile and the files copied in, the
+    locked package set among them (gpuenv/<name>:<hash>): when nothing changed, the image
+    is found and nothing is built. Project code is mounted at run time, not copied,
+    unless --bake.
 
     Docker builds with BuildKit, Podman with buildah. Requirements are installed with uv
     (`installer: pip` in gpuenv.yaml for pip); downloads stay in cache mounts of your
@@ -42,6 +65,7 @@ def build(
 
     # The no-op path: nothing changed since the last build, and the engine has the image.
     connected = engine()
+    policy = freshness(locked, frozen)
     known = up_to_date_tag(obj.directory, bake, connected)
     if known:
         up_to_date(known, quiet)
@@ -61,6 +85,7 @@ def build(
         bake_policy=BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
         identity=identity,
+        freshness=policy,
     )
     if result is None:
         up_to_date(tag, quiet)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gpuenv.app.build import configured_mirror
+from gpuenv.app.mirror import configured_mirror
 from gpuenv.app.platforms import engine_platform
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import (

@@ -12,6 +12,7 @@ from gpuenv.app.init import init_project
 from gpuenv.app.lock import Note, update_lock, verify_lock
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, host_options, json_option, report, spec_options
+from gpuenv.cli.base import engine, view_factory
 from gpuenv.cli.failure import error_fields
 from gpuenv.cli.views import show_resolution
 from gpuenv.errors import UsageError
@@ -33,9 +34,12 @@ def _lock_data(
     *,
     previous: str | None = None,
     resolution: dict[str, object] | None = None,
+    packages: dict[str, object] | None = None,
 ) -> dict[str, object]:
     """`lock --json` (gpuenv/schemas/lock.json)."""
+    extra = {"packages": packages} if packages is not None else {}
     return {
+        **extra,
         "ok": True,
         "exit_code": 0,
         "status": status,
@@ -66,6 +70,14 @@ def _lock_data(
     help="With --upgrade's re-resolve, take the newest image that fits even where the "
     "matrix does not record its framework version or its forward compatibility is disputed.",
 )
+@click.option(
+    "--upgrade-package",
+    "upgrade_packages",
+    multiple=True,
+    metavar="NAME",
+    help="Move one locked Python package (and what must move with it) to the newest "
+    "version the requirements allow; the others keep their versions. Repeatable.",
+)
 @json_option("what happened to the lock")
 @click.pass_obj
 def lock(
@@ -76,21 +88,34 @@ def lock(
     check_only: bool,
     upgrade: bool,
     newest: bool,
+    upgrade_packages: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Resolve gpuenv.yaml and pin the result in gpuenv.lock.
+
+    The lock pins the image, and every Python package a build installs on it (exact
+    version, the sha256 of its file, its index).
 
     With an up-to-date lock this does nothing. When gpuenv.yaml or a requirements
     file changed, the locked image is kept if it still fits, and replaced by the
     newest that fits otherwise (among images whose framework version the matrix
     records; --newest takes any, and implies --upgrade). --upgrade always takes the
-    newest. --check fails (exit 5) when the lock is missing or out of date, and lists
-    what changed.
+    newest.
+
+    The Python packages are resolved inside the pinned base image (pulled if missing),
+    against what it has installed and its pip constraint files, so a container engine
+    is needed; without one the lock says they are not resolved yet, and the first build
+    resolves them. A re-lock keeps every locked version the change does not force to
+    move and prints what changed; --upgrade moves them all, --upgrade-package one.
+
+    --check fails (exit 5) when the lock is missing or out of date, or its Python
+    packages are not locked for the requirements as they are, and lists what changed.
     """
     upgrade = upgrade or newest
-    if check_only and upgrade:
+    if check_only and (upgrade or upgrade_packages):
         raise UsageError(
-            "--check and --upgrade (or --newest) cannot be combined: --check writes nothing"
+            "--check cannot be combined with --upgrade, --newest or --upgrade-package: "
+            "--check writes nothing"
         )
     lock_path = os.path.join(obj.directory, LOCK_FILENAME)
     if check_only:
@@ -106,6 +131,20 @@ def lock(
         newest=newest,
         notify=_notify,
     )
+    if update.resolution is None:
+        ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
+    else:
+        image = update.resolution.row.image
+        if not as_json:
+            output.result(image)
+        if update.status == "written":
+            ui.success(f"wrote {LOCK_FILENAME}")
+        elif update.status == "updated-same-image":
+            ui.success(f"updated {LOCK_FILENAME}; the image is unchanged")
+        else:
+            ui.success(f"updated {LOCK_FILENAME}: {update.previous_image} → {image}")
+        show_resolution(update.resolution)
+    packages = _lock_packages(obj.directory, upgrade, upgrade_packages, quiet=as_json)
     if as_json:
         output.data(
             _lock_data(
@@ -114,21 +153,43 @@ def lock(
                 lock_path,
                 previous=update.previous_image,
                 resolution=update.resolution.to_data() if update.resolution else None,
+                packages=packages,
             )
         )
-    if update.resolution is None:
-        ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
-        return
-    image = update.resolution.row.image
-    if not as_json:
-        output.result(image)
-    if update.status == "written":
-        ui.success(f"wrote {LOCK_FILENAME}")
-    elif update.status == "updated-same-image":
-        ui.success(f"updated {LOCK_FILENAME}; the image is unchanged")
+
+
+def _lock_packages(
+    directory: str, upgrade: bool, upgrade_packages: tuple[str, ...], *, quiet: bool
+) -> dict[str, object]:
+    """The Python packages' half of `gpuenv lock` (app.overlay), shown; its JSON."""
+    from gpuenv.app.overlay import notice_line, relock_overlay
+    from gpuenv.lock.lockfile import read_lock
+
+    outcome = relock_overlay(
+        directory,
+        engine,
+        view_factory(quiet),
+        upgrade=upgrade,
+        upgrade_packages=upgrade_packages,
+        on_line=notice_line(ui.info),
+    )
+    if isinstance(outcome, str):
+        overlay = read_lock(os.path.join(directory, LOCK_FILENAME)).overlay
+        (ui.info if overlay.resolved else ui.warn)(outcome)
+        changes: tuple[str, ...] = ()
     else:
-        ui.success(f"updated {LOCK_FILENAME}: {update.previous_image} → {image}")
-    show_resolution(update.resolution)
+        overlay = outcome.project.lock.overlay
+        first, *rest = outcome.summary()
+        ui.success(first)
+        for line in rest:
+            ui.info(line)
+        changes = outcome.changes
+    return {
+        "resolved": overlay.resolved,
+        "count": len(overlay.packages),
+        "changes": list(changes),
+        "note": overlay.note,
+    }
 
 
 @click.command()

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gpuenv.cli.app import Context, apply, quiet_option
+from gpuenv.cli.app import Context, apply, freshness_options, quiet_option
 from gpuenv.cli.running import launch_run
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,6 +75,7 @@ run_options = apply(
             is_flag=True,
             help="Start even if this host's driver or GPUs cannot run the locked image.",
         ),
+        freshness_options,
         quiet_option,
     ]
 )
@@ -106,8 +107,11 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
     """Run TARGET in the project's container: `train.py ARGS` runs python3 on it, and
     `-- CMD ARGS` any command.
 
-    The locked image is used (built first if missing; a stale lock stops here, pointing
-    to `gpuenv lock`). The project is mounted at /workspace, and the spec's mounts inside
+    The locked image is used (built first if missing; a lock whose image no longer fits
+    gpuenv.yaml stops here, pointing to `gpuenv lock`). After a requirements edit, the
+    lock's Python packages are resolved again first, keeping what the edit does not move,
+    and the lock is written (said; --locked refuses instead, --frozen uses the lock as
+    it is). The project is mounted at /workspace, and the spec's mounts inside
     it; other paths only as your user config or --mount allows, read-only unless made
     writable, and never the deny list (engine sockets, /etc, ~/.ssh, ...) unless
     --allow-mount names the path. The command runs as you, with

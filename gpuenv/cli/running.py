@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from gpuenv.app.run import RunRequest, Services, Terminal, launch, oom_advice
+from gpuenv.cli.app import freshness
 from gpuenv.cli.base import engine, say, view_factory
 from gpuenv.host.machine import Host
 from gpuenv.run.container import invoking_identity
@@ -33,6 +34,7 @@ def launch_run(directory: str, quiet: bool, **options: Any) -> None:
             say(f"gpuenv: {text}")
 
     wait, wait_timeout = options.pop("wait"), options.pop("wait_timeout")
+    options["freshness"] = freshness(options.pop("locked"), options.pop("frozen"))
     request = RunRequest(wait=(wait_timeout or 0.0) if wait or wait_timeout else None, **options)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
     connected = engine()

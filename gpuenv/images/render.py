@@ -5,8 +5,10 @@ Everything is decided here; the templates in images/ngc only get values. User va
 JSON strings in exec-form instructions, so no shell ever parses them.
 
 The image tag is content-addressed: a hash of the base digest, the Dockerfile and every
-file of the context. Anything that does not change those (comments in gpuenv.yaml, the
-GPUs it asks for) does not change the tag, and a second build finds the image.
+file of the context, whose Python packages are gpuenv.lock's overlay (each `NAME==VERSION
+--hash=sha256:...`), never the requirement text: one tag is one set of packages on every
+machine. Anything that does not change those (comments in gpuenv.yaml or a requirements
+file, the GPUs it asks for) does not change the tag, and a second build finds the image.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
 from gpuenv.engine.protocol import MOUNTING_BUILDERS, Builder
-from gpuenv.errors import UsageError
+from gpuenv.errors import LockError, UsageError
 from gpuenv.images.context import ContextFile, project_files
 from gpuenv.images.registry import parse_reference
 from gpuenv.lock.lockfile import Lock
+from gpuenv.lock.overlay import Overlay
 from gpuenv.project.dependencies import InstallPlan, needs_python, plan_install, read_dependencies
 from gpuenv.project.spec import Spec
 
@@ -109,8 +112,9 @@ def base_reference(lock: Lock, pull_repository: str) -> str:
 
 
 def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
-    """What the build installs with pip (maybe nothing, when the sources only hold
-    comments), or None when the spec names no dependency source.
+    """What the project asks pip for (maybe nothing, when the sources only hold
+    comments), or None when the spec names no dependency source: the input of the
+    overlay's resolution (`resolve_files`), never of a build.
     SpecError (exit 3) for a source that cannot be read, or Python requirements on an
     image without Python."""
     if not (spec.requirements or spec.packages):
@@ -126,18 +130,46 @@ def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
     return plan
 
 
-def plan_files(plan: InstallPlan) -> dict[str, str]:
-    """The files install.py reads (images/ngc/files/install.py), by name."""
+def resolve_files(plan: InstallPlan, prefer: Iterable[str] = ()) -> dict[str, str]:
+    """The files install.py --resolve reads (images/ngc/files/install.py), by name;
+    `prefer`: `NAME==VERSION` pins to keep (the lock's, as constraints)."""
     install = [*plan.options] + [f"{d.line()}  # {d.where}" for d in plan.install]
     return {
         "image.tsv": "".join(f"{pin.line()}\n" for pin in plan.image),
         "install.txt": "".join(f"{line}\n" for line in install),
         "late.txt": "".join(f"{d.line()}  # {d.where}\n" for d in plan.no_isolation),
         "constraints.txt": "".join(f"{d.line()}\n" for d in plan.constraints),
+        "prefer.txt": "".join(f"{pin}\n" for pin in prefer),
     }
 
 
-def _support_files() -> list[ContextFile]:
+def locked_files(overlay: Overlay) -> dict[str, str]:
+    """The files install.py --locked reads: what a build installs, exactly the lock."""
+    late = overlay.group("late")
+    early = [p for p in overlay.packages if p.group != "late"]
+    base = overlay.base
+    return {
+        "base.txt": f"{base.distributions} {base.inventory}\n" if base is not None else "",
+        "options.txt": "".join(f"{option}\n" for option in overlay.options),
+        "overlay.txt": "".join(f"{p.line()}\n" for p in early),
+        "overlay-late.txt": "".join(f"{p.line()}\n" for p in late),
+    }
+
+
+def locked_overlay(spec: Spec, lock: Lock) -> Overlay | None:
+    """The overlay a build installs; None when the project installs no Python package.
+    LockError (exit 5) when the spec has requirements the lock has not resolved yet."""
+    if not (spec.requirements or spec.packages):
+        return None
+    if not lock.overlay.resolved:
+        raise LockError(
+            f"gpuenv.lock has not resolved the Python packages yet ({lock.overlay.note})",
+            hint="run `gpuenv lock` where a container engine runs, then commit gpuenv.lock",
+        )
+    return lock.overlay if lock.overlay.packages else None
+
+
+def support_files() -> list[ContextFile]:
     folder = Path(data_dir("images")) / "ngc" / "files"
     return [
         ContextFile(f"gpuenv/{path.name}", data=path.read_bytes(), executable=True)
@@ -178,9 +210,9 @@ class Caches:
         return self.mount("apt", "/var/cache/apt", sharing="locked")
 
 
-def _steps(spec: Spec, plan: InstallPlan | None, caches: Caches, *, uv: bool, bake: bool) -> str:
-    """The image's steps in the order users change things: apt packages, the dependency
-    files and their install, then (with --bake) the project. With `uv`, the install step
+def _steps(spec: Spec, overlay: Overlay | None, caches: Caches, *, uv: bool, bake: bool) -> str:
+    """The image's steps in the order users change things: apt packages, the locked
+    overlay's install, then (with --bake) the project. With `uv`, the install step
     installs uv (from the project's index) into the cache mount, or without one for
     itself alone: the image never carries it. (Not a build stage bound into the step:
     Podman 4.3 cannot bind a stage that came from its cache, containers/podman#16281.)"""
@@ -189,9 +221,7 @@ def _steps(spec: Spec, plan: InstallPlan | None, caches: Caches, *, uv: bool, ba
     if spec.apt:
         packages = _json_args([*cached, *spec.apt])
         steps.append(_template("apt.in").substitute(mounts=caches.apt, arguments=packages))
-    if plan is not None and not plan.empty:
-        for text in plan.notes():
-            steps.append(_template("note.in").substitute(text=" ".join(text.splitlines())))
+    if overlay is not None:
         steps.append(
             _template("copy.in").substitute(
                 source=json.dumps("requirements/"), target=json.dumps(f"{REQUIREMENTS_DIR}/")
@@ -212,13 +242,13 @@ def _dockerfile(base: str, canonical: str, steps: str) -> str:
     return _template("Dockerfile.in").substitute(base=base, canonical=canonical, steps=steps)
 
 
-def _files(spec: Spec, plan: InstallPlan | None, *, uv: bool, bake: bool) -> list[ContextFile]:
-    files = _support_files()
-    if plan is not None and not plan.empty:
-        for name, data in plan_files(plan).items():
+def _files(spec: Spec, overlay: Overlay | None, *, uv: bool, bake: bool) -> list[ContextFile]:
+    files = support_files()
+    if overlay is not None:
+        for name, data in locked_files(overlay).items():
             files.append(ContextFile(f"requirements/{name}", data=data.encode()))
         if uv:
-            listed = [*plan.options, f"uv=={UV_VERSION}"]
+            listed = [*overlay.options, f"uv=={UV_VERSION}"]
             text = "".join(f"{line}\n" for line in listed)
             files.append(ContextFile("requirements/uv.txt", data=text.encode()))
     if bake:
@@ -243,15 +273,17 @@ def plan_build(
     them without a cache."""
     mounting = builder in MOUNTING_BUILDERS
     owner = str(os.getuid() if cache_owner is None else cache_owner) if mounting else None
-    plan = python_plan(spec, lock)
+    overlay = locked_overlay(spec, lock)
     uv = mounting and spec.installer == "uv"
-    files = _files(spec, plan, uv=uv, bake=bake)
+    files = _files(spec, overlay, uv=uv, bake=bake)
     reference = parse_reference(lock.image)
     canonical = base_reference(lock, reference.repository)
     base = base_reference(lock, pull_repository)
-    dockerfile = _dockerfile(base, canonical, _steps(spec, plan, Caches(owner), uv=uv, bake=bake))
+    dockerfile = _dockerfile(
+        base, canonical, _steps(spec, overlay, Caches(owner), uv=uv, bake=bake)
+    )
     # The tag hashes what the image is made of, whoever builds it: not whose caches.
-    neutral = _steps(spec, plan, Caches("USER" if mounting else None), uv=uv, bake=bake)
+    neutral = _steps(spec, overlay, Caches("USER" if mounting else None), uv=uv, bake=bake)
     canonical_dockerfile = _dockerfile(canonical, canonical, neutral)
 
     digest = hashlib.sha256(b"gpuenv-image-v1\n" + canonical_dockerfile.encode())
@@ -271,9 +303,9 @@ def plan_build(
     label_lines = _template("labels.in").substitute(labels=_label_arguments(labels))
     uncached = ""
     if mounting:
-        without = _steps(spec, plan, Caches(None), uv=uv, bake=bake)
+        without = _steps(spec, overlay, Caches(None), uv=uv, bake=bake)
         uncached = _dockerfile(base, canonical, without) + label_lines
-    sources = tuple(os.path.join(spec.project_dir, f) for f in plan.files) if plan else ()
+    sources = tuple(os.path.join(spec.project_dir, f) for f in sorted(lock.requirements))
     return BuildPlan(
         dockerfile + label_lines,
         canonical_dockerfile,

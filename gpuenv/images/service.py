@@ -148,6 +148,7 @@ def build_inputs(project: Project, plan: BuildPlan) -> list[str]:
 
 
 FAILED = "gpuenv: failed: "  # install.py's last line when a requirement cannot be installed
+MISMATCH = "gpuenv: hash mismatch: "  # ... when a file's sha256 is not the lock's
 
 # Each kind of Dockerfile a builder gets: with mounts (BuildKit, buildah), or classic.
 BUILDER_KINDS: tuple[Builder, ...] = ("buildkit", "classic")
@@ -245,6 +246,16 @@ def _build_failure(progress: BuildProgress) -> BuildError:
     tail = [line for line in progress.tail if line != progress.error][-15:]
     hint = None
     text = "\n".join(tail)
+    mismatch = [line.removeprefix(MISMATCH) for line in progress.tail if line.startswith(MISMATCH)]
+    if mismatch:
+        # install.py names the package and both hashes: the file is not the locked one.
+        return BuildError(
+            f"a file differs from the one gpuenv.lock pins: {redact(mismatch[-1])}",
+            step=progress.step,
+            hint="the index now serves other bytes under the same name (a re-upload, a "
+            "mirror, tampering): find out why before anything else; `gpuenv lock "
+            "--upgrade-package NAME` locks what the index serves now, if you trust it",
+        )
     failed = [line.removeprefix(FAILED) for line in progress.tail if line.startswith(FAILED)]
     if failed:
         # install.py names the requirement (file:line) and the installer's own reason.
@@ -310,13 +321,13 @@ class ImageRow:
 def referenced_tags(directory: str, mirror: str | None) -> set[str]:
     """The image tags a project folder's spec and lock refer to (plain and baked)."""
     try:
-        project = load_project(directory)
+        project = load_project(directory, "frozen")
     except GpuenvError:
         return set()
     tags = set()
     for builder in BUILDER_KINDS:  # whichever builder made it, the lock refers to it
-        tags.add(plan(project, mirror, builder=builder).tag)
         with contextlib.suppress(GpuenvError, OSError):
+            tags.add(plan(project, mirror, builder=builder).tag)
             tags.add(plan(project, mirror, bake=True, builder=builder).tag)
     return tags
 

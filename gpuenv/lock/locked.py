@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 LOCK_FILENAME = "gpuenv.lock"
+# How a command treats a lock whose Python packages are older than the requirements:
+# `update` re-resolves them (build, run: as `uv run` does), `locked` refuses (exit 5, for
+# CI), `frozen` uses the lock as it is.
+Freshness = Literal["update", "locked", "frozen"]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from gpuenv.errors import LockError, file_error
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.lock.locked import LOCK_FILENAME as LOCK_FILENAME
 from gpuenv.lock.locked import Locked
+from gpuenv.lock.overlay import NOTHING, UNRESOLVED, Overlay, overlay_from_data
 from gpuenv.matrix.load import Matrix
 from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.sources import Collected
@@ -31,13 +32,14 @@ from gpuenv.project.spec import Spec
 from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
 from gpuenv.resolution.verdicts import Resolution
 
-LOCK_VERSION = 1
+LOCK_VERSION = 2  # 2: the overlay; no project name (a clone's folder never matters)
 HEADER = """\
 # gpuenv.lock: written by gpuenv; do not edit by hand.
 # Commit this file: it pins the exact image and versions that every teammate, CI job
 # and cluster node will use. `gpuenv lock` updates it after gpuenv.yaml changes,
 # `gpuenv lock --upgrade` moves to the newest image that fits, and
-# `gpuenv lock --check` (for CI) fails when gpuenv.yaml no longer matches it.
+# `gpuenv lock --check` (for CI) fails when gpuenv.yaml or a requirements file no longer
+# matches it. `overlay` pins every Python package a build installs on the image.
 """
 
 
@@ -53,7 +55,7 @@ class Lock:
     resolved: dict[str, Any]
     requires: dict[str, Any]
     resolved_for: dict[str, Any]
-    project: str
+    overlay: Overlay = UNRESOLVED
     gpuenv_version: str = __version__
     lock_version: int = LOCK_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
@@ -73,7 +75,6 @@ class Lock:
         return {
             "lock_version": self.lock_version,
             "gpuenv_version": self.gpuenv_version,
-            "project": self.project,
             "spec_hash": self.spec_hash,
             "requirements": dict(sorted(self.requirements.items())),
             "matrix_version": self.matrix_version,
@@ -81,6 +82,7 @@ class Lock:
             "resolved": self.resolved,
             "requires": self.requires,
             "resolved_for": self.resolved_for,
+            "overlay": self.overlay.to_data(),
             **self.extra,
         }
 
@@ -106,7 +108,7 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
         matrix_version=matrix_version,
         image=row.image,
         digest=digest,
-        project=spec.name,
+        overlay=UNRESOLVED if spec.requirements or spec.packages else NOTHING,
         resolved={
             "framework": row.framework,
             "framework_version": row.framework_version,
@@ -187,6 +189,7 @@ _LOCK_SECTIONS = frozenset(
         "resolved",
         "requires",
         "resolved_for",
+        "overlay",
         INTEGRITY_KEY,
     }
 )
@@ -208,7 +211,7 @@ def read_lock(path: str) -> Lock:
         resolved=_need(data, "resolved", dict, where),
         requires=_need(data, "requires", dict, where),
         resolved_for=_need(data, "resolved_for", dict, where),
-        project=_need(data, "project", str, where),
+        overlay=overlay_from_data(data.get("overlay"), where),
         gpuenv_version=str(data.get("gpuenv_version", "")),
         lock_version=version,
         extra={k: v for k, v in data.items() if k not in _LOCK_SECTIONS},
@@ -288,6 +291,19 @@ def lock_differences(lock: Lock, spec: Spec, current: Mapping[str, str] | None =
             out.append(f"requirements file {name} is no longer used")
         elif current[name] != lock.requirements[name]:
             out.append(f"requirements file {name} changed")
+    return out
+
+
+def overlay_differences(lock: Lock, current: Mapping[str, str]) -> list[str]:
+    """Why the lock's overlay (the Python packages on the image) is not the one the
+    dependency files ask for now; empty when it is."""
+    overlay = lock.overlay
+    if not overlay.resolved:
+        return [f"the Python packages on the image are not locked: {overlay.note}"]
+    out = []
+    for name in sorted(set(current) | set(overlay.sources)):
+        if current.get(name) != overlay.sources.get(name):
+            out.append(f"{name} changed since the Python packages were locked")
     return out
 
 

@@ -115,6 +115,7 @@ class InstallPlan:
     flags: tuple[Flag, ...]
     files: tuple[str, ...] = ()  # the project files it was read from (relative paths)
     framework: str = "none"
+    require_hashes: tuple[str, ...] = ()  # where --require-hashes was said
 
     @property
     def empty(self) -> bool:
@@ -199,6 +200,7 @@ def plan_install(
         flags=tuple(collected.flags),
         files=tuple(collected.files),
         framework=framework,
+        require_hashes=tuple(collected.require_hashes),
     )
 
 

@@ -24,6 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from gpuenv.common.files import NotAFile
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
+    FRAMEWORK_OR_COUPLED,
     FRAMEWORK_PACKAGES,
     framework_index,
     normalize,
@@ -393,7 +394,9 @@ def read_uv_lock(
                 pinned.add(key)
                 _uv_pin(target, relative, into)
             state = (key, tuple(normalize(e) for e in edge.get("extra", []) or []))
-            if state not in visited:
+            # A framework's own dependencies (PyPI torch's nvidia-*-cu12 wheels, triton)
+            # come with NVIDIA's build in the image: never followed.
+            if state not in visited and key[0] not in FRAMEWORK_OR_COUPLED:
                 visited.add(state)
                 queue.append((target, state[1]))
 
@@ -444,7 +447,12 @@ def _uv_pin(package: dict[str, Any], relative: str, into: Collected) -> None:
         text = f"{name}=={version}"
     else:
         text = name
+    hashes = tuple(
+        str(item["hash"]).removeprefix("sha256:")
+        for item in [*(package.get("wheels") or []), package.get("sdist") or {}]
+        if isinstance(item, dict) and str(item.get("hash", "")).startswith("sha256:")
+    )
     try:
-        into.dependencies.append(Dependency(Requirement(text), where))
+        into.dependencies.append(Dependency(Requirement(text), where, hashes=hashes))
     except InvalidRequirement:
         into.flag(where, f"'{text}' is not a requirement pip can read: not installed")

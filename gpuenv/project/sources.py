@@ -63,6 +63,7 @@ class Dependency:
     requirement: Requirement
     where: str  # "requirements.txt:3"
     constraint: bool = False  # from a -c file: limits versions, installs nothing
+    hashes: tuple[str, ...] = ()  # the sha256 values the project allows (--hash, uv.lock)
 
     @property
     def name(self) -> str:
@@ -108,6 +109,7 @@ class Collected:
     files: list[str] = field(default_factory=list)  # relative paths, in reading order
     problems: list[Problem] = field(default_factory=list)
     conda: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (version, where)
+    require_hashes: list[str] = field(default_factory=list)  # where --require-hashes was said
     cpu_index_files: set[str] = field(default_factory=set)  # files naming a CPU wheel index
 
     def problem(self, file: str, line: int | None, message: str) -> None:
@@ -154,6 +156,25 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     if pending.strip():
         out.append((start, pending.strip()))
     return out
+
+
+_HASH = re.compile(r"--hash[= ]\s*(\S+)")
+
+
+def line_hashes(line: str) -> tuple[tuple[str, ...], list[str]]:
+    """The sha256 values of a line's ``--hash`` options, and those gpuenv cannot check.
+
+    >>> line_hashes("six==1.16.0 --hash=sha256:" + "a" * 64 + " --hash=md5:00")[1]
+    ['md5:00']
+    """
+    good, bad = [], []
+    for value in _HASH.findall(line):
+        algorithm, _, digest = value.partition(":")
+        if algorithm == "sha256" and re.fullmatch(r"[0-9a-f]{64}", digest):
+            good.append(digest)
+        else:
+            bad.append(value)
+    return tuple(good), bad
 
 
 def parse_requirement(text: str) -> Requirement:
@@ -232,7 +253,14 @@ def _read(
             first = str(exc).splitlines()[0]
             into.problem(relative, number, f"'{line}' is not a valid requirement: {first}")
             continue
-        into.dependencies.append(Dependency(requirement, where, constraint=constraint))
+        hashes, wrong = line_hashes(line)
+        for text in wrong:
+            into.problem(
+                relative,
+                number,
+                f"--hash={text}: gpuenv checks sha256 hashes (sha256:<64 hex digits>)",
+            )
+        into.dependencies.append(Dependency(requirement, where, constraint, hashes))
 
 
 def _is_local_path(line: str) -> bool:
@@ -266,6 +294,10 @@ def read_option(
         _index_option(relative, number, name, value, into)
     elif name in ("-e", "--editable"):
         _editable(relative, number, value, into, constraint=constraint)
+    elif name == "--require-hashes":
+        # Every requirement must then carry its hashes (pip's rule); gpuenv checks each
+        # file it locks against them, and builds always require the lock's hashes.
+        into.require_hashes.append(f"{relative}:{number}")
     elif name in _KEPT_OPTIONS:
         into.options.append(f"{name}={value}" if value else name)
     else:

@@ -199,8 +199,9 @@ class Spec:
     def digest(self) -> str:
         """A hash of the spec's meaning for the lock: reformatting or comments do not
         change it, nor does how the build installs (`installer`), which the lock does
-        not decide."""
-        meaning = {k: v for k, v in self.to_data().items() if k != "installer"}
+        not decide, nor the project's name (by default the folder's: a clone into
+        another folder must find its lock current)."""
+        meaning = {k: v for k, v in self.to_data().items() if k not in ("installer", "name")}
         blob = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
 
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()

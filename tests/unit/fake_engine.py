@@ -3,7 +3,10 @@ records every call, and plays back scripted answers (exit codes, refusals)."""
 
 from __future__ import annotations
 
+import io
+import json
 import socket
+import tarfile
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +15,15 @@ from gpuenv.engine.protocol import BuildCache, Event, Frame, ImageInfo
 from gpuenv.errors import EngineRefused
 
 DIGEST = "sha256:" + "ab" * 32
+
+
+def _tar(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 @dataclass
@@ -38,6 +50,12 @@ class FakeEngine:
     committed: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # tag, config
     uploaded: dict[str, bytes] = field(default_factory=dict)  # container -> tar
     caches: list[BuildCache] | None = field(default_factory=list)  # None: cannot list (Podman)
+    # What install.py --resolve reports in a resolver container (gpuenv.images.resolver):
+    # by default nothing to install on a base of no Python distributions.
+    resolver_report: dict[str, Any] = field(
+        default_factory=lambda: {"packages": [], "inventory": {"count": 0, "digest": "sha256:0"}}
+    )
+    resolver_files: list[bytes] = field(default_factory=list)  # the tar each resolver got
 
     endpoint = "unix:///fake/docker.sock"
 
@@ -122,6 +140,9 @@ class FakeEngine:
         if (config.get("Labels") or {}).get("io.gpuenv.account"):
             self._record("account", config["Image"])
             return "account"
+        if (config.get("Labels") or {}).get("io.gpuenv.resolver"):
+            self._record("resolver", config["Image"])
+            return "resolver"
         self.created.append(dict(config))
         container = f"c{len(self.created)}"
         self.alive.add(container)
@@ -130,6 +151,8 @@ class FakeEngine:
         return container
 
     def start(self, container: str) -> None:
+        if container == "resolver":  # the resolver's calls are recorded as one: "resolver"
+            return
         self._record("start", container)
         if self.refuse_start:
             raise EngineRefused(500, self.refuse_start.pop(0))
@@ -142,6 +165,8 @@ class FakeEngine:
         self._record("stop", container, timeout)
 
     def remove(self, container: str) -> None:
+        if container == "resolver":
+            return
         self._record("remove", container)
         self.alive.discard(container)
         self.running.discard(container)
@@ -167,6 +192,8 @@ class FakeEngine:
         }
 
     def wait(self, container: str) -> int:
+        if container == "resolver":
+            return 0
         self._record("wait", container)
         self.running.discard(container)
         return self.exit_code
@@ -175,10 +202,15 @@ class FakeEngine:
         self._record("resize", container)
 
     def get_archive(self, container: str, path: str) -> bytes | None:
+        if container == "resolver":
+            return _tar(path.rsplit("/", 1)[-1], json.dumps(self.resolver_report).encode())
         self._record("get_archive", container, path)
         return self.files.get(path)
 
     def put_archive(self, container: str, path: str, tar: bytes) -> None:
+        if container == "resolver":
+            self.resolver_files.append(tar)
+            return
         self._record("put_archive", container, path)
         self.uploaded[container] = tar
 
@@ -202,6 +234,24 @@ class FakeEngine:
         return ours, b""
 
     def logs(self, container: str, *, follow: bool, tail: str = "all") -> Iterator[Frame]:
+        if container == "resolver":
+            return
         self._record("logs", container, follow, tail)
         if self.output:
             yield 1, self.output
+
+
+class _NoView:
+    def pull_started(self, reference: str) -> None: ...
+    def pull_event(self, progress: object) -> None: ...
+    def pull_finished(self, progress: object) -> None: ...
+
+
+def lock_packages(directory: str, engine: FakeEngine | None = None) -> None:
+    """Resolve the Python packages of the project in `directory` as `gpuenv lock` does,
+    with a fake engine's resolver (nothing to install, by default): for tests about what
+    comes after the lock."""
+    from gpuenv.app.overlay import lock_overlay
+    from gpuenv.lock.project import load_project
+
+    lock_overlay(load_project(directory, "update"), engine or FakeEngine(), _NoView())

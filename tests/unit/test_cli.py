@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 
 from gpuenv.cli import main
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
+from tests.unit.fake_engine import lock_packages
 
 from ..conftest import reseal
 
@@ -42,6 +43,12 @@ def test_init_writes_spec_and_lock(project: Path) -> None:
     assert "found requirements.txt:1: torch==2.4.0" in result.stderr
     assert 'version: "2.4"' in (project / "gpuenv.yaml").read_text()
     assert "reference: nvcr.io/nvidia/pytorch:24.06-py3" in (project / "gpuenv.lock").read_text()
+    # No engine here: the Python packages are not locked yet, and --check says so.
+    assert "resolved: false" in (project / "gpuenv.lock").read_text()
+    checked = run(project, "lock", "--check")
+    assert checked.exit_code == 5
+    assert "the Python packages on the image are not locked" in checked.stderr
+    lock_packages(str(project))
     assert run(project, "lock", "--check").exit_code == 0
 
 
@@ -160,6 +167,7 @@ def test_debug_shows_traceback(project: Path) -> None:
 
 def test_lock_check_and_update_cycle(project: Path) -> None:
     assert run(project, "init", *RTX4090_OK).exit_code == 0
+    lock_packages(str(project))
     spec = project / "gpuenv.yaml"
     lock = project / "gpuenv.lock"
     digest = "sha256:" + "ab" * 32
@@ -211,6 +219,7 @@ def test_damaged_lock_is_rewritten(project: Path) -> None:
     result = run(project, "lock", *RTX4090_OK)
     assert result.exit_code == 0
     assert "is damaged" in result.stderr
+    lock_packages(str(project))
     assert run(project, "lock", "--check").exit_code == 0
 
 

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.cli import main
+from tests.unit.fake_engine import lock_packages
 
 
 def resolve(*args: str) -> dict[str, object]:
@@ -112,6 +113,7 @@ def test_init_writes_strict_driver_and_locks_by_it(
     assert result.exit_code == 0, result.output
     assert written in (tmp_path / "gpuenv.yaml").read_text()
     assert f"nvcr.io/nvidia/{image}" in (tmp_path / "gpuenv.lock").read_text()
+    lock_packages(str(tmp_path))
     assert CliRunner().invoke(main, ["-C", str(tmp_path), "lock", "--check"]).exit_code == 0
 
 

@@ -3,6 +3,7 @@ what `gpuenv check` says; and the "Why" list of issue 12 (items 1-3), replayed."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -251,10 +252,14 @@ def test_install_script_leaves_pins_to_the_image_and_explains_a_conflict(tmp_pat
     (folder / "image.tsv").write_text("torchvision\t==0.20.1\trequirements.txt:2\t0.20\n")
     (folder / "install.txt").write_text("numpy==2.1.0  # requirements.txt:3\n")
     script = REPO / "images" / "ngc" / "files" / "install.py"
+    report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, str(script), str(folder)], capture_output=True, text=True, env=env
+        [sys.executable, str(script), str(folder), "--resolve", str(report)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
-    assert done.returncode == 3
+    assert done.returncode == 3 and not report.exists()
     assert (
         "torchvision==0.20.1 (requirements.txt:2): left to the image (torchvision 0.20.0a0+nv)"
         in (done.stdout)
@@ -421,19 +426,45 @@ def test_install_script_holds_companions_and_builds_compiled_packages_late(tmp_p
     fake_pip.mkdir(parents=True)
     (fake_pip / "__init__.py").write_text("")
     log = tmp_path / "pip.log"
+    # A pip that logs what it is asked and reports one package for each request.
     (fake_pip / "__main__.py").write_text(
-        f"import sys\nopen({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "import json, sys\n"
+        f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        "report = sys.argv[sys.argv.index('--report') + 1]\n"
+        "name = sys.argv[-1].split('=')[0] if '-r' not in sys.argv else 'six'\n"
+        "item = {'metadata': {'name': name, 'version': '1.0'}, 'requested': True,\n"
+        "        'download_info': {'url': 'https://idx/' + name + '-1.0-py3-none-any.whl',\n"
+        "                          'archive_info': {'hashes': {'sha256': 'ab' * 32}}}}\n"
+        "json.dump({'install': [item]}, open(report, 'w'))\n"
     )
     env["PYTHONPATH"] = f"{tmp_path / 'fakepip'}:{env['PYTHONPATH']}"
     script = REPO / "images" / "ngc" / "files" / "install.py"
+    out = tmp_path / "resolved.json"
     done = subprocess.run(
-        [sys.executable, str(script), str(folder)], capture_output=True, text=True, env=env
+        [sys.executable, str(script), str(folder), "--resolve", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     keep = folder / "keep.txt"
     assert keep.read_text() == "torch==2.5.0a0+nv\n"
-    assert log.read_text().splitlines() == [
-        f"install -c {keep} -r {folder / 'install.txt'}",
-        "install --no-deps torchaudio==2.5.*",
-        f"install --no-build-isolation --no-index -c {keep} flash-attn==2.7.4",
+    chosen = folder / "chosen.txt"
+    asked = [
+        " ".join(w for w in line.split() if "report-" not in w)
+        for line in log.read_text().splitlines()
     ]
+    assert asked == [
+        f"install --dry-run --quiet --report -c {keep} -r {folder / 'install.txt'}",
+        "install --dry-run --quiet --report --no-deps --no-index torchaudio==2.5.*",
+        f"install --dry-run --quiet --report --no-build-isolation --no-index -c {keep} "
+        f"-c {chosen} flash-attn==2.7.4",
+    ]
+    report = json.loads(out.read_text())
+    assert [(p["name"], p["group"]) for p in report["packages"]] == [
+        ("flash-attn", "late"),
+        ("six", "install"),
+        ("torchaudio", "companion"),
+    ]
+    assert report["inventory"]["digest"].startswith("sha256:")
+    assert report["where"]["six"] == "requirements.txt:1"

@@ -15,6 +15,7 @@ from gpuenv.cli import main
 from gpuenv.cluster.manifests import env_secret
 from gpuenv.cluster.submit import exported_environment
 from gpuenv.project.validate import load_spec
+from tests.unit.fake_engine import lock_packages
 
 from ..conftest import reseal
 from .test_cluster import spec
@@ -32,6 +33,7 @@ def pushed_project(tmp_path: Path) -> Path:
     spec_file = tmp_path / "gpuenv.yaml"
     spec_file.write_text(spec_file.read_text().replace("env: {}", "env:\n  LOG_LEVEL: info"))
     assert run(tmp_path, "lock", "--driver", "550.54.15", "--gpu", "RTX 4090").exit_code == 0
+    lock_packages(str(tmp_path))
     lock = tmp_path / "gpuenv.lock"
     digest = "c" * 64
     lock.write_text(

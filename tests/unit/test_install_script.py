@@ -116,7 +116,7 @@ def test_pip_failing_ends_the_step_with_that_line(tmp_path: Path) -> None:
         "--no-index\nno-such-package-gpuenv  # requirements.txt:3\n"
     )
     done = subprocess.run(
-        [sys.executable, str(INSTALL_SCRIPT), str(folder)],
+        [sys.executable, str(INSTALL_SCRIPT), str(folder), "--resolve", str(tmp_path / "r.json")],
         capture_output=True,
         text=True,
         env={**os.environ, "PIP_CONSTRAINT": ""},

@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from gpuenv.cli import COMMANDS, main
 from gpuenv.errors import EXIT_CODES
+from tests.unit.fake_engine import lock_packages
 
 from ..conftest import reseal
 from ..jsonschemas import names, schema, validate, validate_output
@@ -35,6 +36,7 @@ def project(tmp_path: Path) -> Path:
 @pytest.fixture
 def locked(project: Path) -> Path:
     assert run(project, "init", *RTX4090).exit_code == 0
+    lock_packages(str(project))
     return project
 
 

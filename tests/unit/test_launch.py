@@ -17,7 +17,7 @@ from gpuenv.project.overrides import Overrides
 from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.run.container import Identity
 from gpuenv.sharing.claims import ClaimStore
-from tests.unit.fake_engine import FakeEngine
+from tests.unit.fake_engine import FakeEngine, lock_packages
 
 NO_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
 HOST = Host(
@@ -34,6 +34,7 @@ def project(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "requirements.txt").write_text("torch==2.3.1\n")
     init_project(str(folder), Overrides(), HostPlan("550.54.15", ("H100 80GB HBM3",)))
+    lock_packages(str(folder))
     return folder
 
 

@@ -61,7 +61,6 @@ def test_round_trip(project: Path, matrix: Matrix) -> None:
     assert keys == [
         "lock_version",
         "gpuenv_version",
-        "project",
         "spec_hash",
         "requirements",
         "matrix_version",
@@ -69,8 +68,23 @@ def test_round_trip(project: Path, matrix: Matrix) -> None:
         "resolved",
         "requires",
         "resolved_for",
+        "overlay",
         "integrity",
     ]
+    assert not lock.overlay.resolved  # written without an engine: the packages come later
+
+
+def test_a_clone_in_another_folder_finds_its_lock_current(project: Path, matrix: Matrix) -> None:
+    """The project's default name is its folder's: `git clone URL my-copy` must not make
+    the lock stale."""
+    import shutil
+
+    path = locked(project, matrix)
+    clone = project.parent / "my-copy"
+    shutil.copytree(project, clone)
+    assert load_spec(str(clone)).name != load_spec(str(project)).name
+    lock = read_lock(str(clone / path.name))
+    assert lock_differences(lock, load_spec(str(clone))) == []
 
 
 def test_up_to_date(project: Path, matrix: Matrix) -> None:

@@ -19,6 +19,7 @@ from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant
 from tests.jsonschemas import validate_output
 from tests.scripted_nvml import ScriptedNvml, gpu, mig, mig_gpu, mig_uuid, scenario
+from tests.unit.fake_engine import lock_packages
 from tests.unit.test_cluster import IMAGE, spec
 from tests.unit.test_mig import M00, M01, M02, mig_host
 
@@ -183,6 +184,7 @@ def pushed_project(folder: Path, gpus: str) -> None:
     spec_file.write_text(spec_file.read_text().replace('\ngpus: "all"', f"\ngpus: {gpus}"))
     assert f"gpus: {gpus}" in spec_file.read_text()
     assert cli(folder, "lock", "--driver", "550.54.15", "--gpu", "A100").exit_code == 0
+    lock_packages(str(folder))
     lock = folder / "gpuenv.lock"
     lock.write_text(
         lock.read_text() + f"pushed:\n  reference: r/x:1\n  digest: {DIGEST}\n"

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from gpuenv.engine.protocol import Builder
 from gpuenv.images.context import project_files
 from gpuenv.images.render import UV_VERSION, label_value, plan_build
 from gpuenv.lock.lockfile import lock_from_resolution
+from gpuenv.lock.overlay import Overlay, overlay_from_report
 from gpuenv.matrix.load import Matrix
 from gpuenv.project.validate import load_spec
 from gpuenv.resolution.resolve import resolve
@@ -20,6 +23,28 @@ from ..conftest import make_host
 
 DIGEST = "sha256:" + "ab" * 32
 MIRROR_REPO = "127.0.0.1:5000/nvidia/pytorch"
+INDEX = "https://pypi.example/simple/"
+LOCKED = ("numpy", "einops", "rich")
+
+
+def overlay(*names: str, version: str = "1.0") -> Overlay:
+    """An overlay as the resolver reports it: each package at `version`, its sha256 made
+    from its name."""
+    report = {
+        "inventory": {"count": 3, "digest": "sha256:" + "0" * 64},
+        "packages": [
+            {
+                "name": name,
+                "version": version,
+                "sha256": hashlib.sha256(f"{name}-{version}".encode()).hexdigest(),
+                "url": f"https://pypi.example/files/{name}-{version}-py3-none-any.whl",
+            }
+            for name in names
+        ],
+    }
+    found, refused = overlay_from_report(report, [f"--index-url={INDEX}"], {})
+    assert not refused
+    return found
 
 
 @pytest.fixture
@@ -43,6 +68,7 @@ def planned(
     repo: str = MIRROR_REPO,
     builder: Builder = "buildkit",
     owner: int = 1000,
+    names: tuple[str, ...] = LOCKED,
 ):
     spec = load_spec(str(project))
     lock = lock_from_resolution(
@@ -50,6 +76,7 @@ def planned(
         matrix.version,
         digest,
     )
+    lock = replace(lock, overlay=overlay(*names))
     return plan_build(
         spec,
         lock,
@@ -83,15 +110,18 @@ def test_layer_order_and_pinning(project: Path, matrix: Matrix) -> None:
     assert (
         '"/usr/local/lib/gpuenv/pip-install.sh", "/tmp/gpuenv/requirements", "--cached", "--uv"]'
     ) in text
-    # What the project asks for reaches pip as data (install.txt), never a shell or the
-    # Dockerfile; each line says where it was written.
+    # What a build installs is the lock's overlay, as data (overlay.txt), each file by
+    # its hash; never the requirement text, a shell or the Dockerfile.
     files = {f.name: f.content().decode() for f in plan.files if f.name.startswith("req")}
-    assert files["requirements/install.txt"].splitlines() == [
-        "numpy  # requirements.txt:1",
-        "einops  # extra/dev.txt:1",
-        "rich>=13  # gpuenv.yaml packages",
-        'x; python_version < "3.13"  # gpuenv.yaml packages',
+    assert [
+        line.split(" --hash=")[0] for line in files["requirements/overlay.txt"].splitlines()
+    ] == [
+        "einops==1.0",
+        "numpy==1.0",
+        "rich==1.0",
     ]
+    assert all(" --hash=sha256:" in line for line in files["requirements/overlay.txt"].splitlines())
+    assert files["requirements/options.txt"] == f"--index-url={INDEX}\n"
     assert "x; python_version" not in text
 
 
@@ -137,12 +167,9 @@ def test_dependency_downloads_go_to_the_builders_caches_of_the_user(
 def test_the_uv_stage_installs_the_pinned_uv_from_the_projects_index(
     project: Path, matrix: Matrix
 ) -> None:
-    (project / "requirements.txt").write_text(
-        "--index-url http://127.0.0.1:8099/simple/\nnumpy\n-r extra/dev.txt\n"
-    )
     files = {f.name: f.content().decode() for f in planned(project, matrix).files}
     assert files["requirements/uv.txt"].splitlines() == [
-        "--index-url=http://127.0.0.1:8099/simple/",
+        f"--index-url={INDEX}",
         f"uv=={UV_VERSION}",
     ]
 
@@ -191,12 +218,15 @@ def test_tag_is_content_addressed(project: Path, matrix: Matrix) -> None:
     spec = project / "gpuenv.yaml"
     spec.write_text("# note\n" + spec.read_text() + "gpus: 2\n")
     assert planned(project, matrix).tag == plan.tag
-    # An included requirements file, the base digest or baking do.
-    (project / "extra" / "dev.txt").write_text("einops==0.8\n")
-    changed = planned(project, matrix)
+    # Nor does the requirement text (one tag is one locked set, on every machine)...
+    (project / "extra" / "dev.txt").write_text("einops  # a comment\n")
+    assert planned(project, matrix).tag == plan.tag
+    # ... but the locked set, the base digest or baking do.
+    changed = planned(project, matrix, names=(*LOCKED, "tqdm"))
     assert changed.tag != plan.tag
-    assert planned(project, matrix, digest="sha256:" + "cd" * 32).tag != changed.tag
-    assert planned(project, matrix, bake=True).tag != changed.tag
+    assert planned(project, matrix, names=("numpy",)).tag not in (plan.tag, changed.tag)
+    assert planned(project, matrix, digest="sha256:" + "cd" * 32).tag != plan.tag
+    assert planned(project, matrix, bake=True).tag != plan.tag
 
 
 def test_code_changes_only_affect_baked_images(project: Path, matrix: Matrix) -> None:
@@ -218,10 +248,10 @@ def test_context_holds_only_what_is_needed(project: Path, matrix: Matrix) -> Non
             "gpuenv/install.py",
             "gpuenv/pip-install.sh",
             "requirements/uv.txt",
-            "requirements/constraints.txt",
-            "requirements/image.tsv",
-            "requirements/install.txt",
-            "requirements/late.txt",
+            "requirements/base.txt",
+            "requirements/options.txt",
+            "requirements/overlay.txt",
+            "requirements/overlay-late.txt",
         ]
     )
 
@@ -279,19 +309,27 @@ def test_label_values_are_escaped(value: str, expected: str) -> None:
     assert label_value(value) == expected
 
 
-def test_framework_pins_are_left_to_the_image(project: Path, matrix: Matrix) -> None:
-    (project / "requirements.txt").write_text(
-        "numpy\nTorch==2.4.0 ; python_version > '3'\ntorchvision\n-r extra/dev.txt\n"
+def test_no_package_to_install_is_no_install_step(project: Path, matrix: Matrix) -> None:
+    """Everything the requirements ask for is in the image: the overlay is empty, and the
+    image is the base with its apt packages."""
+    plan = planned(project, matrix, names=())
+    assert "pip-install.sh" not in plan.dockerfile
+    assert not [f for f in plan.files if f.name.startswith("requirements/")]
+
+
+def test_an_unresolved_overlay_is_not_built(project: Path, matrix: Matrix) -> None:
+    from gpuenv.errors import LockError
+    from gpuenv.lock.overlay import UNRESOLVED
+
+    spec = load_spec(str(project))
+    lock = lock_from_resolution(
+        resolve(spec, matrix, make_host("550.54.15", "NVIDIA GeForce RTX 4090")),
+        matrix.version,
+        DIGEST,
     )
-    plan = planned(project, matrix)
-    assert "# requirements.txt:2: torch (==2.4.0) left to the image's own build" in plan.dockerfile
-    files = {f.name: f.content().decode() for f in plan.files}
-    assert files["requirements/image.tsv"].splitlines() == [
-        "torch\t==2.4.0\trequirements.txt:2\t",
-        # an unpinned companion is held to the build for the image's torch (2.4 -> 0.19)
-        "torchvision\t\trequirements.txt:3\t0.19",
-    ]
-    assert "torch" not in files["requirements/install.txt"]
+    assert lock.overlay == UNRESOLVED
+    with pytest.raises(LockError, match="has not resolved the Python packages yet"):
+        plan_build(spec, lock, pull_repository=MIRROR_REPO)
 
 
 def test_requirements_files_decide_rebuilds(project: Path, matrix: Matrix) -> None:

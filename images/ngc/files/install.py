@@ -1,40 +1,58 @@
-"""Installs a project's Python dependencies into an NGC image, as gpuenv planned them.
+"""Resolves a project's Python dependencies against an NGC image, and installs exactly
+what gpuenv.lock then pins.
 
-Run by the image's own python3 at build time (so it needs nothing but pip). It reads the
-files gpuenv wrote into FOLDER:
+Run by the image's own python3 (so it needs nothing but pip), in two modes:
+
+  install.py FOLDER --resolve OUT    at `gpuenv lock` (or the first build), in a container
+                                     of the pinned base: checks every pin against the image,
+                                     then asks pip what it would install (`pip install
+                                     --dry-run --report`, which resolves against the image's
+                                     installed distributions and honours its constraint
+                                     files) and writes that, with the image's inventory, to
+                                     OUT as JSON. Nothing is installed.
+  install.py FOLDER --locked [--cached] [--uv UV]
+                                     at build time: checks the base is the one the lock was
+                                     resolved against, then installs the locked files with
+                                     hashes required and no dependency resolution.
+
+--resolve reads the files gpuenv wrote into FOLDER:
 
   image.tsv        packages the image provides: NAME, the project's specifier, where the
                    pin was written, and the series to install when the image lacks it
-  install.txt      requirements pip installs (pip options first)
-  late.txt         requirements that compile against the image's torch: installed last,
-                   without build isolation (unless the image ships them)
+  install.txt      requirements to resolve (pip options first)
+  late.txt         requirements that compile against the image's torch: resolved (and
+                   installed) without build isolation, unless the image ships them
   constraints.txt  the project's own -c constraints
+  prefer.txt       the versions the lock had (kept unless an edit or an upgrade moves them)
 
 and checks, before pip runs, every pin against what the image has: the versions of its
 installed distributions and the pins of its pip constraint files (PIP_CONSTRAINT, e.g. NGC
 PyTorch's /etc/pip/constraint.txt). A conflict is printed as one line, starting with
 "gpuenv: conflict:", naming the package, the project's pin and the image's version, and
-the build stops. NVIDIA's builds match a pin "in the NGC sense": an exact pin ==X.Y.Z is
+it stops. NVIDIA's builds match a pin "in the NGC sense": an exact pin ==X.Y.Z is
 satisfied by any build of the X.Y series (0.20.0a0+afc54f7 for ==0.20.1), any other
 specifier by the release the build precedes. This mirrors gpuenv.project.packages
 (ngc_satisfies); tests/unit/test_ngc_pins.py holds the two to the same table.
 
-    install.py FOLDER [--cached] [--uv UV]
-
-The installer is uv (`uv pip install --system`) when UV runs in this image, else pip.
-Both get the same constraints, explicitly: the image's framework builds as installed
-(keep.txt), the image's pip constraint files (PIP_CONSTRAINT, which uv does not read)
-and the project's own. With --cached their download caches are cache mounts that outlive
-the build (never in the image; pip-install.sh passes it only for a cache that is this
-build's user's alone, cache-ours.sh); without, neither keeps a cache. When a requirement cannot be installed, the last
-line is "gpuenv: failed: NAME (FILE:LINE): the installer's reason".
+--locked reads base.txt (the count and digest of the base's distributions the lock
+recorded), options.txt (index options, one a line), overlay.txt and overlay-late.txt
+(`NAME==VERSION --hash=sha256:HEX` lines). The installer is uv (`uv pip install
+--system`) when UV runs in this image, else pip; both with --no-deps and --require-hashes.
+With --cached their download caches are cache mounts that outlive the build (never in the
+image; pip-install.sh passes it only for a cache that is this build's user's alone,
+cache-ours.sh). A file whose bytes differ from the lock ends with the line "gpuenv: hash
+mismatch: NAME==VERSION: the lock has sha256:X, the index served sha256:Y"; any other
+failure with "gpuenv: failed: NAME (FILE:LINE): the installer's reason".
 """
 
 import argparse
+import hashlib
+import json
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 from importlib import metadata
 
 try:
@@ -127,8 +145,10 @@ PIP_OPTIONS_FOR_UV = {
 
 class Installer:
     """pip or uv, run the same way for each call: the image's own python3, its system
-    site-packages (NVIDIA's builds are there), the constraints given. `where` names the
-    file and line of each requirement, for the message when one cannot be installed."""
+    site-packages (NVIDIA's builds are there). Installing the lock, nothing is resolved,
+    so the image's constraint files are not read (the lock already honours them).
+    `where` names the file and line of each requirement, for the message when one
+    cannot be installed."""
 
     def __init__(self, uv, cached, where=None):
         self.uv = uv
@@ -138,30 +158,27 @@ class Installer:
     def install(self, *args):
         if self.uv:
             command = [self.uv, "pip", "install", "--system", "--break-system-packages",
-                       "--python", sys.executable, *_image_constraints(), *_uv_args(args)]
+                       "--python", sys.executable, *_uv_args(args)]
             env = dict(os.environ, UV_LINK_MODE="copy", UV_PYTHON_DOWNLOADS="never",
                        UV_NO_PROGRESS="1")
             env.pop("UV_TORCH_BACKEND", None)  # never pick torch builds for the build host
+            env.pop("UV_CONSTRAINT", None)
             if not self.cached:
                 env["UV_NO_CACHE"] = "1"
         else:
             command = [sys.executable, "-m", "pip", "install", *args]
-            env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1",
-                       PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_ROOT_USER_ACTION="ignore",
-                       PIP_NO_INPUT="1")
-            if not self.cached:
-                env["PIP_NO_CACHE_DIR"] = "1"
+            env = pip_environment(self.cached)
+        env["PIP_CONSTRAINT"] = ""
         name = "uv pip" if self.uv else "pip"
         print(f"gpuenv: {name} install " + " ".join(args), flush=True)
-        tail = []
-        with subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace") as child:
-            for line in child.stdout:
-                print(line, end="", flush=True)
-                tail = (tail + [line.rstrip()])[-40:]
-        if child.returncode:
-            print(f"gpuenv: failed: {self.explain(tail)}", flush=True)
-            sys.exit(child.returncode)
+        code, tail = run_logged(command, env)
+        if code:
+            mismatch = hash_mismatch(tail)
+            if mismatch:
+                print(f"gpuenv: hash mismatch: {mismatch}", flush=True)
+            else:
+                print(f"gpuenv: failed: {self.explain(tail)}", flush=True)
+            sys.exit(code)
 
     def explain(self, tail):
         """The installer's own reason in one line, with the file and line of the
@@ -182,18 +199,54 @@ class Installer:
             return f"{name} ({self.where[name]}): {reason}"
         return reason
 
-    def install_file(self, path, *constraints):
-        """A requirements file's packages: pip reads its options (the index) itself; uv
-        gets them on its command line, as it spells them."""
-        if not self.uv:
-            self.install(*constraints, "-r", path)
-            return
-        given = lines(os.path.dirname(path), os.path.basename(path))
-        listed = path + ".uv"
-        with open(listed, "w", encoding="utf-8") as handle:
-            handle.writelines(f"{line}\n" for line in given if not line.startswith("-"))
-        index = [line for line in given if line.startswith("-")]
-        self.install(*index, *constraints, "-r", listed)
+
+def pip_environment(cached):
+    env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_ROOT_USER_ACTION="ignore", PIP_NO_INPUT="1")
+    if not cached:
+        env["PIP_NO_CACHE_DIR"] = "1"
+    return env
+
+
+def run_logged(command, env):
+    """Runs COMMAND, its output passed on line by line; (exit status, its last 40 lines)."""
+    tail = []
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace") as child:
+        for line in child.stdout:
+            print(line, end="", flush=True)
+            tail = (tail + [line.rstrip()])[-40:]
+    return child.returncode, tail
+
+
+_HEX = re.compile(r"(?:sha256[:=]?\s*)?([0-9a-f]{64})")
+
+
+def hash_mismatch(tail):
+    """`NAME==VERSION: the lock has sha256:X, the index served sha256:Y` when the
+    installer refused a file for its hash, else None. pip says `    NAME==V from URL
+    ...:` then `Expected sha256 X` and `Got Y`; uv `Hash mismatch for `NAME==V``, then
+    `Expected:` and `Computed:`, each followed by `sha256:HEX`."""
+    name, expected, got, want = None, None, None, None
+    for line in tail:
+        text = line.strip()
+        found = re.search(r"Hash mismatch for `([^`]+)`", text)
+        if found:
+            name = found.group(1)
+        elif re.match(r"^[A-Za-z0-9_.\-\[\]]+==\S+ from ", text) and text.endswith(":"):
+            name = text.split(" ", 1)[0]
+        if text.startswith("Expected"):
+            want = "expected"
+        elif text.startswith(("Got", "Computed")):
+            want = "got"
+        digest = _HEX.search(text)
+        if digest and want == "expected" and expected is None:
+            expected = digest.group(1)
+        elif digest and want == "got" and got is None:
+            got = digest.group(1)
+    if not (name and expected and got):
+        return None
+    return f"{name}: the lock has sha256:{expected}, the index served sha256:{got}"
 
 
 def _mention(text, name):
@@ -207,13 +260,6 @@ def _mention(text, name):
             return start
         start = text.find(name, start + 1)
     return -1
-
-
-def _image_constraints():
-    """pip reads PIP_CONSTRAINT (NGC PyTorch's /etc/pip/constraint.txt) itself; uv does
-    not: each file is named to it."""
-    files = os.environ.get("PIP_CONSTRAINT", "").split()
-    return [word for path in files if os.path.isfile(path) for word in ("-c", path)]
 
 
 def _uv_args(args):
@@ -244,12 +290,27 @@ def find_uv(path):
     return path
 
 
-def main(folder, options):
+def installed_distributions():
+    """{canonical name: version} of every distribution the image's Python sees."""
     installed = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         if name:
             installed.setdefault(canonicalize_name(name), dist.version)
+    return installed
+
+
+def inventory_digest(installed):
+    """(count, "sha256:HEX") of the sorted `name==version` lines: what gpuenv.lock
+    records of the base (gpuenv.lock.overlay.inventory_digest computes the same)."""
+    listed = "".join(f"{name}=={installed[name]}\n" for name in sorted(installed))
+    return len(installed), "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
+
+
+def check_pins(folder, installed):
+    """The pins checked against the image (see the module docstring): the companions to
+    install without dependencies and the late requirements (those the image does not
+    ship already); exit 3 after printing every conflict."""
     pinned = constraint_pins()
     conflicts, companions = [], []
     for line in lines(folder, "image.tsv"):
@@ -294,36 +355,179 @@ def main(folder, options):
         for text in conflicts:
             print(f"gpuenv: conflict: {text}", flush=True)
         sys.exit(3)
-    keep = os.path.join(folder, "keep.txt")
-    with open(keep, "w", encoding="utf-8") as handle:
-        for name in KEPT:
-            if name in installed:
-                handle.write(f"{name}=={installed[name]}\n")
-    constraints = ["-c", keep] if lines(folder, "keep.txt") else []
-    if lines(folder, "constraints.txt"):
-        constraints += ["-c", os.path.join(folder, "constraints.txt")]
+    return companions, late
+
+
+def requirement_places(folder):
+    """{canonical name: "FILE:LINE"} of every requirement the project wrote."""
     where = {}
     for source in ("install.txt", "late.txt"):
         for line in lines(folder, source):
             parsed = requirement(line)
             if parsed is not None:
                 where.setdefault(canonicalize_name(parsed[0].name), parsed[1])
-    installer = Installer(find_uv(options.uv), options.cached, where)
+    return where
+
+
+def dry_run(folder, name, args, where):
+    """pip's answer to `pip install --dry-run ARGS`: the report's `install` items (what it
+    would install on top of this image, resolved against what the image has)."""
+    report = os.path.join(folder, f"report-{name}.json")
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet",
+               "--report", report, *args]
+    print("gpuenv: pip install --dry-run " + " ".join(args), flush=True)
+    code, tail = run_logged(command, pip_environment(cached=False))
+    if code:
+        print(f"gpuenv: failed: {Installer(None, False, where).explain(tail)}", flush=True)
+        sys.exit(code)
+    with open(report, encoding="utf-8") as handle:
+        return json.load(handle).get("install") or []
+
+
+def file_sha256(url):
+    """The sha256 of the file at URL (file:, http:, https:), for a file whose link
+    carried none; None when it cannot be read."""
+    try:
+        with urllib.request.urlopen(url, timeout=300) as answer:  # noqa: S310 (the index's)
+            digest = hashlib.sha256()
+            for block in iter(lambda: answer.read(1 << 20), b""):
+                digest.update(block)
+            return digest.hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
+def locked_item(item, group):
+    """What the lock keeps of one report item (PEP 610 `download_info`)."""
+    info = item.get("download_info") or {}
+    archive = info.get("archive_info")
+    out = {
+        "name": canonicalize_name(item["metadata"]["name"]),
+        "version": item["metadata"]["version"],
+        "url": info.get("url", ""),
+        "requested": bool(item.get("requested")),
+        "group": group,
+    }
+    if isinstance(archive, dict):
+        hashes = archive.get("hashes") or {}
+        sha = hashes.get("sha256")
+        if not sha and str(archive.get("hash", "")).startswith("sha256="):
+            sha = archive["hash"].split("=", 1)[1]
+        out["sha256"] = sha or file_sha256(out["url"])
+    elif "vcs_info" in info:
+        out["vcs"] = info["vcs_info"].get("vcs", "")
+        out["commit"] = info["vcs_info"].get("commit_id", "")
+    elif "dir_info" in info:
+        out["directory"] = True
+        out["editable"] = bool(info["dir_info"].get("editable"))
+    return out
+
+
+def resolve(folder, out):
+    installed = installed_distributions()
+    companions, late = check_pins(folder, installed)
+    where = requirement_places(folder)
+    keep = os.path.join(folder, "keep.txt")
+    with open(keep, "w", encoding="utf-8") as handle:
+        for name in KEPT:
+            if name in installed:
+                handle.write(f"{name}=={installed[name]}\n")
+    constraints = []
+    for name in ("keep.txt", "constraints.txt", "prefer.txt"):
+        if lines(folder, name):
+            constraints += ["-c", os.path.join(folder, name)]
     install_txt = lines(folder, "install.txt")
+    index = [line for line in install_txt if line.startswith("-")]
+    found = []
     if any(requirement(line) for line in install_txt):
-        installer.install_file(os.path.join(folder, "install.txt"), *constraints)
+        items = dry_run(folder, "install", [*constraints, "-r", os.path.join(folder, "install.txt")],
+                        where)
+        found += [locked_item(item, "install") for item in items]
     if companions:
-        installer.install("--no-deps", *companions)
+        items = dry_run(folder, "companions", ["--no-deps", *index, *companions], where)
+        found += [locked_item(item, "companion") for item in items]
     if late:
+        chosen = os.path.join(folder, "chosen.txt")
+        with open(chosen, "w", encoding="utf-8") as handle:
+            handle.writelines(f"{item['name']}=={item['version']}\n" for item in found)
+        items = dry_run(folder, "late", ["--no-build-isolation", *index, *constraints,
+                                         "-c", chosen, *late], where)
+        found += [locked_item(item, "late") for item in items]
+    packages = {}
+    for item in found:
+        packages.setdefault(item["name"], item)
+    count, digest = inventory_digest(installed)
+    constraint_files = {}
+    for path in os.environ.get("PIP_CONSTRAINT", "").split():
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                constraint_files[path] = "sha256:" + hashlib.sha256(handle.read()).hexdigest()
+    result = {
+        "format": 1,
+        "pip": pip_version(),
+        "python": ".".join(str(n) for n in sys.version_info[:3]),
+        "inventory": {"count": count, "digest": digest},
+        "constraint_files": constraint_files,
+        "packages": sorted(packages.values(), key=lambda item: item["name"]),
+        "where": where,
+    }
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1, sort_keys=True)
+    print(f"gpuenv: resolved {len(packages)} package(s) on top of the image's {count}", flush=True)
+
+
+def pip_version():
+    try:
+        return metadata.version("pip")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def check_base(folder, installed):
+    """Exit 3 when the base is not the one the lock was resolved against."""
+    recorded = lines(folder, "base.txt")
+    if not recorded:
+        return
+    want_count, want_digest = recorded[0].split()
+    count, digest = inventory_digest(installed)
+    if digest != want_digest:
+        print(f"gpuenv: conflict: the base image's Python distributions ({count}, {digest}) are "
+              f"not those gpuenv.lock was resolved against ({want_count}, {want_digest}): run "
+              "`gpuenv lock` to resolve again on this base", flush=True)
+        sys.exit(3)
+
+
+def install_locked(folder, options):
+    check_base(folder, installed_distributions())
+    index = lines(folder, "options.txt")
+    where = {}
+    for line in lines(folder, "overlay.txt") + lines(folder, "overlay-late.txt"):
+        where.setdefault(line.split("==", 1)[0], "gpuenv.lock")
+    installer = Installer(find_uv(options.uv), options.cached, where)
+    locked = ["--no-deps", "--require-hashes", *index]
+    if lines(folder, "overlay.txt"):
+        installer.install(*locked, "-r", os.path.join(folder, "overlay.txt"))
+    if lines(folder, "overlay-late.txt"):
         print("gpuenv: installing without build isolation (they compile against the "
-              "image's torch): " + " ".join(late), flush=True)
-        index = [line for line in install_txt if line.startswith("-")]
-        installer.install("--no-build-isolation", *index, *constraints, *late)
+              "image's torch)", flush=True)
+        installer.install("--no-build-isolation", *locked, "-r",
+                          os.path.join(folder, "overlay-late.txt"))
+
+
+def main(folder, options):
+    if options.resolve:
+        resolve(folder, options.resolve)
+    elif options.locked:
+        install_locked(folder, options)
+    else:
+        sys.exit("install.py: --resolve OUT or --locked")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("folder")
+    parser.add_argument("--resolve")
+    parser.add_argument("--locked", action="store_true")
     parser.add_argument("--cached", action="store_true")
     parser.add_argument("--uv")
     arguments = parser.parse_args()

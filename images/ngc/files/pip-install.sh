@@ -1,7 +1,7 @@
 #!/bin/sh
-# Installs the project's Python dependencies (the files gpuenv wrote into the folder given
-# first) with the image's own Python: install.py checks every pin against the image first
-# (NVIDIA's builds and its pip constraint file are kept), then runs uv or pip.
+# Installs the Python packages gpuenv.lock pins (the files gpuenv wrote into the folder given
+# first) with the image's own Python: install.py --locked checks the base is the one the lock
+# was resolved against, then runs uv or pip with hashes required and nothing resolved.
 #   pip-install.sh FOLDER [--cached] [--uv]
 # --cached: /root/.cache is a cache mount (pip's and uv's caches below it), used when it
 # is this build's user's alone (cache-ours.sh). --uv: uv, pinned in FOLDER/uv.txt, is
@@ -55,6 +55,6 @@ if [ "${1:-}" = --uv ]; then
   [ -n "$uv" ] || echo "gpuenv: uv could not be installed from the project's index: installing with pip"
 fi
 status=0
-python3 /usr/local/lib/gpuenv/install.py "$folder" ${cached:+"$cached"} ${uv:+--uv "$uv"} || status=$?
+python3 /usr/local/lib/gpuenv/install.py "$folder" --locked ${cached:+"$cached"} ${uv:+--uv "$uv"} || status=$?
 rm -rf /tmp/gpuenv-uv
 exit "$status"
