@@ -175,3 +175,11 @@ def _resolve(
                 f"now: resolved again keeping {kept}"
             )
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def pylock_text(directory: str) -> str:
+    """`gpuenv export pylock`: the lock's packages as pylock.toml; LockError (exit 5)
+    while they are not locked for the requirements as they are."""
+    from gpuenv.lock.pylock import render_pylock
+
+    return render_pylock(load_project(directory, "locked").lock)

@@ -188,6 +188,35 @@ def export() -> None:
     environment `docker compose` runs in. The spec's env is written as it is."""
 
 
+@export.command("pylock")
+@click.option(
+    "-o",
+    "--output",
+    "target",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write to this file (pylock.toml, say) instead of stdout.",
+)
+@click.pass_obj
+def export_pylock(obj: Context, target: str | None) -> None:
+    """The Python packages gpuenv.lock pins, as a PEP 751 pylock.toml.
+
+    Every package gpuenv installs on the base image, with its version, index, file URL
+    and sha256, for pip (`pip install --no-deps -r pylock.toml`, pip 26.1 and later),
+    uv (`uv pip install -r pylock.toml`) and security scanners. The base image's own
+    packages are not in it: its digest is, under [tool.gpuenv]. Exit 5 when the lock's
+    packages are not resolved (run `gpuenv lock`)."""
+    from gpuenv.app.overlay import pylock_text
+
+    text = pylock_text(obj.directory)
+    if target is None:
+        click.echo(text, nl=False)
+        return
+    from gpuenv.common.files import atomic_write
+
+    atomic_write(target, text)
+    ui.success(f"wrote {target}")
+
+
 @export.command("kubernetes", context_settings=PASS_THROUGH)
 @cluster_options
 @click.option("--queue", metavar="NAME", help="Kueue LocalQueue: labelled, created suspended.")

@@ -268,7 +268,14 @@ def init(
         output.result(resolution.row.image)
     ui.success(f"wrote {SPEC_FILENAME} and {LOCK_FILENAME}")
     show_resolution(resolution)
-    ui.info("next: review gpuenv.yaml, then commit gpuenv.yaml and gpuenv.lock")
+    if resolution.spec.requirements or resolution.spec.packages:
+        ui.info(
+            "next: review gpuenv.yaml, then `gpuenv lock` to lock the Python packages in the "
+            "base image (it needs a container engine; else the first `gpuenv build` does it "
+            "and writes the lock), and commit gpuenv.yaml and gpuenv.lock"
+        )
+    else:
+        ui.info("next: review gpuenv.yaml, then commit gpuenv.yaml and gpuenv.lock")
 
 
 @click.command()

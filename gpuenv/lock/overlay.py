@@ -129,16 +129,6 @@ UNRESOLVED = Overlay(False, note="not resolved yet: run `gpuenv lock` where an e
 NOTHING = Overlay(True)  # a project that installs no Python package
 
 
-def inventory_digest(installed: Mapping[str, str]) -> tuple[int, str]:
-    """(count, "sha256:HEX") of the sorted `name==version` lines (install.py's own).
-
-    >>> inventory_digest({"b": "2", "a": "1.0a0+nv"})[0]
-    2
-    """
-    listed = "".join(f"{name}=={installed[name]}\n" for name in sorted(installed))
-    return len(installed), "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
-
-
 def without_credentials(url: str) -> str:
     """A URL with any user information removed (never written into a lock or image).
 

@@ -301,8 +301,8 @@ def installed_distributions():
 
 
 def inventory_digest(installed):
-    """(count, "sha256:HEX") of the sorted `name==version` lines: what gpuenv.lock
-    records of the base (gpuenv.lock.overlay.inventory_digest computes the same)."""
+    """(count, "sha256:HEX") of the sorted `name==version` lines (canonical names): what
+    gpuenv.lock records of the base (`overlay.base`), and a build checks again."""
     listed = "".join(f"{name}=={installed[name]}\n" for name in sorted(installed))
     return len(installed), "sha256:" + hashlib.sha256(listed.encode()).hexdigest()
 
@@ -388,7 +388,7 @@ def file_sha256(url):
     """The sha256 of the file at URL (file:, http:, https:), for a file whose link
     carried none; None when it cannot be read."""
     try:
-        with urllib.request.urlopen(url, timeout=300) as answer:  # noqa: S310 (the index's)
+        with urllib.request.urlopen(url, timeout=300) as answer:
             digest = hashlib.sha256()
             for block in iter(lambda: answer.read(1 << 20), b""):
                 digest.update(block)
