@@ -67,7 +67,7 @@ def lock_overlay(
     plan = python_plan(spec, lock)
     notes: list[str] = []
     if plan is None or plan.empty:
-        overlay = replace(NOTHING, sources=sources)
+        overlay = replace(NOTHING, sources=sources, paths=plan.paths if plan else ())
     else:
         project, local = ensure_base(project, engine, view, configured_mirror())
         lock = project.lock
@@ -82,6 +82,7 @@ def lock_overlay(
                 hint="gpuenv installs only what gpuenv.lock pins with a hash",
             )
         check_user_hashes(plan, overlay)
+        overlay = replace(overlay, paths=plan.paths)
         notes += sdist_notes(overlay)
     diff = changes(lock.overlay if lock.overlay.resolved else None, overlay)
     new_lock = replace(lock, overlay=overlay, requirements=sources)

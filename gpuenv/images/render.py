@@ -153,6 +153,7 @@ def locked_files(overlay: Overlay) -> dict[str, str]:
         "options.txt": "".join(f"{option}\n" for option in overlay.options),
         "overlay.txt": "".join(f"{p.line()}\n" for p in early),
         "overlay-late.txt": "".join(f"{p.line()}\n" for p in late),
+        "paths.txt": "".join(f"{path}\n" for path in overlay.paths),
     }
 
 
@@ -166,7 +167,7 @@ def locked_overlay(spec: Spec, lock: Lock) -> Overlay | None:
             f"gpuenv.lock has not resolved the Python packages yet ({lock.overlay.note})",
             hint="run `gpuenv lock` where a container engine runs, then commit gpuenv.lock",
         )
-    return lock.overlay if lock.overlay.packages else None
+    return lock.overlay if lock.overlay.packages or lock.overlay.paths else None
 
 
 def support_files() -> list[ContextFile]:

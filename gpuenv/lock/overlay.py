@@ -10,7 +10,6 @@ resolved. Nothing here talks to an engine.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,6 +96,7 @@ class Overlay:
     base: Base | None = None
     note: str = ""  # why it is not resolved
     sources: dict[str, str] = field(default_factory=dict)  # file -> its sha256 when resolved
+    paths: tuple[str, ...] = ()  # the project's folders on the path in runs (`-e .`)
 
     def get(self, name: str) -> LockedPackage | None:
         return next((p for p in self.packages if p.name == name), None)
@@ -113,16 +113,8 @@ class Overlay:
             "base": self.base.to_data() if self.base is not None else None,
             "options": list(self.options),
             "packages": [p.to_data() for p in self.packages],
+            **({"paths": list(self.paths)} if self.paths else {}),
         }
-
-    def digest(self) -> str:
-        """A hash of the locked set (what a build installs, and on which base): the
-        image tag is keyed on it."""
-        text = "".join(f"{p.group} {p.line()}\n" for p in self.packages)
-        text += "".join(f"option {o}\n" for o in self.options)
-        if self.base is not None:
-            text += f"base {self.base.inventory}\n"
-        return hashlib.sha256(text.encode()).hexdigest()
 
 
 UNRESOLVED = Overlay(False, note="not resolved yet: run `gpuenv lock` where an engine runs")
@@ -289,8 +281,11 @@ def overlay_from_data(data: Any, where: str) -> Overlay:
     if not isinstance(options, list):
         raise _damaged(where, "'overlay' has 'options' that are not a list")
     sources = data.get("sources") or {}
-    if not isinstance(sources, dict):
-        raise _damaged(where, "'overlay' has 'sources' that are not a mapping")
+    paths = data.get("paths") or []
+    if not isinstance(sources, dict) or not isinstance(paths, list):
+        raise _damaged(where, "'overlay' has 'sources' or 'paths' of the wrong kind")
+    if any(not str(path).startswith("/workspace") or "\n" in str(path) for path in paths):
+        raise _damaged(where, "'overlay' has a path outside /workspace")
     packages = tuple(_package(item, where) for item in items)
     return Overlay(
         True,
@@ -298,6 +293,7 @@ def overlay_from_data(data: Any, where: str) -> Overlay:
         tuple(str(o) for o in options),
         _base(base),
         sources={str(k): str(v) for k, v in sources.items()},
+        paths=tuple(str(path) for path in paths),
     )
 
 

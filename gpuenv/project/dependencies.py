@@ -30,7 +30,7 @@ from gpuenv.project.packages import (
 )
 from gpuenv.project.pyproject import read_pyproject
 from gpuenv.project.sources import Collected, Dependency, Flag, environment, read_requirements_file
-from gpuenv.project.spec import Spec
+from gpuenv.project.spec import WORKSPACE, Spec
 
 PACKAGES_WHERE = "gpuenv.yaml packages"
 
@@ -65,6 +65,11 @@ def read_sources(
             read_requirements_file(project_dir, relative, collected)
     for text in packages:
         collected.dependencies.append(Dependency(Requirement(text), PACKAGES_WHERE))
+    for folder in list(collected.local_projects):
+        manifest = os.path.normpath(os.path.join(folder, "pyproject.toml"))
+        if manifest not in collected.files:  # `-e .` beside `requirements: [pyproject.toml]`
+            read_pyproject(project_dir, manifest, (), python, collected)
+        collected.run_paths.append(workspace_path(project_dir, folder))
     return collected
 
 
@@ -85,6 +90,17 @@ def _exact_python(text: str | None) -> str | None:
     if text and text.replace(".", "").isdigit():
         return text
     return None
+
+
+def workspace_path(project_dir: str, folder: str) -> str:
+    """Where a project folder's packages are in a run: its src/ (the src layout) when it
+    has one, else the folder, below /workspace.
+
+    >>> workspace_path("/nonexistent", ".")
+    '/workspace'
+    """
+    base = WORKSPACE if folder in ("", ".") else f"{WORKSPACE}/{folder}"
+    return f"{base}/src" if os.path.isdir(os.path.join(project_dir, folder, "src")) else base
 
 
 def coupled_names(framework: str) -> frozenset[str]:
@@ -116,10 +132,11 @@ class InstallPlan:
     files: tuple[str, ...] = ()  # the project files it was read from (relative paths)
     framework: str = "none"
     require_hashes: tuple[str, ...] = ()  # where --require-hashes was said
+    paths: tuple[str, ...] = ()  # project folders on the path in runs (`-e .`), in /workspace
 
     @property
     def empty(self) -> bool:
-        return not (self.image or self.install or self.no_isolation)
+        return not (self.image or self.install or self.no_isolation or self.paths)
 
     def notes(self) -> list[str]:
         """What the build will do that a user would not guess, one line each."""
@@ -147,6 +164,12 @@ class InstallPlan:
                     f"{dependency.where}: {dependency.name} is {other}, not this image's "
                     f"framework: pip installs a PyPI build of it"
                 )
+        for path in self.paths:
+            out.append(
+                f"the project's folder {path} is on the path in runs (as `pip install -e` "
+                "would make it), its declared dependencies installed; its console scripts "
+                "are not installed (run them as `python3 -m`)"
+            )
         for dependency in self.no_isolation:
             out.append(
                 f"{dependency.where}: {dependency.name} compiles against the image's torch: "
@@ -201,6 +224,7 @@ def plan_install(
         files=tuple(collected.files),
         framework=framework,
         require_hashes=tuple(collected.require_hashes),
+        paths=tuple(collected.run_paths),
     )
 
 

@@ -132,6 +132,8 @@ def _valid(project_dir: str, relative: str, texts: object) -> list[Dependency]:
 
 
 def _groups(data: dict[str, Any]) -> dict[str, list[Any]]:
+    """Optional dependency groups and PEP 735 dependency groups, by normalized name, with
+    every `{include-group = "NAME"}` replaced by that group's requirements."""
     project = table(data, "project")
     groups: dict[str, list[Any]] = {}
     for source in (project.get("optional-dependencies"), data.get("dependency-groups")):
@@ -139,7 +141,21 @@ def _groups(data: dict[str, Any]) -> dict[str, list[Any]]:
             for name, items in source.items():
                 if isinstance(items, list):
                     groups.setdefault(normalize(str(name)), []).extend(items)
-    return groups
+    return {name: _included(groups, name, ()) for name in groups}
+
+
+def _included(groups: dict[str, list[Any]], name: str, seen: tuple[str, ...]) -> list[Any]:
+    """A group's requirement strings, its includes expanded (PEP 735; a cycle, or an
+    include of a group that does not exist, adds nothing)."""
+    out: list[Any] = []
+    for item in groups.get(name, []):
+        if isinstance(item, dict) and isinstance(item.get("include-group"), str):
+            included = normalize(item["include-group"])
+            if included not in seen and included != name:
+                out += _included(groups, included, (*seen, name))
+        else:
+            out.append(item)
+    return out
 
 
 def read_pyproject(
@@ -269,7 +285,7 @@ def _poetry(
         if isinstance(items, list)
     }
     in_extras = set().union(*[extra_names.get(e, set()) for e in wanted]) if wanted else set()
-    groups = table(poetry, "group")
+    groups = {name: g for name, g in table(poetry, "group").items() if isinstance(g, dict)}
     for extra in extras:
         if extra not in extra_names and extra not in groups:
             known = ", ".join(sorted({*extra_names, *groups})) or "none"
@@ -278,10 +294,19 @@ def _poetry(
                 None,
                 f"has no Poetry extra or group '{extra}' (it has: {known})",
             )
+    # `poetry install` installs every group not marked optional; optional ones only when
+    # named (gpuenv.yaml's `extras:`, as `poetry install --with`).
+    left = sorted(n for n, g in groups.items() if g.get("optional") is True and n not in wanted)
+    if left:
+        into.flag(
+            where_in(project_dir, relative, "[tool.poetry.group"),
+            f"optional Poetry groups not installed: {', '.join(left)}; name one in "
+            f"gpuenv.yaml's `extras:` to install it (extras: [{left[0]}])",
+        )
     tables = [main] + [
-        group.get("dependencies", {})
+        table(group, "dependencies")
         for name, group in groups.items()
-        if name in wanted and isinstance(group, dict)
+        if name in wanted or group.get("optional") is not True
     ]
     for entries in tables:
         for name, value in entries.items():

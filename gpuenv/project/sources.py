@@ -110,6 +110,10 @@ class Collected:
     problems: list[Problem] = field(default_factory=list)
     conda: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (version, where)
     require_hashes: list[str] = field(default_factory=list)  # where --require-hashes was said
+    # Folders of the project named as requirements (`-e .`, `.`, `./sub`): relative path
+    # -> where; their declared dependencies are read, and they are on the path in runs.
+    local_projects: dict[str, str] = field(default_factory=dict)
+    run_paths: list[str] = field(default_factory=list)  # where those are in a run
     cpu_index_files: set[str] = field(default_factory=set)  # files naming a CPU wheel index
 
     def problem(self, file: str, line: int | None, message: str) -> None:
@@ -241,11 +245,7 @@ def _read(
             )
             continue
         if _is_local_path(line):
-            into.flag(
-                where,
-                f"'{line}' is a local path: not installed at build time "
-                "(the project is mounted at /workspace when it runs)",
-            )
+            _local(project_dir, relative, number, line, into)
             continue
         try:
             requirement = parse_requirement(line)
@@ -293,7 +293,7 @@ def read_option(
     elif name in _INDEX_OPTIONS:
         _index_option(relative, number, name, value, into)
     elif name in ("-e", "--editable"):
-        _editable(relative, number, value, into, constraint=constraint)
+        _editable(project_dir, relative, number, value, into, constraint=constraint)
     elif name == "--require-hashes":
         # Every requirement must then carry its hashes (pip's rule); gpuenv checks each
         # file it locks against them, and builds always require the lock's hashes.
@@ -333,16 +333,14 @@ def _index_option(relative: str, number: int, name: str, value: str, into: Colle
         into.options.append(f"{_INDEX_OPTIONS[name]}={value}")
 
 
-def _editable(relative: str, number: int, value: str, into: Collected, *, constraint: bool) -> None:
-    """``-e``: a folder of the project is flagged (it is mounted, not installed); a VCS or
-    URL requirement is installed when its package name can be told."""
+def _editable(
+    project_dir: str, relative: str, number: int, value: str, into: Collected, *, constraint: bool
+) -> None:
+    """``-e``: a folder of the project is the project (`_local`); a VCS or URL
+    requirement is installed when its package name can be told."""
     where = f"{relative}:{number}"
     if _is_local_path(value):
-        into.flag(
-            where,
-            f"-e {value} is the project itself (or a folder of it): not "
-            "installed at build time (it is mounted at /workspace when it runs)",
-        )
+        _local(project_dir, relative, number, value, into)
         return
     try:
         requirement = parse_requirement(_egg_requirement(value))
@@ -355,6 +353,28 @@ def _editable(relative: str, number: int, value: str, into: Collected, *, constr
         )
         return
     into.dependencies.append(Dependency(requirement, where, constraint))
+
+
+def _local(project_dir: str, relative: str, number: int, value: str, into: Collected) -> None:
+    """A local path as a requirement: a folder of the project with a pyproject.toml is
+    the project (or a package of it): its dependencies are read (by the caller) and it
+    is importable in runs; anything else is named and not installed."""
+    where = f"{relative}:{number}"
+    text = value.removeprefix("file:").split("#", 1)[0].split("[", 1)[0].strip()
+    folder = os.path.normpath((PurePosixPath(relative).parent / text).as_posix())
+    if (
+        not text.startswith(("/", "~"))
+        and inside_project(project_dir, folder)
+        and os.path.isfile(os.path.join(project_dir, folder, "pyproject.toml"))
+    ):
+        into.local_projects.setdefault(PurePosixPath(folder).as_posix(), where)
+        return
+    into.flag(
+        where,
+        f"'{value}' is a local path gpuenv does not install (only a folder of the project "
+        "with a pyproject.toml is read: its dependencies are installed, and it is on the "
+        "path at /workspace when it runs)",
+    )
 
 
 def _egg_requirement(value: str) -> str:

@@ -222,3 +222,25 @@ def test_export_pylock_installs_with_uv(make_project, docker_host: str) -> None:
     ).stdout.split()
     pinned = {f"{p['name']}=={p['version']}" for p in lock["overlay"]["packages"]}
     assert pinned and pinned <= {line.lower() for line in frozen}
+
+
+def test_the_project_itself_is_installed_editable(make_project) -> None:
+    """`-e .`: the project's own dependencies land in the lock, and its src/ package is
+    importable in a run from any folder; an edit counts without a rebuild."""
+    index = os.environ["GPUENV_TEST_INDEX"]
+    project = make_project()
+    project.write(
+        "pyproject.toml",
+        "[project]\nname = 'mypkg'\nversion = '0.1'\ndependencies = ['tabulate']\n",
+    )
+    (project.path / "src" / "mypkg").mkdir(parents=True)
+    project.write("src/mypkg/__init__.py", "VALUE = 'first'\n")
+    project.write("requirements.txt", f"--index-url {index}\n-e .\n")
+    project.ok("lock", *RTX4090)
+    assert "tabulate" in locked_packages(project.path)
+    code = "import mypkg, tabulate; print(mypkg.VALUE)"
+    ran = project.ok("run", "--gpus", "none", "--", "sh", "-c", f'cd / && python3 -c "{code}"')
+    assert ran.stdout.strip() == "first"
+    project.write("src/mypkg/__init__.py", "VALUE = 'edited'\n")
+    again = project.ok("run", "--gpus", "none", "--", "sh", "-c", f'cd / && python3 -c "{code}"')
+    assert again.stdout.strip() == "edited"

@@ -36,7 +36,8 @@ specifier by the release the build precedes. This mirrors gpuenv.project.package
 
 --locked reads base.txt (the count and digest of the base's distributions the lock
 recorded), options.txt (index options, one a line), overlay.txt and overlay-late.txt
-(`NAME==VERSION --hash=sha256:HEX` lines). The installer is uv (`uv pip install
+(`NAME==VERSION --hash=sha256:HEX` lines) and paths.txt (the project's folders, `-e .`,
+put on the path through a .pth file: they are mounted at /workspace in runs). The installer is uv (`uv pip install
 --system`) when UV runs in this image, else pip; both with --no-deps and --require-hashes.
 With --cached their download caches are cache mounts that outlive the build (never in the
 image; pip-install.sh passes it only for a cache that is this build's user's alone,
@@ -52,6 +53,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import urllib.request
 from importlib import metadata
 
@@ -507,6 +509,14 @@ def install_locked(folder, options):
     locked = ["--no-deps", "--require-hashes", *index]
     if lines(folder, "overlay.txt"):
         installer.install(*locked, "-r", os.path.join(folder, "overlay.txt"))
+    paths = lines(folder, "paths.txt")
+    if paths:
+        # The project's own folders (`-e .`), mounted at /workspace in runs: importable
+        # from any working directory, edits seen at once, as an editable install.
+        site = sysconfig.get_paths()["purelib"]
+        with open(os.path.join(site, "gpuenv-project.pth"), "w", encoding="utf-8") as handle:
+            handle.writelines(f"{path}\n" for path in paths)
+        print("gpuenv: the project's folders are on the path in runs: " + " ".join(paths))
     if lines(folder, "overlay-late.txt"):
         print("gpuenv: installing without build isolation (they compile against the "
               "image's torch)", flush=True)
