@@ -659,6 +659,42 @@ def _bench_project(
     return project, gpuenv
 
 
+def _uv_compile(project: Path, tmp: str) -> Callable[[], object]:
+    """`uv pip compile` of the project's requirements for the image's Python, with the
+    uv builds install (from the test index, once)."""
+    uv = Path(tmp) / "uv" / "bin" / "uv"
+    if not uv.exists():
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--target",
+                str(uv.parent.parent),
+                "--index-url",
+                os.environ["GPUENV_TEST_INDEX"],
+                "uv==0.13.9",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    command = [
+        str(uv),
+        "pip",
+        "compile",
+        "-q",
+        "--python-version",
+        "3.11",
+        "--generate-hashes",
+        "-o",
+        os.devnull,
+        str(project / "requirements.txt"),
+    ]
+    return lambda: subprocess.run(command, check=True, capture_output=True)
+
+
 def _build_context(
     project: Path, folder: Path, builder: Literal["buildkit", "classic"] = "buildkit"
 ) -> None:
@@ -814,10 +850,10 @@ def dependency_rows() -> tuple[list[Row], str]:
         folders = (uv_project, pip_project, by_hand)
 
         def write(requirements: str) -> None:
+            """The requirements, not locked: each timed build locks its Python packages
+            itself (in the base image), as a user's build after an edit does."""
             for folder in folders:
                 (folder / "requirements.txt").write_text(requirements)
-            for gpuenv in (uv, pip):
-                subprocess.run([*gpuenv, "lock"], check=True, capture_output=True)
 
         def by_hand_build(tag: str) -> Callable[[], None]:
             tags.add(tag)
@@ -860,6 +896,13 @@ def dependency_rows() -> tuple[list[Row], str]:
                     and not line.endswith("· cached")
                 ]
                 samples.time("edited by hand", by_hand_build(f"gpuenv-bench/by-hand:{i}d"))
+                # `gpuenv lock` after adding one requirement, against uv resolving the same
+                # requirements on the host (its cache warm, as a user's is).
+                write(listed)
+                subprocess.run([*uv, "lock"], check=True, capture_output=True)
+                write(listed + "attrs\n")
+                samples.time("relock", lambda: subprocess.run([*uv, "lock"], check=True))
+                samples.time("uv compile", _uv_compile(uv_project, tmp))
             sizes = [_image_size(tag) for tag in (f"gpuenv-bench/by-hand:{runs - 1}b",)]
             uv_tag = _gpuenv_build(uv, "-q")().split()[0]
             sizes.insert(0, _image_size(uv_tag))
@@ -894,6 +937,12 @@ def dependency_rows() -> tuple[list[Row], str]:
             samples.median("added pip"),
             "by-hand Dockerfile, BuildKit, cached",
             by_hand_added,
+        ),
+        Row(
+            "gpuenv lock after adding one requirement",
+            samples.median("relock"),
+            "uv pip compile of the same requirements, on the host",
+            samples.median("uv compile"),
         ),
         Row(
             "gpuenv build --bake after a source edit",

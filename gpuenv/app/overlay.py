@@ -24,7 +24,7 @@ from gpuenv.images.render import python_plan, resolve_files
 from gpuenv.images.resolver import OverlayUnresolvable, run_resolver
 from gpuenv.images.service import build_network, ensure_base
 from gpuenv.lock.hashes import check_user_hashes
-from gpuenv.lock.lockfile import requirements_hashes, write_lock
+from gpuenv.lock.lockfile import LOCK_FILENAME, requirements_hashes, write_lock
 from gpuenv.lock.overlay import NOTHING, LockedPackage, changes, overlay_from_report, sdist_notes
 from gpuenv.lock.project import Project, load_project
 from gpuenv.project.dependencies import InstallPlan
@@ -130,10 +130,15 @@ def relock_overlay(
     except EngineError as exc:
         if upgrade_packages:
             raise
+        state = (
+            f"the Python packages in {LOCK_FILENAME} are stale ({'; '.join(project.stale)})"
+            if project.lock.overlay.resolved
+            else "the Python packages are not locked yet"
+        )
         return (
-            f"the Python packages are not locked yet: no container engine answers "
-            f"({exc.message}); gpuenv resolves them in the base image with `gpuenv lock` "
-            "where an engine runs, or on the first `gpuenv build` (which writes the lock)"
+            f"{state}: no container engine answers ({exc.message}); gpuenv resolves them in "
+            "the base image with `gpuenv lock` where an engine runs, or on the next "
+            "`gpuenv build` (which writes the lock)"
         )
     return lock_overlay(
         project,

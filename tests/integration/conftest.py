@@ -305,6 +305,7 @@ class Project:
         self.path = path
         self.env = env
         self.name = path.name
+        self.locked: subprocess.CompletedProcess[str] | None = None  # make_project's lock
 
     def write(self, name: str, text: str) -> None:
         (self.path / name).write_text(text)
@@ -349,7 +350,11 @@ def make_project(
     # cancels those of a session that has ended (interrupted before its own cleanup).
     (base / ".session-pid").write_text(f"{os.getpid()}\n")
 
-    def make(spec: str = "", version: str = "2.4", requirements: str = "") -> Project:
+    def make(
+        spec: str = "", version: str = "2.4", requirements: str = "", *, locks: bool = True
+    ) -> Project:
+        """A project, locked for an RTX 4090 host (its Python packages too); with `locks`
+        False, that `gpuenv lock` may fail and `project.locked` is its result."""
         name = f"itest-{uuid.uuid4().hex[:8]}"
         path = base / name
         path.mkdir()
@@ -369,7 +374,11 @@ def make_project(
             "gpuenv.yaml",
             f"name: {name}\nframework: pytorch\nversion: '{version}'\nrequirements: requirements.txt\n{spec}",
         )
-        project.ok("lock", *RTX4090)
+        project.locked = project.gpuenv("lock", *RTX4090)
+        if locks:
+            assert project.locked.returncode == 0, (
+                f"gpuenv lock failed:\n{project.locked.stdout}\n{project.locked.stderr}"
+            )
         made.append(project)
         return project
 

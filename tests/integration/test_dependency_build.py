@@ -55,6 +55,7 @@ def test_a_pinned_torchvision_is_left_to_the_image(on_standin, docker_host: str)
     assert "whl/cu121 serves framework builds for another CUDA: not used" in checked.stderr
     assert "requirements.txt:5: torchvision (==0.22.1) left to the image" in checked.stderr
     # The pins are checked against the image when the packages are locked.
+    assert project.locked is not None
     said = project.locked.stderr
     assert (
         "torchvision==0.22.1 (requirements.txt:5): left to the image "
@@ -89,7 +90,7 @@ def test_a_conflicting_pin_is_explained_in_one_message(on_standin, docker_host: 
     (numpy,) = [pin for pin in pins if pin.startswith("numpy==")]  # the wheelhouse's numpy
     # Named with both pins when the packages are locked, before anything installs; the
     # lock keeps them unresolved, and a build resolves (and refuses) the same way.
-    assert project.locked.returncode == 4, project.locked.stderr
+    assert project.locked is not None and project.locked.returncode == 4, project.locked
     assert "resolved: false" in project.lock_text()
     result = project.gpuenv("build")
     assert result.returncode == 4, result.stderr

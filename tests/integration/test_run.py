@@ -243,14 +243,29 @@ def test_out_of_memory_is_reported(project: Project) -> None:
     assert "ran out of memory (OOM)" in result.stderr
 
 
-@pytest.mark.parametrize("edited", ["gpuenv.yaml", "requirements.txt"])
-def test_stale_lock_stops_the_run(project: Project, edited: str) -> None:
+def test_a_spec_edit_stops_the_run(project: Project) -> None:
     assert project.gpuenv("run", "--", "true").returncode == 0  # the build stamp is fresh
-    path = project.path / edited
-    path.write_text(path.read_text() + ("apt: [git]\n" if edited == "gpuenv.yaml" else "six\n"))
+    path = project.path / "gpuenv.yaml"
+    path.write_text(path.read_text() + "apt: [git]\n")
     result = project.gpuenv("run", "--", "true")
     assert result.returncode == 5
     assert "run `gpuenv lock`" in result.stderr
+
+
+def test_a_requirements_edit_locks_again_unless_locked(project: Project) -> None:
+    """As `uv run`: the run locks the Python packages again (and says so); --locked
+    refuses (exit 5); --frozen runs the lock as it is."""
+    assert project.gpuenv("run", "--", "true").returncode == 0
+    path = project.path / "requirements.txt"
+    path.write_text("--no-index\n--find-links /opt/wheelhouse\nsix\n")  # the stand-in's
+    refused = project.gpuenv("run", "--locked", "--", "true")
+    assert refused.returncode == 5
+    assert "requirements.txt changed since the Python packages were locked" in refused.stderr
+    frozen = project.gpuenv("run", "--frozen", "--", "python3", "-c", "import six")
+    assert frozen.returncode == 1  # the lock as it was: six is not in it
+    ran = project.gpuenv("run", "--", "python3", "-c", "import six")
+    assert ran.returncode == 0, ran.stderr
+    assert "the Python packages are resolved again" in ran.stderr and "+ six" in ran.stderr
 
 
 def _running(project: Project, timeout: float = 60) -> list[str]:

@@ -85,6 +85,12 @@ def test_resolve_and_init_from_the_wheel(installed: Path, tmp_path: Path) -> Non
     init = gpuenv(installed, tmp_path, "init", "--driver", "550.54.15", "--gpu", "RTX 4090")
     assert init.returncode == 0, init.stderr
     assert (tmp_path / "gpuenv.lock").exists()
-    assert gpuenv(installed, tmp_path, "lock", "--check").returncode == 0
+    # No engine here: the lock is valid and says its Python packages are not locked yet.
+    assert "lock the Python packages in the base image" in init.stderr
+    checked = gpuenv(installed, tmp_path, "lock", "--check")
+    assert checked.returncode == 5
+    assert "the Python packages on the image are not locked" in checked.stderr
+    relocked = gpuenv(installed, tmp_path, "lock")
+    assert relocked.returncode == 0 and "no container engine answers" in relocked.stderr
     bad = gpuenv(installed, tmp_path, "resolve", "--cuda", "12.x")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
