@@ -72,7 +72,7 @@ def build_project(
     changed), unless `freshness` is `locked` (LockError) or `frozen`."""
     project = load_project(directory, freshness)
     check_platform(project.lock.image, project.lock.resolved.get("platforms") or (), engine)
-    if project.stale:
+    if project.stale and freshness == "update":
         from gpuenv.app.overlay import lock_overlay, notice_line
 
         notice(f"the Python packages are resolved again: {'; '.join(project.stale)}")
@@ -100,7 +100,9 @@ def build_project(
     if identity is not None and accounts is not None and not bake:
         made = account_image(engine, planned.tag, identity, accounts)
         account = {"tag": made, "for": identity.key} if made else None
-    stamp.record(directory, bake, planned.tag, inputs, _stamp_project(project, accounts, account))
+    if not (project.stale and freshness == "frozen"):  # --frozen: not the files as they are
+        saved = _stamp_project(project, accounts, account)
+        stamp.record(directory, bake, planned.tag, inputs, saved)
     return project, planned.tag, result
 
 

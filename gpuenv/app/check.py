@@ -24,6 +24,7 @@ from gpuenv.lock.lockfile import (
     Lock,
     check_locked_row,
     lock_differences,
+    overlay_differences,
     read_lock,
     requirements_hashes,
 )
@@ -208,7 +209,20 @@ def _lock_item(
     verdict = (
         "matches" if spec is not None else f"readable, not compared ({SPEC_FILENAME} has problems)"
     )
-    return CheckItem(LOCK_FILENAME, ok=f"{LOCK_FILENAME}: {verdict} ({lock.pinned_image})")
+    stale = overlay_differences(lock, spec, hashes) if spec is not None else []
+    count = len(lock.overlay.packages)
+    packages = (
+        f", {count} Python package{'s' if count != 1 else ''}" if lock.overlay.resolved else ""
+    )
+    warnings = tuple(
+        f"{LOCK_FILENAME}: {line}: `gpuenv lock` locks them again (a build does it too)"
+        for line in stale
+    )
+    return CheckItem(
+        LOCK_FILENAME,
+        ok=f"{LOCK_FILENAME}: {verdict} ({lock.pinned_image}{packages})",
+        warnings=warnings,
+    )
 
 
 def _host_file_item(path: str) -> CheckItem:

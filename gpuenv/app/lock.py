@@ -96,7 +96,7 @@ def verify_lock(directory: str) -> Lock:
         )
 
     check_locked_row(current, spec, load_matrix())
-    stale = overlay_differences(current, hashes)
+    stale = overlay_differences(current, spec, hashes)
     if stale:
         raise LockError(
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in stale),

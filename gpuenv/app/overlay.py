@@ -17,14 +17,15 @@ from typing import Any
 
 from gpuenv.app.mirror import configured_mirror
 from gpuenv.common.filelock import exclusive
+from gpuenv.common.files import file_hash
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import EngineError, ResolutionError, UsageError
+from gpuenv.errors import EngineError, LockError, ResolutionError, UsageError
 from gpuenv.images.progress import PullView
 from gpuenv.images.render import python_plan, resolve_files
 from gpuenv.images.resolver import OverlayUnresolvable, run_resolver
 from gpuenv.images.service import build_network, ensure_base
 from gpuenv.lock.hashes import check_user_hashes
-from gpuenv.lock.lockfile import LOCK_FILENAME, requirements_hashes, write_lock
+from gpuenv.lock.lockfile import LOCK_FILENAME, overlay_sources, requirements_hashes, write_lock
 from gpuenv.lock.overlay import NOTHING, LockedPackage, changes, overlay_from_report, sdist_notes
 from gpuenv.lock.project import Project, load_project
 from gpuenv.project.dependencies import InstallPlan
@@ -63,14 +64,16 @@ def lock_overlay(
     on the image, or a package cannot be pinned to the byte; SpecError (exit 3) when a
     hash the project wrote does not match the file resolved."""
     spec, lock = project.spec, project.lock
-    sources = requirements_hashes(spec)
+    sources = overlay_sources(spec, requirements_hashes(spec))
     plan = python_plan(spec, lock)
     notes: list[str] = []
+    read_as = file_hash(project.lock_path)
     if plan is None or plan.empty:
         overlay = replace(NOTHING, sources=sources, paths=plan.paths if plan else ())
     else:
         project, local = ensure_base(project, engine, view, configured_mirror())
         lock = project.lock
+        read_as = file_hash(project.lock_path)  # the digest pinned on a first pull
         moving = {normalize(name) for name in upgrade_packages}
         keep = [] if upgrade else [p for p in lock.overlay.packages if p.name not in moving]
         report = _resolve(engine, local, plan, keep, on_line, notes)
@@ -85,8 +88,14 @@ def lock_overlay(
         overlay = replace(overlay, paths=plan.paths)
         notes += sdist_notes(overlay)
     diff = changes(lock.overlay if lock.overlay.resolved else None, overlay)
-    new_lock = replace(lock, overlay=overlay, requirements=sources)
+    new_lock = replace(lock, overlay=overlay, requirements=requirements_hashes(spec))
     with exclusive(project.lock_path):
+        if file_hash(project.lock_path) != read_as:
+            raise LockError(
+                f"{LOCK_FILENAME} changed while its Python packages were resolved (another "
+                "gpuenv lock, or an edit): nothing was written",
+                hint="run the command again",
+            )
         write_lock(project.lock_path, new_lock)
     return OverlayUpdate(Project(spec, new_lock, project.lock_path), tuple(diff), tuple(notes))
 

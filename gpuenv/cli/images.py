@@ -63,7 +63,7 @@ def pull(obj: Context, quiet: bool) -> None:
     GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
     nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
     """
-    project = load_project(obj.directory)
+    project = load_project(obj.directory, "frozen")  # the image only: packages may wait
     had_digest = bool(project.lock.digest)
     view = view_factory(quiet)()
     project, local = ensure_base(project, engine(), view, configured_mirror())

@@ -38,6 +38,13 @@ from gpuenv.project.spec import Spec
 REQUIREMENTS_DIR = "/tmp/gpuenv/requirements"
 SUPPORT_DIR = "/usr/local/lib/gpuenv"  # where the templates copy ngc/files, run by every step
 UV_VERSION = "0.13.9"  # the uv a build installs (from the project's index), pinned
+# ... by the sha256 of its Linux wheels (PyPI's files of uv 0.13.9, manylinux x86_64 and
+# aarch64): the installer of every build runs as root, so an index that serves another
+# file under its name (dependency confusion on an extra index) is refused.
+UV_HASHES = (
+    "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19",
+    "5435c5ce14a56431208ca0996416d310f1598e8c2c8ba707688985a16bb82dbe",
+)
 
 
 class _Template(string.Template):
@@ -147,14 +154,14 @@ def locked_files(overlay: Overlay) -> dict[str, str]:
     """The files install.py --locked reads: what a build installs, exactly the lock."""
     late = overlay.group("late")
     early = [p for p in overlay.packages if p.group != "late"]
-    base = overlay.base
-    return {
-        "base.txt": f"{base.distributions} {base.inventory}\n" if base is not None else "",
+    files = {
         "options.txt": "".join(f"{option}\n" for option in overlay.options),
         "overlay.txt": "".join(f"{p.line()}\n" for p in early),
         "overlay-late.txt": "".join(f"{p.line()}\n" for p in late),
-        "paths.txt": "".join(f"{path}\n" for path in overlay.paths),
     }
+    if overlay.paths:
+        files["paths.txt"] = "".join(f"{path}\n" for path in overlay.paths)
+    return files
 
 
 def locked_overlay(spec: Spec, lock: Lock) -> Overlay | None:
@@ -212,13 +219,19 @@ class Caches:
 
 
 def _steps(spec: Spec, overlay: Overlay | None, caches: Caches, *, uv: bool, bake: bool) -> str:
-    """The image's steps in the order users change things: apt packages, the locked
-    overlay's install, then (with --bake) the project. With `uv`, the install step
-    installs uv (from the project's index) into the cache mount, or without one for
+    """The image's steps in the order users change things: the base checked against the
+    lock, apt packages, the locked overlay's install, then (with --bake) the project.
+    With `uv`, the install step installs uv (from the project's index, by its pinned
+    hashes) into the cache mount, or without one for
     itself alone: the image never carries it. (Not a build stage bound into the step:
     Podman 4.3 cannot bind a stage that came from its cache, containers/podman#16281.)"""
     steps: list[str] = []
     cached = ["--cached"] if caches.owner is not None else []
+    if overlay is not None and overlay.base is not None:
+        # First, before apt can add Python packages: the base is the one the packages
+        # were resolved on (a re-pushed tag, another image under the name, stop here).
+        counted = [str(overlay.base.distributions), overlay.base.inventory]
+        steps.append(_template("check.in").substitute(arguments=_json_args(counted)))
     if spec.apt:
         packages = _json_args([*cached, *spec.apt])
         steps.append(_template("apt.in").substitute(mounts=caches.apt, arguments=packages))
@@ -249,7 +262,8 @@ def _files(spec: Spec, overlay: Overlay | None, *, uv: bool, bake: bool) -> list
         for name, data in locked_files(overlay).items():
             files.append(ContextFile(f"requirements/{name}", data=data.encode()))
         if uv:
-            listed = [*overlay.options, f"uv=={UV_VERSION}"]
+            hashes = " ".join(f"--hash=sha256:{h}" for h in UV_HASHES)
+            listed = [*overlay.options, f"uv=={UV_VERSION} {hashes}"]
             text = "".join(f"{line}\n" for line in listed)
             files.append(ContextFile("requirements/uv.txt", data=text.encode()))
     if bake:

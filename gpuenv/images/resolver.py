@@ -27,6 +27,7 @@ FOLDER = "/tmp/gpuenv-resolve"
 REPORT = f"{FOLDER}/report.json"
 CONFLICT = "gpuenv: conflict: "
 FAILED = "gpuenv: failed: "
+UNRESOLVABLE = "gpuenv: unresolvable: "  # no set of versions fits: fewer may be kept
 
 
 class OverlayUnresolvable(ResolutionError):
@@ -104,12 +105,13 @@ def run_resolver(
 def _report(archive: bytes | None) -> dict[str, Any]:
     if archive is None:
         raise ResolutionError("the resolver wrote no report (the base image removed it?)")
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        member = next((m for m in tar.getmembers() if m.isfile()), None)
-        handle = tar.extractfile(member) if member is not None else None
-        if handle is None:
-            raise ResolutionError("the resolver's report is empty")
-        data = json.loads(handle.read().decode("utf-8"))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            member = next((m for m in tar.getmembers() if m.isfile()), None)
+            handle = tar.extractfile(member) if member is not None else None
+            data = json.loads(handle.read().decode("utf-8")) if handle is not None else None
+    except (tarfile.TarError, UnicodeDecodeError, ValueError) as exc:
+        raise ResolutionError(f"the resolver's report cannot be read ({exc})") from None
     if not isinstance(data, dict):
         raise ResolutionError("the resolver's report is not a JSON object")
     return data
@@ -119,17 +121,19 @@ def _failure(status: int, tail: list[str]) -> ResolutionError:
     conflicts = [line.removeprefix(CONFLICT) for line in tail if line.startswith(CONFLICT)]
     if conflicts:
         return ResolutionError(
-            "the project's requirements conflict with the image: " + "; ".join(conflicts),
+            "the project's requirements conflict with the image: "
+            + "; ".join(redact(line) for line in conflicts),
             hint="relax those pins (or remove them: the image provides the package), or pin "
             "an image that ships what they ask for (`version:` in gpuenv.yaml)",
         )
-    failed = [line.removeprefix(FAILED) for line in tail if line.startswith(FAILED)]
-    if failed:
-        return OverlayUnresolvable(
-            f"a requirement could not be resolved: {redact(failed[-1])}",
-            hint="fix that requirement (its name, its version, its index), then run "
-            "`gpuenv lock` again",
-        )
+    for prefix, kind in ((UNRESOLVABLE, OverlayUnresolvable), (FAILED, ResolutionError)):
+        said = [line.removeprefix(prefix) for line in tail if line.startswith(prefix)]
+        if said:
+            return kind(
+                f"a requirement could not be resolved: {redact(said[-1])}",
+                hint="fix that requirement (its name, its version, its index), then run "
+                "`gpuenv lock` again",
+            )
     if any("No module named pip" in line for line in tail):
         return ResolutionError(
             "the base image has no pip, so gpuenv cannot resolve Python requirements on it",

@@ -294,15 +294,31 @@ def lock_differences(lock: Lock, spec: Spec, current: Mapping[str, str] | None =
     return out
 
 
-def overlay_differences(lock: Lock, current: Mapping[str, str]) -> list[str]:
+SPEC_SOURCE = "gpuenv.yaml (requirements, packages, extras)"
+
+
+def overlay_sources(spec: Spec, hashes: Mapping[str, str]) -> dict[str, str]:
+    """What the Python packages are resolved from: the dependency files' hashes, and a
+    hash of the spec's fields that name requirements (an edit of `packages:` or
+    `extras:` makes them stale too)."""
+    fields = {"requirements": spec.requirements, "packages": spec.packages, "extras": spec.extras}
+    blob = json.dumps(fields, sort_keys=True, default=list).encode()
+    return {**hashes, SPEC_SOURCE: "sha256:" + hashlib.sha256(blob).hexdigest()}
+
+
+def overlay_differences(lock: Lock, spec: Spec, current: Mapping[str, str]) -> list[str]:
     """Why the lock's overlay (the Python packages on the image) is not the one the
-    dependency files ask for now; empty when it is."""
+    spec and its dependency files ask for now; empty when it is (always, for a spec
+    that installs no Python package)."""
     overlay = lock.overlay
+    if not (spec.requirements or spec.packages):
+        return []
     if not overlay.resolved:
         return [f"the Python packages on the image are not locked: {overlay.note}"]
+    sources = overlay_sources(spec, current)
     out = []
-    for name in sorted(set(current) | set(overlay.sources)):
-        if current.get(name) != overlay.sources.get(name):
+    for name in sorted(set(sources) | set(overlay.sources)):
+        if sources.get(name) != overlay.sources.get(name):
             out.append(f"{name} changed since the Python packages were locked")
     return out
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from gpuenv.errors import LockError
+from gpuenv.errors import LockError, ResolutionError
 from gpuenv.project.packages import normalize
 
 GROUPS = ("install", "companion", "late")  # as install.py installs them, in that order
@@ -34,6 +34,7 @@ class LockedPackage:
     url: str  # the file's URL, as the resolver downloaded it (no credentials)
     index: str = ""  # the index (or find-links) option it came through
     group: str = "install"  # install | companion (no dependencies) | late (no isolation)
+    direct: bool = False  # required by URL (`NAME @ URL`): installed from that URL
 
     @property
     def file(self) -> str:
@@ -47,7 +48,10 @@ class LockedPackage:
         return f"{self.name}=={self.version}"
 
     def line(self) -> str:
-        """The line a build installs: ``NAME==VERSION --hash=sha256:HEX``."""
+        """The line a build installs: ``NAME==VERSION --hash=sha256:HEX`` (``NAME @ URL
+        --hash=...`` for a package the project required by URL)."""
+        if self.direct:
+            return f"{self.name} @ {self.url} --hash=sha256:{self.sha256}"
         return f"{self.pin()} --hash=sha256:{self.sha256}"
 
     def to_data(self) -> dict[str, Any]:
@@ -60,6 +64,8 @@ class LockedPackage:
         }
         if self.group != "install":
             data["group"] = self.group
+        if self.direct:
+            data["direct"] = True
         return data
 
 
@@ -138,21 +144,31 @@ def without_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+PYPI = "https://pypi.org/simple/"
+PYPI_FILES = "files.pythonhosted.org"
+
+
 def index_of(url: str, options: Iterable[str]) -> str:
-    """The index option a file's URL came through: the option whose URL shares the
-    file's scheme and host (the first such), else the only one, else PyPI's default."""
-    places = [o.split("=", 1)[1] for o in options if o.startswith(("--index-url=", "--extra-"))]
-    places += [o.split("=", 1)[1] for o in options if o.startswith("--find-links=")]
-    try:
-        host = urlsplit(url).netloc
-    except ValueError:
-        host = ""
+    """The index (or find-links place) a file's URL came through: the one that shares
+    its host (PyPI's for PyPI's file host, when PyPI is among them); "" when none does.
+
+    >>> index_of("https://files.pythonhosted.org/p/x.whl", ["--extra-index-url=https://i/s/"])
+    'https://pypi.org/simple/'
+    >>> index_of("https://other.example/x.whl", ["--index-url=https://i/s/"])
+    ''
+    """
+    given = [o.split("=", 1) for o in options if "=" in o]
+    indexes = [v for k, v in given if k == "--index-url"]
+    if "--no-index" not in options and not indexes:
+        indexes = [PYPI]
+    places = indexes + [v for k, v in given if k in ("--extra-index-url", "--find-links")]
+    host = urlsplit(url).netloc
     for place in places:
-        if urlsplit(place).netloc == host and (host or place.startswith("/") or url[:5] == "file:"):
+        if host == PYPI_FILES and place == PYPI:
             return place
-    if not places:
-        return "https://pypi.org/simple/"
-    return places[0]
+        if urlsplit(place).netloc == host and (host or url.startswith("file:")):
+            return place
+    return ""
 
 
 @dataclass(frozen=True)
@@ -172,11 +188,14 @@ def overlay_from_report(
 ) -> tuple[Overlay, list[Unlockable]]:
     """The overlay install.py --resolve found, and what in it cannot be locked."""
     kept = tuple(o for o in options if o.startswith("--"))
-    where = report.get("where") or {}
+    where = _mapping(report.get("where"))
     packages: list[LockedPackage] = []
     refused: list[Unlockable] = []
-    for item in report.get("packages") or []:
-        name = normalize(str(item.get("name", "")))
+    items = report.get("packages")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            raise ResolutionError(f"the resolver reported a package that is not one: {item!r}")
+        name = normalize(str(item.get("name") or ""))
         place = str(where.get(name, "a dependency"))
         sha = str(item.get("sha256") or "")
         if item.get("vcs"):
@@ -210,23 +229,29 @@ def overlay_from_report(
         else:
             url = without_credentials(str(item.get("url", "")))
             group = str(item.get("group", "install"))
-            packages.append(
-                LockedPackage(
-                    name,
-                    str(item.get("version", "")),
-                    sha,
-                    url,
-                    index_of(url, kept),
-                    group if group in GROUPS else "install",
-                )
+            package = LockedPackage(
+                name,
+                str(item.get("version") or ""),
+                sha,
+                url,
+                index_of(url, kept),
+                group if group in GROUPS else "install",
+                direct=item.get("direct") is True,
             )
-    inventory = report.get("inventory") or {}
+            problem = package_problem(package)
+            if problem:
+                raise ResolutionError(f"the resolver reported {problem}")
+            packages.append(package)
+    inventory = _mapping(report.get("inventory"))
+    count, digest = inventory.get("count"), str(inventory.get("digest") or "")
+    if not isinstance(count, int) or not _INVENTORY.match(digest):
+        raise ResolutionError("the resolver reported no inventory of the base image")
     base = Base(
-        int(inventory.get("count", 0)),
-        str(inventory.get("digest", "")),
-        {str(k): str(v) for k, v in (report.get("constraint_files") or {}).items()},
-        str(report.get("python", "")),
-        str(report.get("pip", "")),
+        count,
+        digest,
+        {str(k): str(v) for k, v in _mapping(report.get("constraint_files")).items()},
+        str(report.get("python") or ""),
+        str(report.get("pip") or ""),
     )
     ordered = tuple(sorted(packages, key=lambda p: (GROUPS.index(p.group), p.name)))
     return Overlay(True, ordered, kept, base, sources=dict(sources)), refused
@@ -284,22 +309,27 @@ def overlay_from_data(data: Any, where: str) -> Overlay:
     paths = data.get("paths") or []
     if not isinstance(sources, dict) or not isinstance(paths, list):
         raise _damaged(where, "'overlay' has 'sources' or 'paths' of the wrong kind")
-    if any(not str(path).startswith("/workspace") or "\n" in str(path) for path in paths):
-        raise _damaged(where, "'overlay' has a path outside /workspace")
+    if any(not isinstance(p, str) or not _PATH.match(p) or "/.." in p for p in paths):
+        raise _damaged(where, "'overlay' has a path that is not a folder below /workspace")
+    if any(not isinstance(o, str) or not _OPTION.match(o) for o in options):
+        raise _damaged(where, "'overlay' has an option gpuenv does not pass to an installer")
     packages = tuple(_package(item, where) for item in items)
     return Overlay(
         True,
         packages,
         tuple(str(o) for o in options),
-        _base(base),
+        _base(base, where),
         sources={str(k): str(v) for k, v in sources.items()},
         paths=tuple(str(path) for path in paths),
     )
 
 
-def _base(base: dict[str, Any] | None) -> Base | None:
+def _base(base: dict[str, Any] | None, where: str) -> Base | None:
     if base is None:
         return None
+    count, inventory = base.get("python_distributions"), str(base.get("inventory") or "")
+    if not isinstance(count, int) or not _INVENTORY.match(inventory):
+        raise _damaged(where, "'overlay.base' lacks its count or its inventory digest")
     files = base.get("constraint_files") or {}
     return Base(
         int(base.get("python_distributions") or 0),
@@ -313,15 +343,55 @@ def _base(base: dict[str, Any] | None) -> Base | None:
 def _package(item: Any, where: str) -> LockedPackage:
     if not isinstance(item, dict):
         raise _damaged(where, "an overlay package is not a mapping")
-    name, version, sha = (str(item.get(k) or "") for k in ("name", "version", "sha256"))
-    if not name or not version or not _SHA256.match(sha):
-        raise _damaged(where, f"overlay package {name or '?'} lacks a version or a sha256")
-    group = str(item.get("group") or "install")
-    if group not in GROUPS:
-        raise _damaged(where, f"overlay package {name} is in no known group ({group})")
-    return LockedPackage(
-        name, version, sha, str(item.get("url") or ""), str(item.get("index") or ""), group
+    name, version, sha, url, index, group = (
+        str(item.get(k) or "") for k in ("name", "version", "sha256", "url", "index", "group")
     )
+    package = LockedPackage(
+        name, version, sha, url, index, group or "install", direct=item.get("direct") is True
+    )
+    problem = package_problem(package)
+    if problem:
+        raise _damaged(where, problem)
+    return package
+
+
+# What a lock may hold, since its values reach files a build reads (overlay.txt, a .pth):
+# a name as PEP 508 spells one, a version PEP 440 reads, a URL of one line and no spaces,
+# index options from a short list, project folders below /workspace.
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+_URL = re.compile(r"^(https?|file)://[^\s\x00-\x1f\x7f]+$")
+_OPTION = re.compile(
+    r"^(--(index-url|extra-index-url|find-links|trusted-host|only-binary|no-binary)="
+    r"[^\s\x00-\x1f\x7f]+|--no-index|--pre|--prefer-binary)$"
+)
+_PATH = re.compile(r"^/workspace(/[A-Za-z0-9_.+-]+)*$")
+_INVENTORY = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def package_problem(package: LockedPackage) -> str | None:
+    """What makes a locked package unfit to install (None: nothing)."""
+    from packaging.version import InvalidVersion, Version
+
+    label = package.name or "?"
+    if not _NAME.match(package.name):
+        return f"a package named {package.name!r}, which is not a package name"
+    try:
+        Version(package.version)
+    except InvalidVersion:
+        return f"package {label} at version {package.version!r}, which is not a version"
+    if not _SHA256.match(package.sha256):
+        return f"package {label} without a sha256"
+    if package.url and not _URL.match(package.url):
+        return f"package {label} from {package.url!r}, which is not a URL gpuenv installs from"
+    if package.direct and not package.url:
+        return f"package {label}, required by URL, without its URL"
+    if package.group not in GROUPS:
+        return f"package {label} in no known group ({package.group})"
+    return None
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _damaged(where: str, what: str) -> LockError:

@@ -36,13 +36,12 @@ class Project:
 def load_project(directory: str, freshness: Freshness = "locked") -> Project:
     """The project in `directory`; LockError (exit 5) when its lock no longer matches the
     spec or the matrix (`gpuenv lock` decides the image, never a build or a run), or
-    when its Python packages are not locked for the requirements as they are (unless
-    `freshness` says to re-resolve them, or to use the lock as it is)."""
+    when its Python packages are not locked for the requirements as they are, unless
+    `freshness` says to re-resolve them (`update`) or to use them as they are (`frozen`):
+    then `stale` says why they are not current."""
     spec = load_spec(directory)
     path = os.path.join(directory, LOCK_FILENAME)
     lock = read_lock(path)
-    if freshness == "frozen":
-        return Project(spec, lock, path)
     current = requirements_hashes(spec)
     changes = [c for c in lock_differences(lock, spec, current) if "requirements file" not in c]
     if changes:
@@ -52,7 +51,7 @@ def load_project(directory: str, freshness: Freshness = "locked") -> Project:
             "try again",
         )
     check_locked_row(lock, spec, load_matrix())
-    stale = tuple(overlay_differences(lock, current))
+    stale = tuple(overlay_differences(lock, spec, current))
     if stale and freshness == "locked":
         raise LockError(
             f"{LOCK_FILENAME} is out of date: " + "; ".join(stale),

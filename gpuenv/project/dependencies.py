@@ -65,10 +65,10 @@ def read_sources(
             read_requirements_file(project_dir, relative, collected)
     for text in packages:
         collected.dependencies.append(Dependency(Requirement(text), PACKAGES_WHERE))
-    for folder in list(collected.local_projects):
+    for folder, (_, chosen) in list(collected.local_projects.items()):
         manifest = os.path.normpath(os.path.join(folder, "pyproject.toml"))
         if manifest not in collected.files:  # `-e .` beside `requirements: [pyproject.toml]`
-            read_pyproject(project_dir, manifest, (), python, collected)
+            read_pyproject(project_dir, manifest, chosen, python, collected)
         collected.run_paths.append(workspace_path(project_dir, folder))
     return collected
 

@@ -110,9 +110,10 @@ class Collected:
     problems: list[Problem] = field(default_factory=list)
     conda: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (version, where)
     require_hashes: list[str] = field(default_factory=list)  # where --require-hashes was said
-    # Folders of the project named as requirements (`-e .`, `.`, `./sub`): relative path
-    # -> where; their declared dependencies are read, and they are on the path in runs.
-    local_projects: dict[str, str] = field(default_factory=dict)
+    # Folders of the project named as requirements (`-e .`, `.[dev]`, `./sub`): relative
+    # path -> (where, extras); their declared dependencies are read (the extras' too),
+    # and they are on the path in runs.
+    local_projects: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     run_paths: list[str] = field(default_factory=list)  # where those are in a run
     cpu_index_files: set[str] = field(default_factory=set)  # files naming a CPU wheel index
 
@@ -253,6 +254,15 @@ def _read(
             first = str(exc).splitlines()[0]
             into.problem(relative, number, f"'{line}' is not a valid requirement: {first}")
             continue
+        if requirement.url and _credentials(requirement.url):
+            into.problem(
+                relative,
+                number,
+                f"{requirement.name} @ {_masked(requirement.url)} carries a user name or token "
+                "in its URL, which would be written into gpuenv.lock and the image: serve the "
+                "file from an index without credentials in its URL",
+            )
+            continue
         hashes, wrong = line_hashes(line)
         for text in wrong:
             into.problem(
@@ -360,14 +370,16 @@ def _local(project_dir: str, relative: str, number: int, value: str, into: Colle
     the project (or a package of it): its dependencies are read (by the caller) and it
     is importable in runs; anything else is named and not installed."""
     where = f"{relative}:{number}"
-    text = value.removeprefix("file:").split("#", 1)[0].split("[", 1)[0].strip()
+    text, _, extras = value.removeprefix("file:").split("#", 1)[0].strip().partition("[")
     folder = os.path.normpath((PurePosixPath(relative).parent / text).as_posix())
     if (
         not text.startswith(("/", "~"))
+        and re.fullmatch(r"[A-Za-z0-9_.+/-]+", folder)
         and inside_project(project_dir, folder)
         and os.path.isfile(os.path.join(project_dir, folder, "pyproject.toml"))
     ):
-        into.local_projects.setdefault(PurePosixPath(folder).as_posix(), where)
+        chosen = tuple(normalize(e) for e in extras.rstrip("]").split(",") if e.strip())
+        into.local_projects.setdefault(PurePosixPath(folder).as_posix(), (where, chosen))
         return
     into.flag(
         where,

@@ -53,7 +53,10 @@ class FakeEngine:
     # What install.py --resolve reports in a resolver container (gpuenv.images.resolver):
     # by default nothing to install on a base of no Python distributions.
     resolver_report: dict[str, Any] = field(
-        default_factory=lambda: {"packages": [], "inventory": {"count": 0, "digest": "sha256:0"}}
+        default_factory=lambda: {
+            "packages": [],
+            "inventory": {"count": 0, "digest": "sha256:" + "0" * 64},
+        }
     )
     resolver_files: list[bytes] = field(default_factory=list)  # the tar each resolver got
 

@@ -183,3 +183,90 @@ def test_pylock_is_pep_751_and_names_the_base(tmp_path: Path) -> None:
     assert tqdm["index"] == "https://idx.example/simple/"
     assert x["sdist"]["hashes"] == {"sha256": SHA["def"]} and "wheels" not in x
     assert data["tool"]["gpuenv"]["base"] == "nvcr.io/nvidia/pytorch@sha256:" + "c" * 64
+
+
+GOOD = {"name": "tqdm", "version": "4.70.1", "sha256": "a" * 64, "url": "https://i/t.whl"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        # A lock a repository ships reaches files a build reads (overlay.txt, a .pth):
+        # nothing in it may add a line, an option or a path outside /workspace.
+        ({"paths": ["/workspace\rimport os"]}, "not a folder below /workspace"),
+        ({"paths": ["/workspace/../etc"]}, "not a folder below /workspace"),
+        ({"paths": ["/workspacex"]}, "not a folder below /workspace"),
+        ({"options": ["--target=/usr/bin"]}, "an option gpuenv does not pass"),
+        ({"options": ["--index-url=https://i/\n--pre"]}, "an option gpuenv does not pass"),
+        ({"packages": [{**GOOD, "name": "tqdm\nevil==1"}]}, "not a package name"),
+        ({"packages": [{**GOOD, "version": "1 --target /x"}]}, "not a version"),
+        ({"packages": [{**GOOD, "url": "https://i/t.whl --pre"}]}, "not a URL gpuenv installs"),
+        ({"packages": [{**GOOD, "direct": True, "url": ""}]}, "without its URL"),
+        ({"base": {"python_distributions": "x", "inventory": "sha256:1"}}, "its count"),
+    ],
+)
+def test_a_crafted_lock_is_refused(edit: dict[str, object], said: str) -> None:
+    section = {
+        "resolved": True,
+        "base": {"python_distributions": 3, "inventory": "sha256:" + "0" * 64},
+        "options": ["--index-url=https://i/simple/"],
+        "packages": [GOOD],
+        **edit,
+    }
+    with pytest.raises(LockError, match=said):
+        overlay_from_data(section, "gpuenv.lock")
+
+
+def test_a_package_required_by_url_is_installed_from_it() -> None:
+    overlay, _ = overlay_from_report(
+        report(
+            item(
+                "flash-attn",
+                "2.8.3",
+                "https://github.example/releases/flash_attn-2.8.3-cp312-linux_x86_64.whl",
+                sha256=SHA["abc"],
+                direct=True,
+            )
+        ),
+        OPTIONS,
+        {},
+    )
+    (package,) = overlay.packages
+    assert package.line() == (
+        "flash-attn @ https://github.example/releases/flash_attn-2.8.3-cp312-linux_x86_64.whl "
+        f"--hash=sha256:{SHA['abc']}"
+    )
+    assert package.index == ""  # no index served it
+    assert overlay_from_data(overlay.to_data(), "gpuenv.lock") == overlay
+
+
+def test_a_malformed_report_is_a_resolution_error() -> None:
+    from gpuenv.errors import ResolutionError
+
+    with pytest.raises(ResolutionError, match="no inventory"):
+        overlay_from_report({"packages": [], "inventory": "x"}, OPTIONS, {})
+    with pytest.raises(ResolutionError, match="not one"):
+        overlay_from_report({**report(), "packages": ["x"]}, OPTIONS, {})
+    bad = item("tqdm", "", "https://i/t.whl", sha256=SHA["abc"])
+    with pytest.raises(ResolutionError, match="not a version"):
+        overlay_from_report(report(bad), OPTIONS, {})
+
+
+def test_an_edit_of_the_specs_packages_makes_the_packages_stale(tmp_path: Path) -> None:
+    from gpuenv.lock.lockfile import overlay_differences, overlay_sources
+    from gpuenv.project.validate import load_spec
+
+    (tmp_path / "gpuenv.yaml").write_text("framework: pytorch\npackages: [tqdm]\n")
+    spec = load_spec(str(tmp_path))
+    overlay, _ = overlay_from_report(report(), OPTIONS, overlay_sources(spec, {}))
+    from gpuenv.lock.lockfile import Lock
+
+    lock = Lock("s", {}, "m", "i", "", {}, {}, {}, overlay=overlay)
+    assert overlay_differences(lock, spec, {}) == []
+    (tmp_path / "gpuenv.yaml").write_text("framework: pytorch\npackages: [tqdm, rich]\n")
+    (said,) = overlay_differences(lock, load_spec(str(tmp_path)), {})
+    assert said.startswith("gpuenv.yaml (requirements, packages, extras) changed")
+    # A spec that installs no Python package needs none locked (a lock_version 1 lock).
+    (tmp_path / "gpuenv.yaml").write_text("framework: pytorch\n")
+    old = Lock("s", {}, "m", "i", "", {}, {}, {})
+    assert overlay_differences(old, load_spec(str(tmp_path)), {}) == []

@@ -12,7 +12,7 @@ import pytest
 
 from gpuenv.engine.protocol import Builder
 from gpuenv.images.context import project_files
-from gpuenv.images.render import UV_VERSION, label_value, plan_build
+from gpuenv.images.render import UV_HASHES, label_value, plan_build
 from gpuenv.lock.lockfile import lock_from_resolution
 from gpuenv.lock.overlay import Overlay, overlay_from_report
 from gpuenv.matrix.load import Matrix
@@ -103,7 +103,9 @@ def test_layer_order_and_pinning(project: Path, matrix: Matrix) -> None:
     assert f"# Base: nvcr.io/nvidia/pytorch@{DIGEST}\n" in text
     # Its files, apt, the dependency files and their install, in the order users change
     # them; one stage (uv is installed by the install step for itself).
-    assert instructions(text) == ["FROM", "COPY", "RUN", "COPY", "RUN", "WORKDIR", "LABEL"]
+    # the base checked against the lock first, before apt can add Python packages
+    assert instructions(text) == ["FROM", "COPY", "RUN", "RUN", "COPY", "RUN", "WORKDIR", "LABEL"]
+    assert '"--check-base", "3", "sha256:' in text
     apt, requirements = text.index('apt-install.sh",'), text.index('pip-install.sh"')
     assert apt < requirements
     assert 'COPY ["requirements/", "/tmp/gpuenv/requirements/"]' in text
@@ -137,9 +139,8 @@ def test_exec_form_keeps_values_away_from_a_shell(
     assert runs
     for line in runs:
         arguments = json.loads(line[line.index("[") :])  # after the mounts, if any
-        assert arguments[:2] == ["/bin/sh", arguments[1]] and arguments[1].startswith(
-            "/usr/local/lib/gpuenv/"
-        )
+        assert arguments[0] in ("/bin/sh", "python3")
+        assert arguments[1].startswith("/usr/local/lib/gpuenv/")
 
 
 def test_dependency_downloads_go_to_the_builders_caches_of_the_user(
@@ -168,10 +169,10 @@ def test_the_uv_stage_installs_the_pinned_uv_from_the_projects_index(
     project: Path, matrix: Matrix
 ) -> None:
     files = {f.name: f.content().decode() for f in planned(project, matrix).files}
-    assert files["requirements/uv.txt"].splitlines() == [
-        f"--index-url={INDEX}",
-        f"uv=={UV_VERSION}",
-    ]
+    index, uv = files["requirements/uv.txt"].splitlines()
+    assert index == f"--index-url={INDEX}"
+    # By the sha256 of its wheels: an index serving another file under its name is refused.
+    assert uv == f"uv==0.13.9 --hash=sha256:{UV_HASHES[0]} --hash=sha256:{UV_HASHES[1]}"
 
 
 def test_the_classic_builder_gets_no_mounts_and_pip(project: Path, matrix: Matrix) -> None:
@@ -180,6 +181,7 @@ def test_the_classic_builder_gets_no_mounts_and_pip(project: Path, matrix: Matri
     assert instructions(plan.dockerfile) == [
         "FROM",
         "COPY",
+        "RUN",
         "RUN",
         "COPY",
         "RUN",
@@ -248,7 +250,6 @@ def test_context_holds_only_what_is_needed(project: Path, matrix: Matrix) -> Non
             "gpuenv/install.py",
             "gpuenv/pip-install.sh",
             "requirements/uv.txt",
-            "requirements/base.txt",
             "requirements/options.txt",
             "requirements/overlay.txt",
             "requirements/overlay-late.txt",

@@ -10,10 +10,12 @@ Run by the image's own python3 (so it needs nothing but pip), in two modes:
                                      installed distributions and honours its constraint
                                      files) and writes that, with the image's inventory, to
                                      OUT as JSON. Nothing is installed.
+  install.py --check-base COUNT DIGEST
+                                     the first build step: the base is the one the lock
+                                     was resolved against.
   install.py FOLDER --locked [--cached] [--uv UV]
-                                     at build time: checks the base is the one the lock was
-                                     resolved against, then installs the locked files with
-                                     hashes required and no dependency resolution.
+                                     at build time: installs the locked files with hashes
+                                     required and no dependency resolution.
 
 --resolve reads the files gpuenv wrote into FOLDER:
 
@@ -34,8 +36,9 @@ satisfied by any build of the X.Y series (0.20.0a0+afc54f7 for ==0.20.1), any ot
 specifier by the release the build precedes. This mirrors gpuenv.project.packages
 (ngc_satisfies); tests/unit/test_ngc_pins.py holds the two to the same table.
 
---locked reads base.txt (the count and digest of the base's distributions the lock
-recorded), options.txt (index options, one a line), overlay.txt and overlay-late.txt
+--check-base COUNT DIGEST (the first step of a build) compares the base's distributions
+with the count and digest the lock recorded. --locked reads options.txt (index options,
+one a line), overlay.txt and overlay-late.txt
 (`NAME==VERSION --hash=sha256:HEX` lines) and paths.txt (the project's folders, `-e .`,
 put on the path through a .pth file: they are mounted at /workspace in runs). The installer is uv (`uv pip install
 --system`) when UV runs in this image, else pip; both with --no-deps and --require-hashes.
@@ -52,6 +55,7 @@ import json
 import os
 import re
 import subprocess
+import site
 import sys
 import sysconfig
 import urllib.request
@@ -145,6 +149,10 @@ PIP_OPTIONS_FOR_UV = {
 }
 
 
+MISSING_VERSION = ("there is no version of", "No matching distribution",
+                   "Could not find a version")
+
+
 class Installer:
     """pip or uv, run the same way for each call: the image's own python3, its system
     site-packages (NVIDIA's builds are there). Installing the lock, nothing is resolved,
@@ -174,6 +182,17 @@ class Installer:
         name = "uv pip" if self.uv else "pip"
         print(f"gpuenv: {name} install " + " ".join(args), flush=True)
         code, tail = run_logged(command, env)
+        text = "\n".join(tail)
+        if code and self.cached and any(m in text for m in MISSING_VERSION):
+            # The cache keeps index pages for minutes: a version locked since may be
+            # missing from them. Once more, with the pages asked for again.
+            print("gpuenv: the installer's cached index pages may predate the lock: "
+                  "installing again with them refreshed", flush=True)
+            if self.uv:
+                command.insert(3, "--refresh")
+            else:
+                env["PIP_NO_CACHE_DIR"] = "1"
+            code, tail = run_logged(command, env)
         if code:
             mismatch = hash_mismatch(tail)
             if mismatch:
@@ -371,6 +390,23 @@ def requirement_places(folder):
     return where
 
 
+# What pip says when no set of versions fits (a re-resolve may then keep fewer of the
+# lock's versions), as against an index it cannot reach or a package it cannot build.
+UNRESOLVABLE = ("ResolutionImpossible", "conflicting dependencies", "No matching distribution",
+                "Could not find a version that satisfies")
+
+
+def check_pip():
+    """Exit with one line when the image's pip cannot report a resolution (22.2)."""
+    version = pip_version()
+    parts = [int(p) if p.isdigit() else 0 for p in version.split(".")[:2]] + [0, 0]
+    if not version or tuple(parts[:2]) < (22, 2):
+        print(f"gpuenv: failed: the image's pip ({version or 'none'}) cannot report what it "
+              "would install (`pip install --dry-run --report` needs pip 22.2 or later)",
+              flush=True)
+        sys.exit(3)
+
+
 def dry_run(folder, name, args, where):
     """pip's answer to `pip install --dry-run ARGS`: the report's `install` items (what it
     would install on top of this image, resolved against what the image has)."""
@@ -380,7 +416,9 @@ def dry_run(folder, name, args, where):
     print("gpuenv: pip install --dry-run " + " ".join(args), flush=True)
     code, tail = run_logged(command, pip_environment(cached=False))
     if code:
-        print(f"gpuenv: failed: {Installer(None, False, where).explain(tail)}", flush=True)
+        text = "\n".join(tail)
+        kind = "unresolvable" if any(m in text for m in UNRESOLVABLE) else "failed"
+        print(f"gpuenv: {kind}: {Installer(None, False, where).explain(tail)}", flush=True)
         sys.exit(code)
     with open(report, encoding="utf-8") as handle:
         return json.load(handle).get("install") or []
@@ -408,6 +446,7 @@ def locked_item(item, group):
         "version": item["metadata"]["version"],
         "url": info.get("url", ""),
         "requested": bool(item.get("requested")),
+        "direct": bool(item.get("is_direct")),
         "group": group,
     }
     if isinstance(archive, dict):
@@ -426,6 +465,7 @@ def locked_item(item, group):
 
 
 def resolve(folder, out):
+    check_pip()
     installed = installed_distributions()
     companions, late = check_pins(folder, installed)
     where = requirement_places(folder)
@@ -485,13 +525,10 @@ def pip_version():
         return ""
 
 
-def check_base(folder, installed):
-    """Exit 3 when the base is not the one the lock was resolved against."""
-    recorded = lines(folder, "base.txt")
-    if not recorded:
-        return
-    want_count, want_digest = recorded[0].split()
-    count, digest = inventory_digest(installed)
+def check_base(want_count, want_digest):
+    """Exit 3 when the base is not the one the lock was resolved against (run as the
+    first step, before apt can add Python packages of its own)."""
+    count, digest = inventory_digest(installed_distributions())
     if digest != want_digest:
         print(f"gpuenv: conflict: the base image's Python distributions ({count}, {digest}) are "
               f"not those gpuenv.lock was resolved against ({want_count}, {want_digest}): run "
@@ -500,7 +537,6 @@ def check_base(folder, installed):
 
 
 def install_locked(folder, options):
-    check_base(folder, installed_distributions())
     index = lines(folder, "options.txt")
     where = {}
     for line in lines(folder, "overlay.txt") + lines(folder, "overlay-late.txt"):
@@ -513,8 +549,8 @@ def install_locked(folder, options):
     if paths:
         # The project's own folders (`-e .`), mounted at /workspace in runs: importable
         # from any working directory, edits seen at once, as an editable install.
-        site = sysconfig.get_paths()["purelib"]
-        with open(os.path.join(site, "gpuenv-project.pth"), "w", encoding="utf-8") as handle:
+        site_dir = next(d for d in site_folders() if os.path.isdir(d))
+        with open(os.path.join(site_dir, "gpuenv-project.pth"), "w", encoding="utf-8") as handle:
             handle.writelines(f"{path}\n" for path in paths)
         print("gpuenv: the project's folders are on the path in runs: " + " ".join(paths))
     if lines(folder, "overlay-late.txt"):
@@ -524,18 +560,28 @@ def install_locked(folder, options):
                           os.path.join(folder, "overlay-late.txt"))
 
 
+def site_folders():
+    """The site folders this Python reads .pth files from, on its path (Debian's Python
+    3.8 names a purelib folder that does not exist, pypa/pip#10151)."""
+    found = [d for d in site.getsitepackages() if d in sys.path]
+    return found + [sysconfig.get_paths()["purelib"]]
+
+
 def main(folder, options):
-    if options.resolve:
+    if options.check_base:
+        check_base(*options.check_base)
+    elif options.resolve:
         resolve(folder, options.resolve)
     elif options.locked:
         install_locked(folder, options)
     else:
-        sys.exit("install.py: --resolve OUT or --locked")
+        sys.exit("install.py: --check-base COUNT DIGEST, FOLDER --resolve OUT or FOLDER --locked")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("folder")
+    parser.add_argument("folder", nargs="?")
+    parser.add_argument("--check-base", nargs=2, metavar=("COUNT", "DIGEST"))
     parser.add_argument("--resolve")
     parser.add_argument("--locked", action="store_true")
     parser.add_argument("--cached", action="store_true")

@@ -3,6 +3,7 @@
 # first) with the image's own Python: install.py --locked checks the base is the one the lock
 # was resolved against, then runs uv or pip with hashes required and nothing resolved.
 #   pip-install.sh FOLDER [--cached] [--uv]
+# uv.txt pins uv by the sha256 of its wheels (pip checks them).
 # --cached: /root/.cache is a cache mount (pip's and uv's caches below it), used when it
 # is this build's user's alone (cache-ours.sh). --uv: uv, pinned in FOLDER/uv.txt, is
 # installed from the project's index through pip: into the cache, where the next build
@@ -30,7 +31,7 @@ fi
 [ -n "$cached" ] || export PIP_NO_CACHE_DIR=1
 install_uv() {
   PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1 \
-    python3 -m pip install --quiet --no-deps --target "$1" -r "$folder/uv.txt"
+    python3 -m pip install --quiet --no-deps --only-binary :all: --target "$1" -r "$folder/uv.txt"
 }
 uv=
 if [ "${1:-}" = --uv ]; then
