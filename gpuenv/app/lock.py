@@ -162,11 +162,7 @@ def _update_lock(
     resolution = resolve(spec, matrix, host, prefer=prefer, pins=pins, newest=newest)
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
-    new_lock = lock_from_resolution(resolution, matrix.version, digest)
-    if existing is not None and same_image:
-        # Same image: its Python packages stay locked (re-resolved, keeping what they
-        # can, when a requirements file changed: `overlay.sources` tells).
-        new_lock = replace(new_lock, overlay=existing.overlay)
+    new_lock = _carried(lock_from_resolution(resolution, matrix.version, digest), existing)
     if existing is not None and same_image and not lock_differences(existing, spec):
         # Same spec, same image (a re-resolve for another host): the pushed image holds.
         new_lock = replace(new_lock, extra=existing.extra)
@@ -184,6 +180,18 @@ def _update_lock(
         previous_image=existing.image if existing is not None else None,
         resolution=resolution,
     )
+
+
+def _carried(new_lock: Lock, existing: Lock | None) -> Lock:
+    """On the same image, the Python packages stay locked (re-resolved, keeping what
+    they can, when a requirements file changed: `overlay.sources` tells); on another,
+    they are resolved anew, as of the date the lock keeps, if any."""
+    if existing is None:
+        return new_lock
+    if existing.image == new_lock.image:
+        return replace(new_lock, overlay=existing.overlay)
+    dated = replace(new_lock.overlay, exclude_newer=existing.overlay.exclude_newer)
+    return replace(new_lock, overlay=dated)
 
 
 def project_pins(spec: Spec, matrix: Matrix | None = None) -> list[Pin]:

@@ -43,6 +43,8 @@ class OverlayUpdate:
         overlay = self.project.lock.overlay
         count = len(overlay.packages)
         first = f"gpuenv.lock pins {count} Python package{'s' if count != 1 else ''} on the image"
+        if overlay.exclude_newer:
+            first += f", as of {overlay.exclude_newer}"
         if not self.changes:
             first += " (unchanged)"
         else:
@@ -57,6 +59,7 @@ def lock_overlay(
     *,
     upgrade: bool = False,
     upgrade_packages: Collection[str] = (),
+    exclude_newer: str | None = None,
     on_line: Callable[[str], None] = lambda _: None,
 ) -> OverlayUpdate:
     """Resolve the project's overlay in its pinned base (pulled when missing) and write
@@ -65,6 +68,7 @@ def lock_overlay(
     hash the project wrote does not match the file resolved."""
     spec, lock = project.spec, project.lock
     sources = overlay_sources(spec, requirements_hashes(spec))
+    cutoff = lock.overlay.exclude_newer if exclude_newer is None else exclude_newer
     plan = python_plan(spec, lock)
     notes: list[str] = []
     read_as = file_hash(project.lock_path)
@@ -76,7 +80,7 @@ def lock_overlay(
         read_as = file_hash(project.lock_path)  # the digest pinned on a first pull
         moving = {normalize(name) for name in upgrade_packages}
         keep = [] if upgrade else [p for p in lock.overlay.packages if p.name not in moving]
-        report = _resolve(engine, local, plan, keep, on_line, notes)
+        report = _resolve(engine, local, plan, keep, cutoff, on_line, notes)
         overlay, refused = overlay_from_report(report, plan.options, sources)
         if refused:
             raise ResolutionError(
@@ -85,7 +89,7 @@ def lock_overlay(
                 hint="gpuenv installs only what gpuenv.lock pins with a hash",
             )
         check_user_hashes(plan, overlay)
-        overlay = replace(overlay, paths=plan.paths)
+        overlay = replace(overlay, paths=plan.paths, exclude_newer=cutoff)
         notes += sdist_notes(overlay)
     diff = changes(lock.overlay if lock.overlay.resolved else None, overlay)
     new_lock = replace(lock, overlay=overlay, requirements=requirements_hashes(spec))
@@ -117,6 +121,7 @@ def relock_overlay(
     *,
     upgrade: bool = False,
     upgrade_packages: Collection[str] = (),
+    exclude_newer: str | None = None,
     on_line: Callable[[str], None] = lambda _: None,
 ) -> OverlayUpdate | str:
     """`gpuenv lock`'s second half, after the image is pinned: resolve the Python
@@ -125,7 +130,8 @@ def relock_overlay(
     that says so (without an engine the lock stays valid, marked unresolved, and the
     first build resolves it; `--upgrade-package` needs one: EngineError)."""
     project = load_project(directory, "update")
-    if not (project.stale or upgrade or upgrade_packages):
+    moved = exclude_newer is not None and exclude_newer != project.lock.overlay.exclude_newer
+    if not (project.stale or upgrade or upgrade_packages or moved):
         return "the Python packages in gpuenv.lock are up to date"
     unknown = [n for n in upgrade_packages if project.lock.overlay.get(normalize(n)) is None]
     if unknown and project.lock.overlay.resolved:
@@ -137,7 +143,7 @@ def relock_overlay(
         engine = connect()
         engine.ping()
     except EngineError as exc:
-        if upgrade_packages:
+        if upgrade_packages or moved:
             raise
         state = (
             f"the Python packages in {LOCK_FILENAME} are stale ({'; '.join(project.stale)})"
@@ -153,8 +159,9 @@ def relock_overlay(
         project,
         engine,
         view(),
-        upgrade=upgrade,
+        upgrade=upgrade or moved,
         upgrade_packages=upgrade_packages,
+        exclude_newer=exclude_newer,
         on_line=on_line,
     )
 
@@ -164,6 +171,7 @@ def _resolve(
     image: str,
     plan: InstallPlan,
     keep: list[LockedPackage],
+    cutoff: str,
     on_line: Callable[[str], None],
     notes: list[str],
 ) -> dict[str, Any]:
@@ -178,7 +186,7 @@ def _resolve(
         attempts.append([])
     network = build_network()
     for number, attempt in enumerate(attempts):
-        files = resolve_files(plan, [p.pin() for p in attempt])
+        files = resolve_files(plan, [p.pin() for p in attempt], cutoff)
         try:
             return run_resolver(engine, image, files, network=network, on_line=on_line)
         except OverlayUnresolvable:

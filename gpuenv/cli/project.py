@@ -17,6 +17,7 @@ from gpuenv.cli.failure import error_fields
 from gpuenv.cli.views import show_resolution
 from gpuenv.errors import UsageError
 from gpuenv.lock.lockfile import LOCK_FILENAME
+from gpuenv.lock.overlay import cutoff_time
 from gpuenv.project.overrides import checked_overrides
 from gpuenv.project.spec import SPEC_FILENAME
 from gpuenv.resolution.hostplan import HostPlan
@@ -78,6 +79,13 @@ def _lock_data(
     help="Move one locked Python package (and what must move with it) to the newest "
     "version the requirements allow; the others keep their versions. Repeatable.",
 )
+@click.option(
+    "--exclude-newer",
+    metavar="DATE",
+    help="Resolve the Python packages as of DATE (2026-01-31, or 2026-01-31T08:30:00Z in "
+    "UTC): only files the indexes say were uploaded before it (pip's --uploaded-prior-to; "
+    "the index must give upload times, as PyPI does). Kept in the lock for later re-locks.",
+)
 @json_option("what happened to the lock")
 @click.pass_obj
 def lock(
@@ -89,6 +97,7 @@ def lock(
     upgrade: bool,
     newest: bool,
     upgrade_packages: tuple[str, ...],
+    exclude_newer: str | None,
     as_json: bool,
 ) -> None:
     """Resolve gpuenv.yaml and pin the result in gpuenv.lock.
@@ -106,17 +115,24 @@ def lock(
     against what it has installed and its pip constraint files, so a container engine
     is needed; without one the lock says they are not resolved yet, and the first build
     resolves them. A re-lock keeps every locked version the change does not force to
-    move and prints what changed; --upgrade moves them all, --upgrade-package one.
+    move and prints what changed; --upgrade moves them all, --upgrade-package one, and
+    --exclude-newer DATE resolves them as of a date (to rebuild last year's environment).
 
     --check fails (exit 5) when the lock is missing or out of date, or its Python
     packages are not locked for the requirements as they are, and lists what changed.
     """
     upgrade = upgrade or newest
-    if check_only and (upgrade or upgrade_packages):
+    if check_only and (upgrade or upgrade_packages or exclude_newer):
         raise UsageError(
-            "--check cannot be combined with --upgrade, --newest or --upgrade-package: "
-            "--check writes nothing"
+            "--check cannot be combined with --upgrade, --newest, --upgrade-package or "
+            "--exclude-newer: --check writes nothing"
         )
+    cutoff = None
+    if exclude_newer is not None:
+        try:
+            cutoff = cutoff_time(exclude_newer)
+        except ValueError as exc:
+            raise UsageError(f"--exclude-newer: {exc}") from None
     lock_path = os.path.join(obj.directory, LOCK_FILENAME)
     if check_only:
         current = verify_lock(obj.directory)
@@ -144,7 +160,7 @@ def lock(
         else:
             ui.success(f"updated {LOCK_FILENAME}: {update.previous_image} → {image}")
         show_resolution(update.resolution)
-    packages = _lock_packages(obj.directory, upgrade, upgrade_packages, quiet=as_json)
+    packages = _lock_packages(obj.directory, upgrade, upgrade_packages, cutoff, quiet=as_json)
     if as_json:
         output.data(
             _lock_data(
@@ -159,7 +175,12 @@ def lock(
 
 
 def _lock_packages(
-    directory: str, upgrade: bool, upgrade_packages: tuple[str, ...], *, quiet: bool
+    directory: str,
+    upgrade: bool,
+    upgrade_packages: tuple[str, ...],
+    exclude_newer: str | None,
+    *,
+    quiet: bool,
 ) -> dict[str, object]:
     """The Python packages' half of `gpuenv lock` (app.overlay), shown; its JSON."""
     from gpuenv.app.overlay import notice_line, relock_overlay
@@ -171,6 +192,7 @@ def _lock_packages(
         view_factory(quiet),
         upgrade=upgrade,
         upgrade_packages=upgrade_packages,
+        exclude_newer=exclude_newer,
         on_line=notice_line(ui.info),
     )
     if isinstance(outcome, str):

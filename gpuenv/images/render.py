@@ -137,9 +137,12 @@ def python_plan(spec: Spec, lock: Lock) -> InstallPlan | None:
     return plan
 
 
-def resolve_files(plan: InstallPlan, prefer: Iterable[str] = ()) -> dict[str, str]:
+def resolve_files(
+    plan: InstallPlan, prefer: Iterable[str] = (), exclude_newer: str = ""
+) -> dict[str, str]:
     """The files install.py --resolve reads (images/ngc/files/install.py), by name;
-    `prefer`: `NAME==VERSION` pins to keep (the lock's, as constraints)."""
+    `prefer`: `NAME==VERSION` pins to keep (the lock's, as constraints); `exclude_newer`:
+    a UTC time, only files uploaded before it."""
     install = [*plan.options] + [f"{d.line()}  # {d.where}" for d in plan.install]
     return {
         "image.tsv": "".join(f"{pin.line()}\n" for pin in plan.image),
@@ -147,6 +150,7 @@ def resolve_files(plan: InstallPlan, prefer: Iterable[str] = ()) -> dict[str, st
         "late.txt": "".join(f"{d.line()}  # {d.where}\n" for d in plan.no_isolation),
         "constraints.txt": "".join(f"{d.line()}\n" for d in plan.constraints),
         "prefer.txt": "".join(f"{pin}\n" for pin in prefer),
+        "cutoff.txt": f"{exclude_newer}\n" if exclude_newer else "",
     }
 
 

@@ -103,6 +103,7 @@ class Overlay:
     note: str = ""  # why it is not resolved
     sources: dict[str, str] = field(default_factory=dict)  # file -> its sha256 when resolved
     paths: tuple[str, ...] = ()  # the project's folders on the path in runs (`-e .`)
+    exclude_newer: str = ""  # resolved as of this UTC time (files uploaded before it)
 
     def get(self, name: str) -> LockedPackage | None:
         return next((p for p in self.packages if p.name == name), None)
@@ -112,7 +113,8 @@ class Overlay:
 
     def to_data(self) -> dict[str, Any]:
         if not self.resolved:
-            return {"resolved": False, "note": self.note}
+            cutoff = {"exclude_newer": self.exclude_newer} if self.exclude_newer else {}
+            return {"resolved": False, "note": self.note, **cutoff}
         return {
             "resolved": True,
             "sources": dict(sorted(self.sources.items())),
@@ -120,6 +122,7 @@ class Overlay:
             "options": list(self.options),
             "packages": [p.to_data() for p in self.packages],
             **({"paths": list(self.paths)} if self.paths else {}),
+            **({"exclude_newer": self.exclude_newer} if self.exclude_newer else {}),
         }
 
 
@@ -296,8 +299,11 @@ def overlay_from_data(data: Any, where: str) -> Overlay:
         return Overlay(False, note="written by a gpuenv that did not lock the overlay")
     if not isinstance(data, dict) or not isinstance(data.get("resolved"), bool):
         raise _damaged(where, "'overlay' is not a mapping with 'resolved'")
+    cutoff = str(data.get("exclude_newer") or "")
+    if cutoff and not _CUTOFF.match(cutoff):
+        raise _damaged(where, f"'overlay.exclude_newer' is not a UTC time ({cutoff!r})")
     if not data["resolved"]:
-        return Overlay(False, note=str(data.get("note") or ""))
+        return Overlay(False, note=str(data.get("note") or ""), exclude_newer=cutoff)
     base = data.get("base")
     items = data.get("packages")
     options = data.get("options") or []
@@ -321,6 +327,7 @@ def overlay_from_data(data: Any, where: str) -> Overlay:
         _base(base, where),
         sources={str(k): str(v) for k, v in sources.items()},
         paths=tuple(str(path) for path in paths),
+        exclude_newer=cutoff,
     )
 
 
@@ -366,6 +373,25 @@ _OPTION = re.compile(
 )
 _PATH = re.compile(r"^/workspace(/[A-Za-z0-9_.+-]+)*$")
 _INVENTORY = re.compile(r"^sha256:[0-9a-f]{64}$")
+_CUTOFF = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+
+def cutoff_time(text: str) -> str:
+    """`--exclude-newer`'s value as the UTC time pip reads: a date (its midnight, UTC) or
+    a time in UTC. ValueError for anything else.
+
+    >>> cutoff_time("2026-01-31"), cutoff_time("2026-01-31T08:30:00Z")
+    ('2026-01-31T00:00:00Z', '2026-01-31T08:30:00Z')
+    """
+    from datetime import UTC, datetime
+
+    for layout in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            moment = datetime.strptime(text.strip(), layout).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    raise ValueError(f"{text!r} is not a date (2026-01-31) or a UTC time (2026-01-31T08:30:00Z)")
 
 
 def package_problem(package: LockedPackage) -> str | None:

@@ -1,6 +1,7 @@
 """The package index of the test services (scripts/services/pypi.sh), in three commands:
 
     pypi.py index ROOT                  ROOT/simple/: a PEP 503 index of the wheels in ROOT/wheels
+                                        (and PEP 691 JSON pages with PEP 700 upload times)
     pypi.py needs-torch-wheel WHEELS    WHEELS/gpuenv_needs_torch-1.0-py3-none-any.whl
     pypi.py serve ROOT SOCKET LOG       serves ROOT over HTTP on the unix SOCKET, one line a
                                         request in LOG
@@ -15,6 +16,7 @@ import hashlib
 import html
 import http.server
 import io
+import json
 import re
 import socketserver
 import sys
@@ -71,6 +73,26 @@ def write(path: Path, text: str) -> None:
     partial.replace(path)
 
 
+def json_page(project: str, wheels: list[Path]) -> str:
+    """PEP 691's JSON form of a project page, with PEP 700's upload-time (the wheel's
+    modification time): what pip's --uploaded-prior-to and uv's --exclude-newer read."""
+    files = []
+    for wheel in wheels:
+        uploaded = datetime.datetime.fromtimestamp(wheel.stat().st_mtime, datetime.UTC)
+        entry = {
+            "filename": wheel.name,
+            "url": f"../../wheels/{wheel.name}",
+            "hashes": {"sha256": sha256(wheel)},
+            "upload-time": uploaded.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+        python = requires_python(wheel)
+        if python:
+            entry["requires-python"] = python
+        files.append(entry)
+    meta = {"api-version": "1.1"}
+    return json.dumps({"meta": meta, "name": project, "files": files}, indent=1)
+
+
 def index(root: Path) -> None:
     projects: dict[str, list[Path]] = {}
     for wheel in sorted((root / "wheels").glob("*.whl")):
@@ -78,10 +100,12 @@ def index(root: Path) -> None:
         projects.setdefault(normalized(wheel.name.split("-")[0]), []).append(wheel)
     simple = root / "simple"
     for project, wheels in projects.items():
+        write(simple / project / "index.json", json_page(project, wheels))
         write(simple / project / "index.html", page(project, [wheel_link(w) for w in wheels]))
     for stale in simple.glob("*/index.html"):
         if stale.parent.name not in projects:
-            stale.unlink()
+            for name in ("index.html", "index.json"):
+                (stale.parent / name).unlink(missing_ok=True)
             stale.parent.rmdir()
     # Written last: scripts/services/pypi.sh takes the index as current when this file is
     # newer than every wheel.
@@ -149,6 +173,9 @@ def needs_torch_wheel(wheels: Path) -> None:
 # --- the server ------------------------------------------------------------------------
 
 
+JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+
+
 class Handler(http.server.SimpleHTTPRequestHandler):
     """Files under the server's root, and one line a request in the access log."""
 
@@ -163,6 +190,21 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         line = f"{now} {command} {path} {int(code)}\n"
         with self.lock:
             self.access_log.write(line)
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        """A project page in PEP 691's JSON when the client asks for it (pip and uv do),
+        else the HTML page."""
+        accept = self.headers.get("Accept", "")
+        if JSON_TYPE in accept and self.path.split("?")[0].endswith("/"):
+            page_json = Path(self.translate_path(self.path)) / "index.json"
+            if page_json.is_file():
+                data = page_json.read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Type", JSON_TYPE)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                return io.BytesIO(data)
+        return super().send_head()
 
     def end_headers(self) -> None:
         # PyPI's own caching headers: files never change, index pages for 10 minutes.

@@ -67,7 +67,9 @@ pypi_local_wheel() {  # gpuenv-needs-torch 1.0, made here: a package that requir
 
 pypi_index() {  # $PYPI_ROOT/simple, made again when a wheel is newer than it
   local top=$PYPI_ROOT/simple/index.html
-  if [ -f "$top" ] && [ -z "$(find "$PYPI_WHEELS" -newer "$top" -print -quit)" ]; then
+  # (the JSON pages came later: an index without them is written again)
+  if [ -f "$top" ] && [ -f "$PYPI_ROOT/simple/tqdm/index.json" ] &&
+    [ -z "$(find "$PYPI_WHEELS" -newer "$top" -print -quit)" ]; then
     return 0
   fi
   log "writing the package index's pages ($PYPI_ROOT/simple)"

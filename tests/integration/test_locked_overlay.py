@@ -7,6 +7,7 @@ refused."""
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import io
 import os
@@ -42,9 +43,12 @@ class Index:
         self.url = url
         (root / "wheels").mkdir(parents=True)
 
-    def publish(self, project: str, version: str, value: str = "1") -> str:
+    def publish(
+        self, project: str, version: str, value: str = "1", uploaded: str | None = None
+    ) -> str:
         """A pure-Python wheel of `project` at `version` whose module says VALUE = value
-        (other bytes under the same name when `value` differs); its sha256."""
+        (other bytes under the same name when `value` differs), uploaded at `uploaded`
+        (an ISO time; the index's JSON pages give it); its sha256."""
         module = project.replace("-", "_")
         info = f"{module}-{version}.dist-info"
         files = {
@@ -67,6 +71,9 @@ class Index:
                 archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
         wheel = self.root / "wheels" / f"{module}-{version}-py3-none-any.whl"
         wheel.write_bytes(buffer.getvalue())
+        if uploaded:
+            moment = datetime.datetime.fromisoformat(uploaded.replace("Z", "+00:00"))
+            os.utime(wheel, (moment.timestamp(), moment.timestamp()))
         subprocess.run([sys.executable, str(PYPI_SCRIPT), "index", str(self.root)], check=True)
         return hashlib.sha256(buffer.getvalue()).hexdigest()
 
@@ -244,3 +251,22 @@ def test_the_project_itself_is_installed_editable(make_project) -> None:
     project.write("src/mypkg/__init__.py", "VALUE = 'edited'\n")
     again = project.ok("run", "--gpus", "none", "--", "sh", "-c", f'cd / && python3 -c "{code}"')
     assert again.stdout.strip() == "edited"
+
+
+def test_lock_resolves_as_of_a_date(make_project, index: Index) -> None:
+    """--exclude-newer resolves as of a date (pip's --uploaded-prior-to, from the index's
+    upload times; the stand-in's pip 23 is too old, so pip 26.3 runs the resolution), and
+    later re-locks keep the date."""
+    package = f"gpuenv-dated-{uuid.uuid4().hex[:6]}"
+    index.publish(package, "1.0", uploaded="2025-01-01T00:00:00Z")
+    index.publish(package, "1.1", value="2", uploaded="2026-06-01T00:00:00Z")
+    project = make_project(requirements=requirements(index, package))
+    assert locked_packages(project.path)[package]["version"] == "1.1"
+    dated = project.ok("lock", "--exclude-newer", "2026-01-01")
+    assert f"~ {package} 1.1 → 1.0" in dated.stderr
+    assert "as of 2026-01-01T00:00:00Z" in dated.stderr
+    assert "exclude_newer: '2026-01-01T00:00:00Z'" in project.lock_text()
+    again = project.ok("lock", "--upgrade-package", package)
+    assert locked_packages(project.path)[package]["version"] == "1.0", again.stderr
+    bad = project.gpuenv("lock", "--exclude-newer", "last year")
+    assert bad.returncode == 2 and "is not a date" in bad.stderr

@@ -26,6 +26,8 @@ Run by the image's own python3 (so it needs nothing but pip), in two modes:
                    installed) without build isolation, unless the image ships them
   constraints.txt  the project's own -c constraints
   prefer.txt       the versions the lock had (kept unless an edit or an upgrade moves them)
+  cutoff.txt       a date: only files the indexes say were uploaded before it (pip's
+                   --uploaded-prior-to, pip 26.0 or later: installed here if need be)
 
 and checks, before pip runs, every pin against what the image has: the versions of its
 installed distributions and the pins of its pip constraint files (PIP_CONSTRAINT, e.g. NGC
@@ -396,23 +398,54 @@ UNRESOLVABLE = ("ResolutionImpossible", "conflicting dependencies", "No matching
                 "Could not find a version that satisfies")
 
 
-def check_pip():
-    """Exit with one line when the image's pip cannot report a resolution (22.2)."""
-    version = pip_version()
+# The pip a resolution as of a date runs when the image's is older than 26.0 (the first
+# with --uploaded-prior-to): PyPI's file of pip 26.3, by its sha256, into a folder of
+# this container alone.
+CUTOFF_PIP = "pip==26.3 --hash=sha256:f3b60b20ffaadd4415ed7957212a38ac63fa4c5fa375bd0f4a797777940fad13"
+CUTOFF_PIP_DIR = "/tmp/gpuenv-pip"
+
+
+def release(version):
     parts = [int(p) if p.isdigit() else 0 for p in version.split(".")[:2]] + [0, 0]
-    if not version or tuple(parts[:2]) < (22, 2):
+    return tuple(parts[:2])
+
+
+def check_pip(folder, cutoff):
+    """Exit with one line when the image's pip cannot report a resolution (22.2); for a
+    resolution as of a date, pip 26.0 or later (installed for this container when the
+    image's is older)."""
+    version = pip_version()
+    if not version or release(version) < (22, 2):
         print(f"gpuenv: failed: the image's pip ({version or 'none'}) cannot report what it "
               "would install (`pip install --dry-run --report` needs pip 22.2 or later)",
               flush=True)
         sys.exit(3)
+    if not cutoff or release(version) >= (26, 0):
+        return
+    pinned = os.path.join(folder, "cutoff-pip.txt")
+    with open(pinned, "w", encoding="utf-8") as handle:
+        handle.write(CUTOFF_PIP + "\n")
+    index = [line for line in lines(folder, "install.txt") if line.startswith("-")]
+    print(f"gpuenv: the image's pip {version} cannot resolve as of a date: using pip 26.3",
+          flush=True)
+    code, tail = run_logged([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                             "--only-binary", ":all:", "--target", CUTOFF_PIP_DIR, *index,
+                             "-r", pinned], pip_environment(cached=False))
+    if code:
+        print(f"gpuenv: failed: pip 26.3, which a resolution as of a date needs, could not "
+              f"be installed here: {Installer(None, False).explain(tail)}", flush=True)
+        sys.exit(3)
+    os.environ["PYTHONPATH"] = CUTOFF_PIP_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 
 def dry_run(folder, name, args, where):
     """pip's answer to `pip install --dry-run ARGS`: the report's `install` items (what it
     would install on top of this image, resolved against what the image has)."""
     report = os.path.join(folder, f"report-{name}.json")
+    cutoff = lines(folder, "cutoff.txt")
+    dated = ["--uploaded-prior-to", cutoff[0]] if cutoff else []
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet",
-               "--report", report, *args]
+               "--report", report, *dated, *args]
     print("gpuenv: pip install --dry-run " + " ".join(args), flush=True)
     code, tail = run_logged(command, pip_environment(cached=False))
     if code:
@@ -465,7 +498,7 @@ def locked_item(item, group):
 
 
 def resolve(folder, out):
-    check_pip()
+    check_pip(folder, lines(folder, "cutoff.txt"))
     installed = installed_distributions()
     companions, late = check_pins(folder, installed)
     where = requirement_places(folder)
