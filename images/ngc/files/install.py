@@ -498,9 +498,10 @@ def locked_item(item, group):
 
 
 def resolve(folder, out):
-    check_pip(folder, lines(folder, "cutoff.txt"))
     installed = installed_distributions()
     companions, late = check_pins(folder, installed)
+    if companions or late or any(requirement(line) for line in lines(folder, "install.txt")):
+        check_pip(folder, lines(folder, "cutoff.txt"))
     where = requirement_places(folder)
     keep = os.path.join(folder, "keep.txt")
     with open(keep, "w", encoding="utf-8") as handle:
