@@ -823,7 +823,9 @@ def dependency_rows() -> tuple[list[Row], str]:
     build with cold caches, the rebuild after adding one requirement (uv, the default,
     and `installer: pip`), and a baked project's rebuild after a source edit. Each run's
     requirements carry a marker of their own (an environment marker that always holds),
-    so no layer of an earlier run answers."""
+    so no layer of an earlier run answers, and gpuenv's images of earlier runs are removed
+    first (its tag is the locked set, not the text). A build after an edit locks the
+    Python packages itself, so its time includes the re-lock."""
     index = os.environ.get("GPUENV_TEST_INDEX")
     if (
         not os.environ.get("DOCKER_HOST")
@@ -871,7 +873,12 @@ def dependency_rows() -> tuple[list[Row], str]:
                     ("pip", lambda tag: _gpuenv_build(pip, "-q")),
                 ):
                     write(listed)
-                    prune_build_cache()  # cold: no cache of any kind on the engine
+                    # Cold: no image of an earlier run (a tag is the locked set, the same
+                    # in every run), no cache of any kind on the engine.
+                    made_before = [tag for tag in tags if tag.startswith("gpuenv/")]
+                    if made_before:
+                        subprocess.run(["docker", "rmi", "-f", *made_before], capture_output=True)
+                    prune_build_cache()
                     for key, tag, requirements in (
                         (f"first {name}", f"gpuenv-bench/by-hand:{i}", listed),
                         (f"added {name}", f"gpuenv-bench/by-hand:{i}b", listed + "humanize\n"),
