@@ -126,3 +126,23 @@ def test_pip_failing_ends_the_step_with_that_line(tmp_path: Path) -> None:
     # no set of versions fits: a re-resolve may try with fewer of the locked versions
     assert last.startswith("gpuenv: unresolvable: no-such-package-gpuenv (requirements.txt:3): ")
     assert "no-such-package-gpuenv" in last.split(": ", 2)[2]
+
+
+def test_a_base_that_is_not_the_locked_one_stops_the_build() -> None:
+    """install.py --check-base, the first build step: the base's distributions against
+    the count and digest the lock recorded (a re-pushed tag, another image)."""
+    wrong = subprocess.run(
+        [sys.executable, str(INSTALL_SCRIPT), "--check-base", "3", "sha256:" + "0" * 64],
+        capture_output=True,
+        text=True,
+    )
+    assert wrong.returncode == 3
+    assert wrong.stdout.startswith("gpuenv: conflict: the base image's Python distributions (")
+    assert "run `gpuenv lock`" in wrong.stdout
+    count, digest = INSTALL.inventory_digest(INSTALL.installed_distributions())
+    same = subprocess.run(
+        [sys.executable, str(INSTALL_SCRIPT), "--check-base", str(count), digest],
+        capture_output=True,
+        text=True,
+    )
+    assert same.returncode == 0, same.stdout
