@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuenv.cli.quiet import QuietView
+from gpuenv.common.text import visible
 from gpuenv.engine import connect
 from gpuenv.errors import (
     BuildError,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
 
 def say(text: str) -> None:
     """A line on stderr, at once (as click.echo(text, err=True) writes it)."""
-    sys.stderr.write(f"{text}\n")
+    sys.stderr.write(f"{visible(text, lines=True)}\n")
     sys.stderr.flush()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.live import Live
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
@@ -18,6 +17,8 @@ from rich.text import Text
 
 from gpuenv.cli import ui
 from gpuenv.cli.quiet import QuietView
+from gpuenv.cli.ui import cell
+from gpuenv.common.text import visible
 from gpuenv.images.progress import BuildProgress, PullProgress, is_step_line
 
 
@@ -121,7 +122,7 @@ class LiveView(QuietView):
                 task,
                 completed=layer.current,
                 total=total,
-                description=f"{layer.id} {escape(layer.status.lower())}",
+                description=f"{cell(layer.id)} {cell(layer.status.lower())}",
             )
         if self._total is not None:
             self._progress.update(
@@ -155,7 +156,7 @@ class LiveView(QuietView):
         for index, step in enumerate(progress.steps):
             if index not in self._printed and (step.cached or step.seconds is not None):
                 self._printed.add(index)
-                ui.err.print(Text(step.line()))
+                ui.err.print(Text(visible(step.line(), lines=True)))
         if self._live is not None:
             self._live.update(self._render(progress))
 
@@ -166,7 +167,7 @@ class LiveView(QuietView):
         for index, step in enumerate(progress.steps):  # the failed one, and the rest started
             if index not in self._printed and step.started:
                 self._printed.add(index)
-                ui.err.print(Text(step.line()))
+                ui.err.print(Text(visible(step.line(), lines=True)))
         for text in progress.warnings:
             ui.warn(text)
 

@@ -71,7 +71,7 @@ def ps(show_all: bool, as_json: bool) -> None:
         # Findings are messages, not rows: on stderr, so a piped table stays plain rows.
         for run in runs:
             for line in health_lines(health[run.id]):
-                ui.err.print(f"{ui.escape(run.name)}: {line}")
+                ui.err.print(f"{ui.cell(run.name)}: {line}")
 
 
 @click.command()

@@ -8,7 +8,6 @@ import time
 
 import click
 from rich.live import Live
-from rich.markup import escape
 
 from gpuenv.app.idle import check_idle
 from gpuenv.app.top import top_snapshot
@@ -99,9 +98,9 @@ def doctor(obj: Context, as_json: bool) -> None:
     else:
         marks = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]fail[/]"}
         for check in checks:
-            ui.out.print(f"{marks[check.status]} {escape(check.name)}: {escape(check.detail)}")
+            ui.out.print(f"{marks[check.status]} {ui.safe(check.name)}: {ui.safe(check.detail)}")
             if check.remedy:
-                ui.out.print(f"       [cyan]→[/] {escape(check.remedy)}")
+                ui.out.print(f"       [cyan]→[/] {ui.safe(check.remedy)}")
     if any(c.status == "fail" for c in checks):
         sys.exit(EXIT_DOCTOR)
 
@@ -139,9 +138,9 @@ def idle(enforce: bool, as_json: bool) -> None:
         seconds = row["idle_seconds"]
         state_text = "busy" if seconds is None else f"idle {duration(seconds)}"
         ui.out.print(
-            f"{row['gpu']}  {row['user']} ({row['project']}, {row['holder']}): {state_text}",
-            markup=False,
+            ui.cell(f"{row['gpu']}  {row['user']} ({row['project']}, {row['holder']})")
+            + f": {state_text}"
         )
     for entry in log[-5:]:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry["at"]))
-        ui.out.print(f"{when} {entry['what']}", markup=False)
+        ui.out.print(f"{when} {ui.cell(entry['what'], limit=0)}")

@@ -1,9 +1,12 @@
 """Where gpuenv talks to people, with rich: status and messages on stderr, tables on
 stdout (the data a script reads goes through `output`).
 
-Text that comes from elsewhere (file contents, Docker output, GPU names) is printed
-with markup off, so a `[bold]` in it is shown, not interpreted; emoji codes are off
-everywhere, so `/data:x:` stays `/data:x:`.
+Text that comes from elsewhere (file contents, Docker output, GPU names, other users'
+commands and project names) is never markup: messages escape it, table cells go through
+`cell`, so a `[bold]` or a `[/]` in it is shown, not interpreted (nor a crash); control
+bytes and bidirectional overrides in it are shown as escapes, never sent to the terminal
+(`gpuenv.common.text.visible`). Emoji codes are off everywhere, so `/data:x:` stays
+`/data:x:`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from rich.markup import escape as escape
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+
+from gpuenv.common.text import CELL_LIMIT, visible
 
 
 class _PipeConsole(Console):
@@ -71,32 +76,43 @@ def _plain(cell: object) -> str:
     return text.replace("\t", " ").replace("\n", "; ")
 
 
+def cell(text: object, limit: int = CELL_LIMIT) -> str:
+    """Text from elsewhere as a table cell (or a piece of one): markup escaped, control
+    characters shown, cut at `limit` characters (the whole text is in --json)."""
+    return escape(visible(str(text), limit=limit))
+
+
+def safe(text: str) -> str:
+    """A message's text for markup: escaped, control characters shown, lines kept."""
+    return escape(visible(text, lines=True))
+
+
 def info(text: str) -> None:
-    err.print(text, markup=False)
+    err.print(visible(text, lines=True), markup=False)
 
 
 def step(text: str) -> None:
-    err.print(f"[bold]•[/] {escape(text)}")
+    err.print(f"[bold]•[/] {safe(text)}")
 
 
 def success(text: str) -> None:
-    err.print(f"[green]✓[/] {escape(text)}")
+    err.print(f"[green]✓[/] {safe(text)}")
 
 
 def warn(text: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(text)}")
+    err.print(f"[yellow]warning:[/] {safe(text)}")
 
 
 def error(text: str) -> None:
-    err.print(f"[red bold]error:[/] {escape(text)}")
+    err.print(f"[red bold]error:[/] {safe(text)}")
 
 
 def hint(text: str) -> None:
-    err.print(f"[cyan]hint:[/] {escape(text)}")
+    err.print(f"[cyan]hint:[/] {safe(text)}")
 
 
 def detail(text: str) -> None:
-    err.print(f"  {escape(text)}", style="dim")
+    err.print(f"  {safe(text)}", style="dim")
 
 
 def size_text(count: int) -> str:

@@ -63,8 +63,8 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
                 if not prices
                 else ["-" if row.cost is None else f"{row.cost:.2f} {prices.currency}".strip()]
             )
-            table.add_row(row.key, str(row.runs), f"{row.gpu_hours:.2f}", *cost)
-        ui.out.print(table)
+            table.add_row(ui.cell(row.key), str(row.runs), f"{row.gpu_hours:.2f}", *cost)
+        ui.table(table)
     if running:
         ui.info(f"{running} run{'s' if running > 1 else ''} still running: counted until now")
     if unrecorded:

@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 from rich.console import Group
-from rich.markup import escape
 from rich.table import Table
 
 from gpuenv.cli import ui
+from gpuenv.cli.ui import cell, safe
 from gpuenv.host.machine import Host
 from gpuenv.resolution.explain import evidence_text
 from gpuenv.resolution.verdicts import Resolution
@@ -38,7 +38,9 @@ def show_resolution(resolution: Resolution) -> None:
 
 
 def explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
-    table = Table(title=f"Candidates for {host.describe()}", title_justify="left", expand=False)
+    table = Table(
+        title=f"Candidates for {cell(host.describe())}", title_justify="left", expand=False
+    )
     for column in ("", "image", "version", "CUDA", "Python", "driver ≥", "why"):
         table.add_column(column, overflow="fold")
     for candidate in candidates:
@@ -49,14 +51,14 @@ def explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
             mark, why = "[green]✓[/]", "fits (older)"
         else:
             mark = "[red]✗[/]"
-            why = escape("; ".join(r.reason for r in candidate.rejections))
+            why = safe("; ".join(r.reason for r in candidate.rejections))
         table.add_row(
             mark,
-            row.tag,
-            row.framework_version or "?",
-            row.cuda or "?",
-            row.python or "?",
-            candidate.min_driver or "?",
+            cell(row.tag),
+            cell(row.framework_version or "?"),
+            cell(row.cuda or "?"),
+            cell(row.python or "?"),
+            cell(candidate.min_driver or "?"),
             why,
         )
     ui.table(table)
@@ -75,10 +77,10 @@ def images_table(rows: Any) -> Table:
     for column in ("image", "project", "size", "age", "status"):
         table.add_column(column)
     for row in rows:
-        status = "[green]in use[/]" if row.referenced else f"[yellow]{escape(row.reason)}[/]"
+        status = "[green]in use[/]" if row.referenced else f"[yellow]{cell(row.reason)}[/]"
         table.add_row(
-            ", ".join(row.info.tags) or row.info.id[:19],
-            row.project,
+            cell(", ".join(row.info.tags) or row.info.id[:19]),
+            cell(row.project),
             f"{row.info.size / 1e9:.2f} GB",
             age(row.info.created),
             status,
@@ -99,19 +101,26 @@ def runs_table(runs: Any) -> Table:
         gpus = ",".join(
             g[:12] if g.startswith(("GPU-", "MIG-")) else g for g in run.gpus.split(",")
         )
-        state = f"{run.state}, detached" if run.detached else run.state
+        state = cell(f"{run.state}, detached" if run.detached else run.state)
         if run.idle_seconds is not None:
             state += f", idle {duration(run.idle_seconds)}"
         if run.idle_warned:
             state += " [yellow](warned: it will be stopped)[/]"
         table.add_row(
-            run.name, run.project, run.user, gpus, run.command, run.image, run.uptime, state
+            cell(run.name),
+            cell(run.project),
+            cell(run.user),
+            cell(gpus),
+            cell(run.command),
+            cell(run.image),
+            cell(run.uptime),
+            state,
         )
     return table
 
 
 def top_table(host: Any, rows: list[Any]) -> Any:
-    table = Table(title=host.describe(), title_justify="left")
+    table = Table(title=cell(host.describe()), title_justify="left")
     for column in ("GPU", "name", "util", "memory", "temp", "power", "health", "held by / used by"):
         table.add_column(column, overflow="fold")
 
@@ -124,7 +133,8 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             idle = ""
             if row.idle_seconds is not None:
                 idle = f", [yellow]idle {duration(row.idle_seconds)}[/]"
-            users.append(f"claimed: {row.claimed_by['user']} ({row.claimed_by['project']}){idle}")
+            holder = row.claimed_by
+            users.append(f"claimed: {cell(holder['user'])} ({cell(holder['project'])}){idle}")
         users += [_user_line(user) for user in row.users]
         held = sum(1 for mig in row.mig if mig["claimed_by"])
         if held:
@@ -137,7 +147,7 @@ def top_table(host: Any, rows: list[Any]) -> Any:
         power = f"{number(row.power_w, '')}/{number(row.power_limit_w, ' W')}"
         table.add_row(
             str(row.index),
-            row.name,
+            cell(row.name),
             number(row.utilization, "%"),
             memory,
             number(row.temperature_c, "°C"),
@@ -149,14 +159,14 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             holder = mig["claimed_by"]
             table.add_row(
                 f"  {row.index}:{'?' if mig['index'] is None else mig['index']}",
-                f"MIG {escape(mig['profile'] or 'profile unknown')} {mig['uuid'][:12]}",
+                f"MIG {cell(mig['profile'] or 'profile unknown')} {cell(mig['uuid'][:12])}",
                 "n/a" if mig["utilization"] is None else f"{mig['utilization']}%",
                 number(mig["memory_total_mib"], " MiB"),
                 "",
                 "",
                 "",
                 "\n".join(
-                    ([f"claimed: {holder['user']} ({holder['project']})"] if holder else [])
+                    ([_claimed(holder)] if holder else [])
                     + [_user_line(user) for user in mig["users"]]
                 )
                 or "[green]free[/]",
@@ -164,11 +174,16 @@ def top_table(host: Any, rows: list[Any]) -> Any:
     return table
 
 
+def _claimed(holder: dict[str, Any]) -> str:
+    return f"claimed: {cell(holder['user'])} ({cell(holder['project'])})"
+
+
 def _user_line(user: dict[str, Any]) -> str:
     if user["gpuenv"]:
-        return f"{user['run']} ({user['project']}, {user['user']}) pid {user['pid']}"
-    where = f"container {user['container']}" if user["container"] else "no container"
-    return f"[yellow]outside gpuenv[/]: pid {user['pid']} ({user['user']}, {where})"
+        run, project, who = cell(user["run"]), cell(user["project"]), cell(user["user"])
+        return f"{run} ({project}, {who}) pid {user['pid']}"
+    where = f"container {cell(user['container'])}" if user["container"] else "no container"
+    return f"[yellow]outside gpuenv[/]: pid {user['pid']} ({cell(user['user'])}, {where})"
 
 
 def mig_note(rows: list[Any]) -> list[str]:
@@ -193,14 +208,14 @@ def health_cell(findings: list[dict[str, Any]]) -> str:
     if not findings:
         return "[green]ok[/]"
     return "\n".join(
-        f"[{HEALTH_STYLES[f['severity']]}]{f['kind'].replace('_', ' ')}[/]" for f in findings
+        f"[{HEALTH_STYLES[f['severity']]}]{cell(f['kind'].replace('_', ' '))}[/]" for f in findings
     )
 
 
 def health_lines(findings: list[dict[str, Any]]) -> list[str]:
     """One line per finding, with its remedy, for below a table."""
     return [
-        f"[{HEALTH_STYLES[f['severity']]}]{escape(f['message'])}[/]: {escape(f['remedy'])}"
+        f"[{HEALTH_STYLES[f['severity']]}]{safe(f['message'])}[/]: {safe(f['remedy'])}"
         for f in findings
     ]
 

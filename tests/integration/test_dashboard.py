@@ -6,6 +6,7 @@ GPU-hours, with no console error. The JSON behind it is checked against its sche
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,16 +36,17 @@ HELD = gpu(0)["uuid"]
 # Takes a claim on GPU 0 and a place in the wait queue, and records an ended run of an
 # hour, then holds them (the claim lives while this process holds its lock) until killed.
 HOLDER = f"""
-import sys, time
+import os, sys, time
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.statedir import state_dir
 from gpuenv.sharing.usage import UsageLog
+project = os.environ.get("GPUENV_TEST_PROJECT", "vision")
 store = ClaimStore()
 with store.locked():
-    store.add([{HELD!r}], "vision")
+    store.add([{HELD!r}], project)
 ticket = store.enqueue()
 log = UsageLog(state_dir())
-run = log.begin("vision", [({HELD!r}, {A100!r})], start=time.time() - 7200)
+run = log.begin(project, [({HELD!r}, {A100!r})], start=time.time() - 7200)
 log.finish(run, 0, end=time.time() - 3600)
 print("ready", flush=True)
 while True:
@@ -108,6 +110,13 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def dashboard(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    with _dashboard(tmp_path, "vision") as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _dashboard(tmp_path: Path, project: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A dashboard over a host whose GPU 0 runs hot with an XID, held by `project`."""
     nvml = ScriptedNvml(tmp_path)
     nvml.write(
         scenario(
@@ -125,6 +134,7 @@ def dashboard(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     )
     env = _env(tmp_path, nvml, '[history]\ninterval = "1s"\nretention = "2d"\n')
     env["PYTHONPATH"] = str(REPO)
+    env["GPUENV_TEST_PROJECT"] = project
     _seed_history(env)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE, text=True
@@ -197,6 +207,27 @@ def test_the_page_shows_gpus_holders_charts_and_gpu_hours(
     if os.environ.get("GPUENV_DASHBOARD_SCREENSHOT"):
         SCREENSHOT.parent.mkdir(exist_ok=True)
         browser.save_screenshot(str(SCREENSHOT))
+
+
+NASTY_PROJECT = "[/]\x1b[2J\u202etxt.exe" + "n" * 10_000
+
+
+def test_another_users_text_is_shown_not_applied(tmp_path: Path, browser: Any) -> None:
+    """Issue 33, item 2: a project name with markup, a terminal escape, a BiDi override and
+    10,000 characters is shown on the page as visible escapes, cut, never applied."""
+    with _dashboard(tmp_path, NASTY_PROJECT) as (address, _):
+        browser.get(f"http://{address}/")
+        wait_for(
+            "the page shows GPU 0's holder",
+            lambda: "held by" in browser.find_element("tag name", "body").text,
+            seconds=30,
+        )
+        card = browser.find_element("css selector", f'.gpu[data-key="{HELD}"] .holder').text
+        assert "[/]\\x1b[2J\\u202etxt.exe" in card
+        assert "\u202e" not in card and "\x1b" not in card
+        assert "chars)" in card and len(card) < 1000
+        usage = browser.find_element("id", "usage").text
+        assert "\\u202e" in usage and "\u202e" not in usage
 
 
 def test_the_json_behind_the_page_matches_its_schemas(

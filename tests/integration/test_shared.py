@@ -200,3 +200,48 @@ def test_doctor(shared: Project) -> None:
     assert "NVIDIA Container Toolkit" in failing.stdout
     unreachable = shared.gpuenv("doctor", DOCKER_HOST="unix:///tmp/gpuenv-none.sock")
     assert unreachable.returncode == 15 and "cannot reach the Docker engine" in unreachable.stdout
+
+
+NASTY = "[/][link=file:///etc/passwd]x[/link]\x1b[2J\u202etxt"
+
+
+def test_another_users_text_never_breaks_ps(
+    shared: Project, tmp_path: Path, installed_for_users: Installed
+) -> None:
+    """Issue 33, item 2: a run whose command holds markup, a terminal escape and a BiDi
+    override; another user's `ps` (root's `top`) shows it escaped, exits 0, and sends none
+    of it to the terminal."""
+    process = _popen(shared, "run", "--gpus", "device=1", "--", "sh", "-c", "sleep 300", NASTY)
+    container = _container(shared)
+    try:
+        if os.getuid() == 0:
+            import pwd
+
+            other = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
+            # The other user's own view: this test's host file and state folder are root's.
+            env = {k: v for k, v in shared.env.items() if k not in ("GPUENV_HOST_FILE",)}
+            env.update(HOME=other.pw_dir, GPUENV_STATE_DIR=str(tmp_path / "other-state"))
+
+            def ps(*args: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    installed_for_users.as_user(other, *installed_for_users.argv("ps", *args)),
+                    capture_output=True,
+                    text=True,
+                    env=installed_for_users.env(env),
+                )
+        else:
+
+            def ps(*args: str) -> subprocess.CompletedProcess[str]:
+                return shared.gpuenv("ps", *args)
+
+        table, data = ps(), ps("--json")
+        assert table.returncode == 0 and data.returncode == 0, table.stderr + data.stderr
+        assert "[/][link=file:///etc/passwd]x[/link]\\x1b[2J\\u202etxt" in table.stdout
+        assert "\x1b" not in table.stdout + table.stderr and "\u202e" not in table.stdout
+        (run,) = [r for r in json.loads(data.stdout) if r["id"] == container]
+        assert run["command"] == f"sh -c 'sleep 300' '{NASTY}'" or NASTY in run["command"]
+        top = shared.ok("top", "--once", COLUMNS="250")
+        assert "\x1b" not in top.stdout and "\u202e" not in top.stdout
+    finally:
+        shared.ok("stop", container[:12])
+        process.communicate(timeout=60)

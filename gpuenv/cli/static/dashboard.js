@@ -5,12 +5,28 @@
 let chartWindow = "1h";
 const CHARTS = ["utilization", "memory_used_mib", "temperature_c", "power_w"];
 
+// Control characters, bidirectional overrides (which reorder what is shown) and line
+// separators in text from users, engines or GPUs are shown as escapes, as the terminal
+// views show them (gpuenv/common/text.py); very long text is cut.
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+const TEXT_LIMIT = 500;
+
+function visible(text, limit = TEXT_LIMIT) {
+  const shown = text.replace(HIDDEN, (c) => {
+    const code = c.charCodeAt(0);
+    return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  });
+  if (shown.length <= limit) return shown;
+  const tail = `… (${text.length} chars)`;
+  return shown.slice(0, limit - tail.length) + tail;
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
   for (const child of children) {
     if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(visible(String(child))));
   }
   return node;
 }
@@ -107,13 +123,13 @@ function rows(table, items, cells) {
 
 async function loadGpus() {
   const data = await getJson("/api/gpus");
-  document.getElementById("hostname").textContent = data.hostname;
+  document.getElementById("hostname").textContent = visible(data.hostname);
   const driver = data.host.driver ? `driver ${data.host.driver}` : "no NVIDIA driver";
   const history = data.history;
   const sampled = history.last_sample ? `, last sample ${clock(history.last_sample)}` : "";
-  document.getElementById("host").textContent =
+  document.getElementById("host").textContent = visible(
     `${driver} · ${data.gpus.length} GPU(s) · history: ${history.source || "none"} (sampler: ${history.sampler}${sampled})` +
-    (history.note ? ` · ${history.note}` : "");
+    (history.note ? ` · ${history.note}` : ""), 2000);
   const known = Array.from(document.querySelectorAll(".gpu")).map((n) => n.getAttribute("data-key")).join();
   const fresh = data.gpus.map((g) => g.key).join();
   const grid = document.getElementById("gpus");
