@@ -31,6 +31,9 @@ EXIT_GPUS_BUSY = 16
 EXIT_STATE_UNSAFE = 17
 EXIT_EXPORTER = 20
 EXIT_GPU_PATH = 22
+EXIT_RUN_FAILED = 125
+EXIT_CANNOT_INVOKE = 126
+EXIT_NOT_FOUND = 127
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
@@ -71,10 +74,25 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(
         EXIT_GPU_PATH, "the engine's CDI specs cannot give the requested GPUs (gpuenv doctor)"
     ),
+    ExitCode(
+        EXIT_RUN_FAILED,
+        "run, shell, wait, attach: gpuenv itself failed (the reason's code is in the message)",
+    ),
+    ExitCode(EXIT_CANNOT_INVOKE, "run, shell: the command cannot be invoked (not executable)"),
+    ExitCode(EXIT_NOT_FOUND, "run, shell: the command was not found in the image"),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
     ExitCode(EXIT_BROKEN_PIPE, "stdout was closed early (its reader, e.g. head, quit): as SIGPIPE"),
 )
-COMMAND_EXIT_NOTE = "gpuenv run / shell exit with the command's own exit code once it has started."
+COMMAND_EXIT_NOTE = (
+    "run, shell, wait and attach exit with the command's own exit code once it has "
+    "started; their own failures are 125-127, as docker run's."
+)
+
+# The commands whose exit code is their container command's: gpuenv's own failures there
+# are Docker's 125 (126, 127: the command cannot be invoked, is not found), so that CI can
+# tell them from the command's codes (pytest's 5 is not gpuenv's 5).
+PASS_THROUGH_COMMANDS = frozenset({"run", "shell", "wait", "attach"})
+
 
 
 def exit_codes_help() -> str:
@@ -348,3 +366,25 @@ class StateUnsafe(GpuenvError):
     """The state folder, or a file in it, could let another user tamper with claims."""
 
     exit_code = EXIT_STATE_UNSAFE
+
+
+def pass_through_code(exc: GpuenvError | None) -> int:
+    """The exit code of a pass-through command that failed itself: 127 when the engine
+    says the command's executable is missing, 126 when it cannot be executed, else 125.
+    The same reading of the engine's message as the Docker CLI's (cli/command/container/
+    run.go, runStartContainerErr).
+
+    >>> pass_through_code(StartError('exec: "trian.py": executable file not found in $PATH'))
+    127
+    >>> pass_through_code(StartError("exec /workspace/run.sh: permission denied"))
+    126
+    >>> pass_through_code(GpusBusy("no free GPU")), pass_through_code(None)
+    (125, 125)
+    """
+    if isinstance(exc, StartError):
+        text = exc.message
+        if "executable file not found" in text or "no such file or directory" in text:
+            return EXIT_NOT_FOUND
+        if "permission denied" in text or "is a directory" in text:
+            return EXIT_CANNOT_INVOKE
+    return EXIT_RUN_FAILED

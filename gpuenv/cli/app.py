@@ -30,9 +30,11 @@ from gpuenv.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    PASS_THROUGH_COMMANDS,
     GpuenvError,
     GpuenvWarning,
     UsageError,
+    pass_through_code,
 )
 from gpuenv.lock.locked import Freshness
 
@@ -122,12 +124,25 @@ class LazyGroup(click.Group):
         return rest
 
     def _fail(self, ctx: click.Context, exc: GpuenvError) -> NoReturn:
+        code = self._own_code(ctx, exc.exit_code, exc)
         if self._json(ctx):
-            output.data(error_data(exc), once=True)
+            output.data(error_data(exc, code), once=True)
         report(exc)
+        if code != exc.exit_code:
+            _said_own(exc.exit_code, code)
         if _debug(ctx):
             print_traceback()
-        ctx.exit(exc.exit_code)
+        ctx.exit(code)
+
+    @staticmethod
+    def _passes_through(ctx: click.Context) -> bool:
+        """Whether the command exits with its container command's code (`run`, `shell`,
+        `wait`, `attach`): its own failures then exit 125-127, as docker run's."""
+        words = ctx.meta.get("gpuenv.args") or ()
+        return bool(words) and words[0] in PASS_THROUGH_COMMANDS
+
+    def _own_code(self, ctx: click.Context, code: int, exc: GpuenvError | None) -> int:
+        return pass_through_code(exc) if self._passes_through(ctx) else code
 
     def _json(self, ctx: click.Context) -> bool:
         return json_requested(self, ctx, ctx.meta.get("gpuenv.args", ()))
@@ -154,6 +169,7 @@ class LazyGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except click.ClickException as exc:  # a usage error: click prints it (stderr)
+            exc.exit_code = self._own_code(ctx, exc.exit_code, None)
             if self._json(ctx):
                 output.data(usage_data(exc), once=True)
             raise
@@ -166,10 +182,20 @@ class LazyGroup(click.Group):
             self._internal(ctx, exc)
 
     def _internal(self, ctx: click.Context, exc: Exception) -> NoReturn:
+        code = self._own_code(ctx, EXIT_INTERNAL, None)
         if self._json(ctx):
-            output.data(internal_data(exc), once=True)
+            output.data(internal_data(exc, code), once=True)
         internal(exc, _debug(ctx))
-        ctx.exit(EXIT_INTERNAL)
+        ctx.exit(code)
+
+
+def _said_own(reason: int, code: int) -> None:
+    from gpuenv.errors import EXIT_CODES
+
+    meaning = next((e.meaning for e in EXIT_CODES if e.code == reason), "")
+    sys.stderr.write(
+        f"gpuenv failed, not the command: exit {code} (reason {reason}: {meaning})\n"
+    )
 
 
 def apply(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:

@@ -64,8 +64,12 @@ def error_fields(exc: GpuenvError) -> dict[str, Any]:
     return error
 
 
-def error_data(exc: GpuenvError) -> dict[str, Any]:
-    return {"ok": False, "exit_code": exc.exit_code, "error": error_fields(exc)}
+def error_data(exc: GpuenvError, code: int | None = None) -> dict[str, Any]:
+    """With `code` (a pass-through command's 125-127), `reason_code` keeps the error's own."""
+    data: dict[str, Any] = {"ok": False, "exit_code": code or exc.exit_code}
+    if code is not None and code != exc.exit_code:
+        data["reason_code"] = exc.exit_code
+    return {**data, "error": error_fields(exc)}
 
 
 def usage_data(exc: click.ClickException) -> dict[str, Any]:
@@ -77,10 +81,10 @@ def usage_data(exc: click.ClickException) -> dict[str, Any]:
     }
 
 
-def internal_data(exc: Exception) -> dict[str, Any]:
+def internal_data(exc: Exception, code: int = EXIT_INTERNAL) -> dict[str, Any]:
     return {
         "ok": False,
-        "exit_code": EXIT_INTERNAL,
+        "exit_code": code,
         "error": {
             "type": "InternalError",
             "message": f"internal error: {type(exc).__name__}: {exc}",

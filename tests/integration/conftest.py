@@ -436,3 +436,10 @@ def wait_for_job(
             return fields
         time.sleep(0.5)
     raise AssertionError(f"job {job} did not reach {'/'.join(states)} within {timeout}s")
+
+
+def gpuenv_failed(result: subprocess.CompletedProcess[str], reason: int) -> bool:
+    """`run`, `shell`, `wait` or `attach` failed itself, for `reason` (an exit code of the
+    table): exit 125, as docker run's own failures, with the reason's code said, so that
+    its command's own exit codes never read as gpuenv's (issue 33, item 4)."""
+    return result.returncode == 125 and f"(reason {reason}:" in result.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Installed, Project, _missing, clear_leftovers
+from .conftest import Installed, Project, _missing, clear_leftovers, gpuenv_failed
 from .conftest import docker as docker_cli
 from .test_engines import _Forward, _Server
 from .test_shared import UUIDS, describe
@@ -167,7 +167,7 @@ def test_a_symlinked_state_folder_is_refused(server: Server) -> None:
     link.symlink_to(victim)  # planted by Mallory where Alice's state folder would be
     _chown(link, mallory)
     refused = alice.gpuenv("run", "--gpus", "1", "--", "true", GPUENV_STATE_DIR=str(link))
-    assert refused.returncode == 17, refused.stderr
+    assert gpuenv_failed(refused, 17), refused.stderr
     assert f"{link} is a symbolic link (owned by {mallory.name})" in refused.stderr
     assert "install -d -m 1777 -o root" in refused.stderr or "remove it" in refused.stderr
     assert (victim.stat().st_mode & 0o7777) == 0o700 and list(victim.iterdir()) == []
@@ -184,7 +184,7 @@ def test_a_symlinked_lock_is_refused_and_its_target_untouched(server: Server) ->
         lock.symlink_to(secret)
         _chown(lock, mallory)
         refused = alice.gpuenv("run", "--gpus", "1", "--", "true")
-        assert refused.returncode == 17, refused.stderr
+        assert gpuenv_failed(refused, 17), refused.stderr
         assert f"claims.lock is a symbolic link (owned by {mallory.name})" in refused.stderr
         assert (secret.stat().st_mode & 0o7777) == 0o600
         assert secret.stat().st_uid == alice.account.pw_uid
@@ -314,7 +314,7 @@ def test_a_forged_queue_ticket_does_not_stop_runs(server: Server) -> None:
         )
         time.sleep(3)
         refused = alice.gpuenv("run", "--gpus", "1", "--", "true")
-        assert refused.returncode == 16
+        assert gpuenv_failed(refused, 16)
         assert f"other runs are queued for GPUs on this host: {mallory.name} (pid" in refused.stderr
         assert waiter.wait(timeout=120) == 0
     finally:
@@ -352,7 +352,7 @@ def test_a_held_lock_times_out_naming_its_holder(server: Server) -> None:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         began = time.monotonic()
         refused = alice.gpuenv("run", "--gpus", "1", "--", "true", GPUENV_LOCK_TIMEOUT="2")
-        assert refused.returncode == 9, refused.stderr
+        assert gpuenv_failed(refused, 9), refused.stderr
         assert f"locked for over 2s by pid {holder.pid} (" in refused.stderr
         # Its user and command where /proc lets Alice see them (not on hardened hosts).
         visible = subprocess.run(alice.argv("test", "-r", f"/proc/{holder.pid}/status")).returncode
@@ -396,7 +396,7 @@ def test_a_detached_run_outlives_its_shell_and_holds_its_gpu(server: Server) -> 
         assert _state(container) == "running"
         # Another user's run cannot take its GPU; a run of theirs reaps orphans, not it.
         busy = mallory.gpuenv("run", "--gpus", "device=1", "--", "true")
-        assert busy.returncode == 16, busy.stderr
+        assert gpuenv_failed(busy, 16), busy.stderr
         assert f"GPU 1: held by {alice.name}" in busy.stderr and "container" in busy.stderr
         assert mallory.gpuenv("run", "--gpus", "none", "--", "true").returncode == 0
         assert _state(container) == "running"
@@ -465,6 +465,6 @@ def test_detached_run_logs_wait_and_rm(server: Server, engine: str, through: str
     assert tail.stdout == "late\n"
     (run,) = json.loads(project.ok("ps", "--all", "--json", DOCKER_HOST=engine).stdout)
     assert run["name"] == name and run["detached"] is True and run["state"] == "exited"
-    assert project.gpuenv("attach", name, DOCKER_HOST=engine).returncode == 2  # not running
+    assert gpuenv_failed(project.gpuenv("attach", name, DOCKER_HOST=engine), 2)  # not running
     project.ok("rm", name, DOCKER_HOST=engine)
     assert json.loads(project.ok("ps", "--all", "--json", DOCKER_HOST=engine).stdout) == []

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import Project
+from .conftest import Project, gpuenv_failed
 
 pytestmark = pytest.mark.integration
 
@@ -90,5 +90,5 @@ def test_run_ps_stop_and_doctor_on_a_tcp_engine(project: Project, tcp_engine: st
 
 def test_a_refusal_of_a_tcp_engine_is_exit_10_not_a_bug(project: Project, tcp_engine: str) -> None:
     result = project.gpuenv("run", "--memory", "6m", "--", "true", DOCKER_HOST="tcp://127.0.0.1:9")
-    assert result.returncode == 10, result.stderr
+    assert gpuenv_failed(result, 10), result.stderr
     assert "internal error" not in result.stderr

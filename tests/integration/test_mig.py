@@ -21,7 +21,7 @@ from gpuenv.engine.podman import PodmanEngine
 from tests.scripted_nvml import ScriptedNvml, gpu, mig_gpu, mig_uuid, scenario
 
 from ..jsonschemas import validate_output
-from .conftest import Installed, Project, docker
+from .conftest import Installed, Project, docker, gpuenv_failed
 from .test_podman import _service
 from .test_shared import _container, _popen
 
@@ -88,7 +88,7 @@ def test_a_named_instance_reaches_the_engine_and_top(
         assert f"NVIDIA_VISIBLE_DEVICES={M02}" in inspect["Config"]["Env"]
         # GPU 0 cannot be had whole while its instance runs; the other instances can.
         busy = project.gpuenv("run", "--gpus", GPU0, "--", "true")
-        assert busy.returncode == 16, busy.stderr
+        assert gpuenv_failed(busy, 16), busy.stderr
         assert f"GPU 0 (MIG): MIG {M02[:12]}: held by" in busy.stderr
         assert project.name in busy.stderr
         other = project.ok("run", "--", "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
@@ -157,7 +157,7 @@ def test_podman_gets_exactly_the_instances_by_cdi(podman_mig: Project) -> None:
     data["devices"] = [d for d in data["devices"] if d["name"] != M01]
     spec.write_text(json.dumps(data))
     missing = podman_mig.gpuenv("run", "--gpus", M01, "--", "true")
-    assert missing.returncode == 22, missing.stderr
+    assert gpuenv_failed(missing, 22), missing.stderr
     assert f"no CDI device gives MIG instance {M01}" in missing.stderr
     snapshot = validate_output("top", podman_mig.ok("top", "--json").stdout)
     assert [m["claimed_by"] for m in snapshot["gpus"][0]["mig"]] == [None, None, None]

@@ -16,7 +16,7 @@ import pytest
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 
 from ..jsonschemas import validate_output
-from .conftest import Project, docker
+from .conftest import Project, docker, gpuenv_failed
 from .test_shared import _container, _popen
 
 pytestmark = pytest.mark.integration
@@ -67,7 +67,7 @@ def test_reservations_follow_nvml(nvml_project: tuple[Project, ScriptedNvml]) ->
     two = project.ok("run", "--gpus", "3", "--", "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
     assert two.stdout.strip() == ",".join(UUIDS[:3])
     refused = project.gpuenv("run", "--gpus", "device=3", "--", "true")
-    assert refused.returncode == 16 and "GPU 3: fell off the bus (GPU is lost)" in refused.stderr
+    assert gpuenv_failed(refused, 16) and "GPU 3: fell off the bus (GPU is lost)" in refused.stderr
     nvml.write({"init_error": "DRIVER_NOT_LOADED"})
     assert "Driver Not Loaded" in project.ok("top").stderr
 
@@ -142,6 +142,6 @@ def test_an_old_driver_nvml_reports_is_refused_before_starting(
         )
     )
     result = project.gpuenv("run", "--", "true")
-    assert result.returncode == 4
+    assert gpuenv_failed(result, 4)
     assert "needs driver ≥ 545 (this host has 535.104.05)" in result.stderr
     assert project.gpuenv("run", "--force", "--", "true").returncode == 0

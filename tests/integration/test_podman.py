@@ -21,7 +21,7 @@ import pytest
 
 from gpuenv.engine.podman import PodmanEngine
 
-from .conftest import Installed, Project, _missing, registry_digest
+from .conftest import Installed, Project, _missing, gpuenv_failed, registry_digest
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +119,7 @@ def test_doctor_names_the_cdi_path(rootful: Project) -> None:
 def test_a_spec_too_new_for_podman(rootful: Project, cdi_dir: Path) -> None:
     (cdi_dir / SPEC_NAME).write_text(json.dumps(cdi_spec("0.6.0")))
     result = rootful.gpuenv("run", "--gpus", "device=0", "--", "true")
-    assert result.returncode == 22, result.stderr
+    assert gpuenv_failed(result, 22), result.stderr
     assert "cdiVersion 0.6.0, but podman 4.3.1 reads CDI specs up to 0.5.0" in result.stderr
     assert "Traceback" not in result.stderr
     doctor = rootful.gpuenv("doctor")
@@ -192,7 +192,7 @@ def test_rootless_as_the_user(make_project, cdi_dir: Path, installed_for_users: 
         # Rootless Podman binds a node from its own path: the renaming spec is refused
         # before anything starts, and doctor says why.
         refused = as_user("run", "--gpus", "device=0", "--", "true")
-        assert refused.returncode == 22, refused.stdout + refused.stderr
+        assert gpuenv_failed(refused, 22), refused.stdout + refused.stderr
         assert "rootless Podman binds device nodes from their own path" in refused.stderr
         # The stand-in nodes of the test folder, at their own paths.
         stand_ins = cdi_dir.parent / "dev"

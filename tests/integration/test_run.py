@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Installed, Project, containers, docker
+from .conftest import Installed, Project, containers, docker, gpuenv_failed
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +48,14 @@ def visible_devices(result: subprocess.CompletedProcess[str]) -> str:
 def test_exit_code_is_the_commands(project: Project) -> None:
     assert project.gpuenv("run", "--", "sh", "-c", "exit 3").returncode == 3
     assert project.gpuenv("run", "--", "true").returncode == 0
+    # gpuenv's own codes stay apart from the command's (issue 33, item 4): pytest's 5 is 5,
+    # a missing command 127 and one that cannot be executed 126, as with docker run.
+    assert project.gpuenv("run", "--", "sh", "-c", "exit 5").returncode == 5
+    missing = project.gpuenv("run", "--", "no-such-command-here")
+    assert missing.returncode == 127, missing.stderr
+    assert "no-such-command-here" in missing.stderr
+    denied = project.gpuenv("run", "--", "/etc/hostname")
+    assert denied.returncode == 126, denied.stderr
 
 
 def test_python_target_and_arguments(project: Project) -> None:
@@ -119,7 +127,7 @@ def test_gpu_that_does_not_exist(project: Project, tmp_path: Path) -> None:
     result = project.gpuenv(
         "run", "--gpus", "7", "--", "true", GPUENV_HOST_FILE=host_file(tmp_path)
     )
-    assert result.returncode == 2
+    assert gpuenv_failed(result, 2)
     assert "7 GPUs requested, but this host has 4" in result.stderr
 
 
@@ -132,7 +140,7 @@ def test_without_the_nvidia_runtime(project: Project) -> None:
         assert optional.stdout.strip() == "ran"
         assert "no NVIDIA runtime in this Docker engine: running without GPUs" in optional.stderr
         required = project.gpuenv("run", "--gpus", "all", "--", "echo", "ran", DOCKER_HOST=nogpu)
-        assert required.returncode == 13
+        assert gpuenv_failed(required, 13)
         assert "NVIDIA Container Toolkit is missing" in required.stderr
         assert 'could not select device driver "" with capabilities: [[gpu]]' in required.stderr
         assert "Traceback" not in required.stderr
@@ -147,7 +155,7 @@ def test_old_driver_is_refused_before_starting(project: Project, tmp_path: Path)
     old = host_file(tmp_path, driver="535.104.05", name="NVIDIA GeForce RTX 4090", count=1)
     before = containers(project=project.name)
     result = project.gpuenv("run", "--", "true", GPUENV_HOST_FILE=old)
-    assert result.returncode == 4
+    assert gpuenv_failed(result, 4)
     assert "this host cannot run the locked image nvcr.io/nvidia/pytorch:24.06-py3" in result.stderr
     assert "needs driver ≥ 545 (this host has 535.104.05)" in result.stderr
     assert "--force" in result.stderr
@@ -248,7 +256,7 @@ def test_a_spec_edit_stops_the_run(project: Project) -> None:
     path = project.path / "gpuenv.yaml"
     path.write_text(path.read_text() + "apt: [git]\n")
     result = project.gpuenv("run", "--", "true")
-    assert result.returncode == 5
+    assert gpuenv_failed(result, 5)
     assert "run `gpuenv lock`" in result.stderr
 
 
@@ -259,7 +267,7 @@ def test_a_requirements_edit_locks_again_unless_locked(project: Project) -> None
     path = project.path / "requirements.txt"
     path.write_text("--no-index\n--find-links /opt/wheelhouse\nsix\n")  # the stand-in's
     refused = project.gpuenv("run", "--locked", "--", "true")
-    assert refused.returncode == 5
+    assert gpuenv_failed(refused, 5)
     assert "requirements.txt changed since the Python packages were locked" in refused.stderr
     frozen = project.gpuenv("run", "--frozen", "--", "python3", "-c", "import six")
     assert frozen.returncode == 1  # the lock as it was: six is not in it
@@ -385,7 +393,7 @@ def test_terminal_and_shell(project: Project) -> None:
 
 def test_shell_needs_a_terminal(project: Project) -> None:
     result = project.gpuenv("shell")
-    assert result.returncode == 2
+    assert gpuenv_failed(result, 2)
     assert "gpuenv shell needs a terminal" in result.stderr
 
 

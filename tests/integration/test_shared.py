@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ..jsonschemas import validate_output
-from .conftest import Installed, Project, docker
+from .conftest import Installed, Project, docker, gpuenv_failed
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +102,7 @@ def test_killed_run_claim_is_reclaimed(shared: Project, tmp_path: Path) -> None:
     first = _popen(shared, "run", "--gpus", "device=0", "--", "sleep", "300")
     _container(shared)
     busy = shared.gpuenv("run", "--gpus", "device=0", "--", "true")
-    assert busy.returncode == 16
+    assert gpuenv_failed(busy, 16)
     assert "GPU 0: held by" in busy.stderr and shared.name in busy.stderr
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
@@ -127,7 +127,7 @@ def test_foreign_processes_and_load(shared: Project, tmp_path: Path) -> None:
     assert result.stdout.strip() == f"{UUIDS[2]},{UUIDS[3]}"  # not 0 (foreign), not 1 (busiest)
     everything = describe(tmp_path / "full.json", processes={i: [os.getpid()] for i in range(4)})
     refused = shared.gpuenv("run", "--gpus", "1", "--", "true", GPUENV_HOST_FILE=everything)
-    assert refused.returncode == 16
+    assert gpuenv_failed(refused, 16)
     assert "busy with processes outside gpuenv" in refused.stderr
     assert "--wait" in refused.stderr
 

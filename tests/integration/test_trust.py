@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import RTX4090, Installed, Project, docker, wait_for_job
+from .conftest import RTX4090, Installed, Project, docker, gpuenv_failed, wait_for_job
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ def test_a_cloned_spec_cannot_mount_the_docker_socket_or_ssh(tester: UserProject
     socket_line = lines.index("  - /var/run/docker.sock:/var/run/docker.sock") + 1
     for command in (["check"], ["run", "--", "true"]):
         refused = tester.run(*command)
-        assert refused.returncode == 3, refused.stderr
+        assert refused.returncode == 3 or gpuenv_failed(refused, 3), refused.stderr
         assert f"gpuenv.yaml:{socket_line}:" in refused.stderr
         assert f"gpuenv.yaml:{socket_line + 1}:" in refused.stderr
         assert "Docker engine's socket" in refused.stderr and "SSH keys" in refused.stderr
@@ -102,12 +102,12 @@ def test_a_cloned_spec_cannot_mount_the_docker_socket_or_ssh(tester: UserProject
     # The user's own config allowing them is not enough.
     tester.config(f"mounts:\n  allow: [/var/run, {tester.home}]\n")
     still = tester.run("run", "--", "true")
-    assert still.returncode == 3 and "SSH keys" in still.stderr, still.stderr
+    assert gpuenv_failed(still, 3) and "SSH keys" in still.stderr, still.stderr
     # --allow-mount naming exactly ~/.ssh lets that one through (read-only: outside the
     # project); the socket stays refused.
     ssh = str(tester.home / ".ssh")
     half = tester.run("run", "--allow-mount", ssh, "--", "true")
-    assert half.returncode == 3 and "Docker engine's socket" in half.stderr
+    assert gpuenv_failed(half, 3) and "Docker engine's socket" in half.stderr
     assert "SSH keys" not in half.stderr
     _spec_without_socket = (tester.project.path / "gpuenv.yaml").read_text()
     (tester.project.path / "gpuenv.yaml").write_text(
@@ -138,7 +138,7 @@ def test_mounts_outside_the_project_are_read_only(tester: UserProject) -> None:
     tester.own(outside, tester.project.path)
     _spec(tester, "mounts:\n  - escape:/escape\n  - inside:/inside\n")
     refused = tester.run("run", "--", "true")
-    assert refused.returncode == 3, refused.stderr
+    assert gpuenv_failed(refused, 3), refused.stderr
     assert "is outside the project" in refused.stderr and f"→ {outside}" in refused.stderr
     tester.config(f"mounts:\n  allow: [{outside}]\n")
     write = (
@@ -158,7 +158,7 @@ def test_mounts_outside_the_project_are_read_only(tester: UserProject) -> None:
     assert "o=1" in flag.stdout and "w=0" in flag.stdout
     assert (outside / "b").exists() and not (outside / "a").exists()
     denied = tester.run("run", "--mount", "/etc:/host-etc", "--", "true")
-    assert denied.returncode == 2 and "--allow-mount /etc" in denied.stderr
+    assert gpuenv_failed(denied, 2) and "--allow-mount /etc" in denied.stderr
 
 
 def _workspace(tag: str) -> set[str]:

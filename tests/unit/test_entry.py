@@ -4,6 +4,7 @@ gpuenv's, whatever happens to stdout."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,40 @@ def test_a_failure_in_a_process_is_one_message_and_its_code(tmp_path: Path) -> N
         capture_output=True,
         text=True,
     )
-    assert ended.returncode == 3, ended.stderr  # the spec's exit code
+    # `run` passes its command's exit code through: its own failures are 125 (issue 33),
+    # the reason's code (3: the spec) said on stderr.
+    assert ended.returncode == 125, ended.stderr
+    assert "(reason 3: gpuenv.yaml" in ended.stderr
     assert ended.stderr.startswith("error: ") and "gpuenv.yaml" in ended.stderr
     assert "Traceback" not in ended.stderr and ended.stdout == ""
+    checked = subprocess.run([*GPUENV, "-C", str(tmp_path), "check"], capture_output=True)
+    assert checked.returncode == 3  # a command that runs nothing keeps the reason's own code
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["run", "--", "true"], 125),  # no gpuenv.yaml: gpuenv's own failure
+        (["run", "--no-such-option"], 125),  # a usage error, as docker run's
+        (["shell", "--no-such-option"], 125),
+        (["wait", "no-such-run"], 125),  # no engine
+        (["attach", "no-such-run"], 125),
+        (["stop", "no-such-run"], 10),  # not a pass-through command: its own code
+        (["lock", "--no-such-option"], 2),
+    ],
+)
+def test_pass_through_commands_fail_with_125(tmp_path: Path, args: list[str], code: int) -> None:
+    """CI cannot tell `pytest`'s 5 from gpuenv's 5: `run`, `shell`, `wait` and `attach`,
+    which exit with their command's code, exit 125 when gpuenv itself fails (Docker's
+    convention), other commands with the table's codes."""
+    ended = subprocess.run(
+        [*GPUENV, "-C", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/gpuenv-test.sock"},
+    )
+    assert ended.returncode == code, ended.stderr
+    assert "Traceback" not in ended.stderr
 
 
 def test_usage_errors_and_the_version_exit_as_click_says(tmp_path: Path) -> None:

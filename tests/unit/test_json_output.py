@@ -169,7 +169,7 @@ def test_check_json_names_every_item(locked: Path) -> None:
 def test_the_json_of_a_command_gpuenv_runs_is_not_gpuenv_s(locked: Path) -> None:
     """`gpuenv run train.py --json`: --json is the script's, so a failure stays text."""
     result = run(locked, "run", "train.py", "--json", env=NO_ENGINE)
-    assert result.exit_code == 10
+    assert result.exit_code == 125 and "(reason 10:" in result.stderr
     assert result.stdout == ""
 
 
@@ -199,3 +199,15 @@ def test_ctrl_c_with_json_is_a_json_failure_too(
     result = run(project, "check", "--json")
     assert result.exit_code == 130
     assert validate_output("check", result.stdout)["error"]["type"] == "Interrupted"
+
+
+def test_a_pass_through_failure_keeps_its_reason_in_the_json() -> None:
+    """run, shell, wait, attach exit 125 for gpuenv's own failures; the table's code of
+    the reason stays in `reason_code` (issue 33, item 4)."""
+    from gpuenv.cli.failure import error_data
+    from gpuenv.errors import GpusBusy
+
+    data = error_data(GpusBusy("no free GPU"), 125)
+    validate("error", data)
+    assert (data["exit_code"], data["reason_code"]) == (125, 16)
+    assert "reason_code" not in error_data(GpusBusy("no free GPU"))
