@@ -94,7 +94,6 @@ COMMAND_EXIT_NOTE = (
 PASS_THROUGH_COMMANDS = frozenset({"run", "shell", "wait", "attach"})
 
 
-
 def exit_codes_help() -> str:
     """The exit-code table as `--help` shows it (click's \\b keeps the lines)."""
     rows = [f"  {entry.code:<4} {entry.meaning}" for entry in EXIT_CODES]

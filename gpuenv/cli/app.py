@@ -193,9 +193,7 @@ def _said_own(reason: int, code: int) -> None:
     from gpuenv.errors import EXIT_CODES
 
     meaning = next((e.meaning for e in EXIT_CODES if e.code == reason), "")
-    sys.stderr.write(
-        f"gpuenv failed, not the command: exit {code} (reason {reason}: {meaning})\n"
-    )
+    sys.stderr.write(f"gpuenv failed, not the command: exit {code} (reason {reason}: {meaning})\n")
 
 
 def apply(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
