@@ -31,6 +31,7 @@ from gpuenv.run.sizing import (
     system_memory_mib,
 )
 from gpuenv.sharing.claims import Claim
+from gpuenv.sharing.fitness import unfit_gpus
 from gpuenv.sharing.health import assess
 from gpuenv.sharing.history import READINGS, RECENT_XIDS, History
 from gpuenv.sharing.idle import idle_for
@@ -252,6 +253,10 @@ def gpus_payload(
     host: Host = detect_host()
     shared = read_shared(engine) if host.gpus else Shared([], [], {})
     runs = read_runs(engine) if host.gpus else []
+    try:
+        unfit = unfit_gpus(host)
+    except GpuenvError:  # a config the admin must fix: the page still shows the GPUs
+        unfit = {}
     note = status.get("note")
     try:
         xids = history.xids(time.time() - RECENT_XIDS) if history else []
@@ -267,7 +272,9 @@ def gpus_payload(
             "source": host.source,
             "note": host.note,
         },
-        "gpus": [_gpu(gpu, shared, runs, xids) for gpu in host.gpus],
+        "gpus": [
+            {**_gpu(gpu, shared, runs, xids), "unfit": unfit.get(gpu.key)} for gpu in host.gpus
+        ],
         "queue": [{"user": w.user, "since": w.since} for w in shared.waiters],
         "detached": [
             {

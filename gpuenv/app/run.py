@@ -39,6 +39,7 @@ from gpuenv.run.container import (
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, ClaimStore
+from gpuenv.sharing.fitness import unfit_gpus
 from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
 from gpuenv.sharing.holders import container_check
 from gpuenv.sharing.reserve import reserve
@@ -282,8 +283,15 @@ def reserve_gpus(run: RunContext, plan: RunPlan, log: UsageLog | None) -> Reserv
         store = run.services.claim_store()
         store.container_check = container_check(run.engine)
         try:
+            unfit = unfit_gpus(plan.host)  # before the lock: files and the config
             granted, claims = reserve(
-                store, plan.gpus, plan.host, plan.image.spec.name, run.request.wait, run.notice
+                store,
+                plan.gpus,
+                plan.host,
+                plan.image.spec.name,
+                run.request.wait,
+                run.notice,
+                unfit,
             )
         except BaseException:
             store.close()

@@ -13,6 +13,7 @@ from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
 from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
+from gpuenv.sharing.fitness import unfit_gpus
 from gpuenv.sharing.history import recorded_findings
 from gpuenv.sharing.idle import idle_for, known_state
 from gpuenv.sharing.monitor import GpuRow, RunInfo, container_check, gpu_rows, list_runs
@@ -24,7 +25,11 @@ def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
     if not host.gpus:
         return host, []
     shared = read_shared(engine)
-    rows = gpu_rows(host, shared.claims, read_runs(engine))
+    try:
+        unfit = unfit_gpus(host)
+    except GpuenvError:  # the admin's config is invalid: `doctor` says so; the GPUs show
+        unfit = {}
+    rows = gpu_rows(host, shared.claims, read_runs(engine), unfit)
     now = time.time()
     recorded = recorded_findings(host.gpus, now)
     for row, gpu in zip(rows, host.gpus, strict=True):

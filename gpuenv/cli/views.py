@@ -153,7 +153,7 @@ def top_table(host: Any, rows: list[Any]) -> Any:
             number(row.temperature_c, "°C"),
             power,
             health_cell(row.health),
-            "\n".join(users) or _unused(row.health),
+            "\n".join(users) or _unused(row),
         )
         for mig in row.mig:
             holder = mig["claimed_by"]
@@ -196,8 +196,13 @@ def mig_note(rows: list[Any]) -> list[str]:
     return []
 
 
-def _unused(findings: list[dict[str, Any]]) -> str:
-    return "[red]unusable[/]" if any(f["kind"] == "lost" for f in findings) else "[green]free[/]"
+def _unused(row: Any) -> str:
+    """An unclaimed GPU: free, or why a count request does not get it."""
+    if any(f["kind"] == "lost" for f in row.health):
+        return "[red]unusable[/]"
+    if row.unfit:
+        return f"[red]{cell(row.unfit)}[/]"
+    return "[green]free[/]"
 
 
 HEALTH_STYLES = {"info": "cyan", "warn": "yellow", "fail": "red"}

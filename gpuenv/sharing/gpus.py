@@ -6,11 +6,12 @@ order), by index otherwise; the container is told exactly what was granted.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuenv.common.yamlfile import YamlDocument
-from gpuenv.errors import GpusBusy, UsageError
+from gpuenv.errors import GpuenvWarning, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import SpecChecker, parse_gpus_value
@@ -184,26 +185,45 @@ def _named_device(device: str, host: Host, migs: Mapping[str, Gpu]) -> str:
     return device
 
 
-def choose(request: GpuRequest, host: Host, claims: Sequence[Claim]) -> tuple[Grant, list[str]]:
+def choose(
+    request: GpuRequest,
+    host: Host,
+    claims: Sequence[Claim],
+    unfit: Mapping[str, str] | None = None,
+) -> tuple[Grant, list[str]]:
     """The grant for a request on a shared host, and the GPU keys to claim for it.
 
     Free means: not claimed by a live gpuenv run, and without processes from outside
-    gpuenv; among free GPUs the least loaded are taken. Named GPUs are taken if nobody
-    holds them. A GPU in MIG mode and its instances exclude each other: the GPU is not
-    free while any instance is claimed, an instance not while its GPU is. Raises
-    GpusBusy saying who holds what.
+    gpuenv; among free GPUs the least loaded are taken. `unfit` GPUs (key -> why:
+    unhealthy, drained by the admin; `gpuenv.sharing.fitness`) are never given to a
+    count request while the host has enough others, healthy ones busy included (the
+    request then waits for them); a drained one never. Named GPUs are taken if nobody
+    holds them, an unfit one with a warning. A GPU in MIG mode and its instances
+    exclude each other: the GPU is not free while any instance is claimed, an instance
+    not while its GPU is. Raises GpusBusy saying who holds what.
     """
     granted = grant(request, host)
     if not host.gpus or granted.mode == "none":
         return granted, []
     held = {claim.gpu: claim for claim in claims}
+    unfit = unfit or {}
     if request.mode == "mig":
         keys = _free_instances(request, host, held)
         return Grant("devices", tuple(keys)), keys
     if request.mode == "count":
-        keys = _least_loaded_free_gpus(request, host, held)
+        keys = _least_loaded_free_gpus(request, host, held, unfit)
         return Grant("devices", tuple(keys)), keys
-    return granted, _unheld_keys(granted, host, held)
+    keys = _unheld_keys(granted, host, held)
+    by_key = {gpu.key: gpu for gpu in host.gpus}
+    for key in keys:
+        if key in unfit and key in by_key:
+            warnings.warn(
+                f"GPU {by_key[key].index} is {unfit[key]}; it was asked for by name, so it "
+                "is used (`gpuenv top` shows its findings)",
+                GpuenvWarning,
+                stacklevel=2,
+            )
+    return granted, keys
 
 
 def _free_instances(request: GpuRequest, host: Host, held: Mapping[str, Claim]) -> list[str]:
@@ -223,14 +243,23 @@ def _free_instances(request: GpuRequest, host: Host, held: Mapping[str, Claim]) 
 
 
 def _least_loaded_free_gpus(
-    request: GpuRequest, host: Host, held: Mapping[str, Claim]
+    request: GpuRequest, host: Host, held: Mapping[str, Claim], unfit: Mapping[str, str]
 ) -> list[str]:
     """`count` free whole GPUs, the least loaded, in index order; GpusBusy naming who
-    holds the others when too few are free."""
+    holds the others (and which are unfit) when too few are free."""
     assert request.count is not None
-    free = [g for g in host.gpus if not _gpu_taken(g, held) and not _outside_processes(g)]
+    usable = _usable(request.count, host, unfit)
+    free = [
+        g
+        for g in host.gpus
+        if g.key in usable and not _gpu_taken(g, held) and not _outside_processes(g)
+    ]
     if len(free) < request.count:
-        taken = "; ".join(_holder(g, held) for g in host.gpus if g not in free)
+        taken = "; ".join(
+            f"GPU {g.index}: {unfit[g.key]}" if g.key not in usable else _holder(g, held)
+            for g in host.gpus
+            if g not in free
+        )
         raise GpusBusy(
             f"{request.count} GPU{'s' if request.count > 1 else ''} requested, "
             f"{len(free)} free on this host ({taken})",
@@ -240,6 +269,28 @@ def _least_loaded_free_gpus(
     free.sort(key=lambda g: (bool(g.mig_mode), g.utilization or 0, g.memory_used_mib or 0, g.index))
     chosen = sorted(free[: request.count], key=lambda g: g.index)
     return [g.key for g in chosen]
+
+
+def _usable(count: int, host: Host, unfit: Mapping[str, str]) -> set[str]:
+    """The GPUs a count request may get: the fit ones, where the host has `count` of them
+    (busy or not: the request waits for them rather than take a failing one); else the
+    unhealthy ones too, with a warning. Never a drained or lost one."""
+    fit = {g.key for g in host.gpus if g.key not in unfit}
+    if len(fit) >= count:
+        return fit
+    failing = {
+        g.key for g in host.gpus if unfit.get(g.key, "").startswith("unhealthy") and not g.lost
+    }
+    if failing:
+        warnings.warn(
+            f"this host has {len(fit)} healthy GPU{'s' if len(fit) != 1 else ''} for "
+            f"{count} requested: unhealthy ones may be given ("
+            + "; ".join(f"GPU {g.index}: {unfit[g.key]}" for g in host.gpus if g.key in failing)
+            + ")",
+            GpuenvWarning,
+            stacklevel=3,
+        )
+    return fit | failing
 
 
 def _unheld_keys(granted: Grant, host: Host, held: Mapping[str, Claim]) -> list[str]:

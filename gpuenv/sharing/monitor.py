@@ -117,6 +117,7 @@ class GpuRow:
     claimed_by: dict[str, Any] | None = None
     users: list[dict[str, Any]] = field(default_factory=list)
     health: list[dict[str, Any]] = field(default_factory=list)  # gpuenv.sharing.health
+    unfit: str | None = None  # why a count request does not get it (gpuenv.sharing.fitness)
     idle_seconds: float | None = None  # below the idle threshold this long (gpuenv idle)
     # The GPU's MIG instances, each with who holds it; utilization None where NVML cannot
     # read it per instance (the usual case): unknown, never 0 %.
@@ -126,8 +127,14 @@ class GpuRow:
         return asdict(self)
 
 
-def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> list[GpuRow]:
-    """One row per GPU: its state, the claim on it, and what runs on it."""
+def gpu_rows(
+    host: Host,
+    claims: Sequence[Claim],
+    runs: Sequence[RunInfo],
+    unfit: Mapping[str, str] | None = None,
+) -> list[GpuRow]:
+    """One row per GPU: its state, the claim on it, what runs on it, and why it is not
+    to be handed out (`unfit`: unhealthy, drained)."""
     held = {claim.gpu: claim for claim in claims}
     by_container = {run.id: run for run in runs}
     rows = []
@@ -147,6 +154,7 @@ def gpu_rows(host: Host, claims: Sequence[Claim], runs: Sequence[RunInfo]) -> li
                 {"user": claim.user, "project": claim.project, "pid": claim.pid} if claim else None
             ),
             health=[finding.to_data() for finding in assess(gpu)],
+            unfit=(unfit or {}).get(gpu.key),
             mig=[_mig_row(mig, held.get(mig.uuid), by_container) for mig in gpu.mig_devices],
         )
         row.users = [process_user(process, by_container) for process in gpu.processes]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gpuenv.errors import GpusBusy
 from gpuenv.host.machine import Host
@@ -20,9 +20,11 @@ def reserve(
     project: str,
     wait: float | None,
     notice: Callable[[str], None],
+    unfit: Mapping[str, str] | None = None,
 ) -> tuple[Grant, list[str]]:
     """Choose and claim GPUs atomically; with `wait` (seconds, 0: no limit), queue until
-    they are free, first come first served. Returns the grant and the claim files."""
+    they are free, first come first served; never `unfit` ones for a count while enough
+    others exist (`gpus.choose`). Returns the grant and the claim files."""
     deadline = None if not wait else time.monotonic() + wait
     ticket: str | None = None
     told = False
@@ -32,7 +34,7 @@ def reserve(
                 ticket = _hold_place(store, ticket, wait)
                 if ticket is None or store.first_in_queue(ticket):
                     try:
-                        granted, keys = choose(request, host, store.claims())
+                        granted, keys = choose(request, host, store.claims(), unfit)
                     except GpusBusy as busy:
                         if wait is None:
                             raise

@@ -324,8 +324,10 @@ def test_the_usage_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     ]
     table = CliRunner().invoke(main, ["usage", "--by", "gpu", "--since", "90m"], terminal_width=100)
     assert table.exit_code == 0
-    rows = [line.split("│")[1:-1] for line in table.output.splitlines() if line.startswith("│")]
-    cells = [[c.strip() for c in row] for row in rows]
+    # Piped: plain tab-separated rows under a header, as every table (issue 12).
+    header, *rows = table.stdout.splitlines()
+    assert header.split("\t") == ["gpu", "runs", "GPU-hours", "cost"]
+    cells = [row.split("\t") for row in rows]
     # Since 90 minutes ago: llm 1.5 h on each of its GPUs, vision 1 h.
     assert cells == [[A100, "2", "2.50", "5.00 EUR"], [H100, "1", "1.50", "6.00 EUR"]]
     bad = CliRunner().invoke(main, ["usage", "--since", "soon"])

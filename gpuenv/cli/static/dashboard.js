@@ -56,6 +56,7 @@ function holderLine(gpu, now) {
   if (!h) {
     const others = gpu.users.filter((u) => !u.run);
     if (others.length) return el("p", { class: "holder" }, "used outside gpuenv by " + others.map((u) => u.user || "?").join(", "));
+    if (gpu.unfit) return el("p", { class: "holder unfit" }, gpu.unfit);
     return el("p", { class: "holder free" }, "free");
   }
   const idle = h.idle_seconds === null ? "" : `, idle ${duration(h.idle_seconds)}`;
