@@ -1,5 +1,6 @@
 """What `--bake` may put in an image that `gpuenv push` then uploads: no file that looks
-like a credential unless the user says so, and no more than BAKE_LIMIT bytes of project
+like a credential, by its name or by what it holds (gpuenv.images.secrets), unless the
+user says so, and no more than BAKE_LIMIT bytes of project
 unless confirmed (checkpoints and data sets do not belong in an image).
 
 Both decisions are made on the files .dockerignore keeps (gpuenv.images.context), so
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from gpuenv.errors import BuildError
 from gpuenv.images.context import ContextFile
 from gpuenv.images.dockerignore import BadPattern, PatternMatcher
+from gpuenv.images.secrets import SCAN_LIMIT, find_secrets
 
 BAKE_LIMIT = 2 * 1024**3
 # Credential-looking paths, in .dockerignore syntax, anywhere in the project: the usual
@@ -132,19 +134,38 @@ def summarize(files: Sequence[ContextFile], largest: int = 5) -> BakeSummary:
     return BakeSummary(sum(by_entry.values()), len(files), tuple(ranked[:largest]))
 
 
+def _content_reason(item: ContextFile) -> str | None:
+    """What credential a small project file holds (gpuenv.images.secrets), by line."""
+    if item.link is not None or item.size > SCAN_LIMIT:
+        return None
+    try:
+        data = item.content()
+    except OSError:
+        return None  # the build reads it and says what is wrong
+    found = find_secrets(item.name, data[: SCAN_LIMIT + 1])
+    if not found:
+        return None
+    first = found[0]
+    return f"line {first.line}: {first.what}, gitleaks rule {first.rule}"
+
+
 def check_bake(files: Sequence[ContextFile], policy: BakePolicy) -> BakeSummary:
-    """Refuse (BuildError, exit 12) credential-looking files the user did not allow and a
-    project over BAKE_LIMIT without --allow-large; else how much is baked."""
+    """Refuse (BuildError, exit 12) credential-looking files, by name or by content, the
+    user did not allow, and a project over BAKE_LIMIT without --allow-large; else how
+    much is baked."""
     project = [f for f in files if f.name.startswith("project/")]
     allowed = _allowed(policy.allow_secrets)
     found = []
     for item in project:
         relative = item.name.removeprefix("project/")
-        reason = _credential_reason(relative)
-        if reason and not allowed.excluded(relative):
+        if allowed.excluded(relative):
+            continue
+        if reason := _credential_reason(relative):
+            found.append((relative, f"matches {reason}"))
+        elif reason := _content_reason(item):
             found.append((relative, reason))
     if found:
-        listed = "\n".join(f"  {path}  (matches {reason})" for path, reason in found[:_SHOWN])
+        listed = "\n".join(f"  {path}  ({reason})" for path, reason in found[:_SHOWN])
         more = f"\n  … and {len(found) - _SHOWN} more" if len(found) > _SHOWN else ""
         raise BuildError(
             f"--bake would copy {len(found)} credential-looking "
@@ -152,7 +173,8 @@ def check_bake(files: Sequence[ContextFile], policy: BakePolicy) -> BakeSummary:
             f"would upload them):\n{listed}{more}",
             hint="list them in .dockerignore (e.g. `"
             + "`, `".join(sorted({p for p, _ in found[:3]}))
-            + "`), or, if one belongs in the image, pass --allow-secret PATH for it",
+            + "`); if one belongs in the image, pass --allow-secret PATH for it, or mark a "
+            "line that only looks like one with a `gpuenv:allow-secret` comment",
         )
     summary = summarize(project)
     if summary.total > BAKE_LIMIT and not policy.allow_large:
