@@ -173,6 +173,9 @@ def test_bake_refuses_credentials_until_dockerignore_leaves_them_out(tester: Use
         "deploy/id_rsa": "-----BEGIN RSA PRIVATE KEY-----\n",
         ".env": "TOKEN=x\n",
         "certs/server.pem": "-----BEGIN CERTIFICATE-----\n",
+        # by content (issue 33, item 10): names that say nothing
+        "deploy_key": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
+        "hf_token.txt": "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNmQwErTyUi" + "\n",
     }
     for name, text in {
         **secrets,
@@ -190,8 +193,13 @@ def test_bake_refuses_credentials_until_dockerignore_leaves_them_out(tester: Use
     assert ".dockerignore" in refused.stderr
     pushed = tester.run("push", f"{os.environ['GPUENV_TEST_REGISTRY']}/itest/{project.name}")
     assert pushed.returncode == 12 and ".aws/credentials" in pushed.stderr
+    assert "deploy_key  (line 1: a private key" in pushed.stderr
+    assert "hf_token.txt  (line 1: a Hugging Face token" in pushed.stderr
     # Docker's rules: anchored patterns, `**`, and a `!` that re-includes.
-    project.write(".dockerignore", ".aws\n**/id_rsa\n.env\ndocs\n!docs/README.md\n")
+    project.write(
+        ".dockerignore",
+        ".aws\n**/id_rsa\n.env\ndocs\n!docs/README.md\ndeploy_key\nhf_token.txt\n",
+    )
     tester.own(project.path)
     built = tester.run("build", "--bake", "--allow-secret", "certs/*.pem")
     assert built.returncode == 0, built.stderr
