@@ -5,6 +5,12 @@ Token auth as registries do it: a 401 names a realm (``WWW-Authenticate: Bearer
 realm=...,service=...,scope=...``), the token comes from there (with NGC's API key as
 ``$oauthtoken`` for nvcr.io, as for pulls), and the request is made again. Loopback
 registries speak plain HTTP, as Docker allows; every other one HTTPS.
+
+A busy registry is asked again: 429 and 5xx answers and dropped connections are retried
+with exponential backoff (0.5 s, 1 s, 2 s, … up to RETRIES times), honouring a
+`Retry-After` of at most MAX_RETRY_AFTER seconds; urllib3's `Retry`, through requests
+(both already installed with docker-py). Redirects to another host (blobs go to a CDN)
+never take the credentials along (requests drops `Authorization` there).
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ import base64
 import hashlib
 import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 from gpuenv.engine.protocol import Manifest, UnknownRepository
 from gpuenv.errors import PullError
@@ -31,21 +39,36 @@ MAX_BYTES = 16 << 20
 PAGE = 1000
 _LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$")
 _CHALLENGE = re.compile(r'(\w+)="([^"]*)"')
+RETRIES = 5
+BACKOFF = 0.5  # seconds; doubled at each retry
+MAX_RETRY_AFTER = 30.0  # a registry's Retry-After beyond this is waited this long
 
 
-class _SameHostAuth(urllib.request.HTTPRedirectHandler):
-    """Follow redirects (blobs go to a CDN) without taking the credentials along."""
+class _BoundedRetry(Retry):
+    """urllib3's Retry, with the registry's Retry-After bounded: a `Retry-After: 3600`
+    never stalls a command for an hour."""
 
-    def redirect_request(
-        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> Any:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if (
-            new is not None
-            and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc
-        ):
-            new.remove_header("Authorization")
-        return new
+    def get_retry_after(self, response: Any) -> float | None:
+        value = super().get_retry_after(response)
+        return None if value is None else min(value, MAX_RETRY_AFTER)
+
+
+def retrying_session() -> requests.Session:
+    """A requests session that retries GETs on 429, 5xx and dropped connections."""
+    retry = _BoundedRetry(
+        total=RETRIES,
+        backoff_factor=BACKOFF,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,  # the last answer is reported as the registry's
+    )
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    session.trust_env = False  # no ~/.netrc credentials sent to a registry by accident
+    return session
 
 
 class DistributionClient:
@@ -65,7 +88,7 @@ class DistributionClient:
         self.credentials = credentials
         self.timeout = timeout
         self._tokens: dict[str, str] = {}
-        self._opener = urllib.request.build_opener(_SameHostAuth)
+        self._session = retrying_session()
 
     def tags(self, repository: str) -> list[str]:
         path: str | None = f"/v2/{repository}/tags/list?n={PAGE}"
@@ -105,28 +128,26 @@ class DistributionClient:
     ) -> tuple[int, Any, bytes]:
         scope = f"repository:{repository}:pull"
         for attempt in range(2):
-            request = urllib.request.Request(self.base + path)
-            if accept:
-                request.add_header("Accept", accept)
+            headers = {"Accept": accept} if accept else {}
             if scope in self._tokens:
-                request.add_header("Authorization", self._tokens[scope])
-            status, headers, body = self._send(request)
+                headers["Authorization"] = self._tokens[scope]
+            status, answer, body = self._send(self.base + path, headers)
             if status != 401 or attempt:
-                return status, headers, body
-            self._tokens[scope] = self._authorize(headers.get("WWW-Authenticate", ""), scope)
+                return status, answer, body
+            self._tokens[scope] = self._authorize(answer.get("WWW-Authenticate", ""), scope)
         raise AssertionError("unreachable")
 
-    def _send(self, request: urllib.request.Request) -> tuple[int, Any, bytes]:
+    def _send(self, url: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                return response.status, response.headers, response.read(MAX_BYTES)
-        except urllib.error.HTTPError as error:
-            with error:
-                return error.code, error.headers, error.read(MAX_BYTES)
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
+            with self._session.get(
+                url, headers=headers, timeout=(10, self.timeout), stream=True
+            ) as response:
+                body = response.raw.read(MAX_BYTES, decode_content=True)
+                return response.status_code, response.headers, body
+        except requests.RequestException as error:
             raise PullError(
-                f"cannot reach the registry {self.host}: {reason}",
+                f"cannot reach the registry {self.host} (asked {RETRIES + 1} times): "
+                f"{_reason(error)}",
                 hint="check --registry or GPUENV_REGISTRY_MIRROR, and the network",
             ) from None
 
@@ -144,12 +165,8 @@ class DistributionClient:
         if scheme.lower() != "bearer" or "realm" not in fields:
             raise self._refused(f"asks for an authentication gpuenv does not know ({scheme!r})")
         query = {"service": fields.get("service", ""), "scope": fields.get("scope", scope)}
-        request = urllib.request.Request(
-            fields["realm"] + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
-        )
-        if basic:
-            request.add_header("Authorization", basic)
-        status, _, body = self._send(request)
+        url = fields["realm"] + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v})
+        status, _, body = self._send(url, {"Authorization": basic} if basic else {})
         if status != 200:
             raise self._refused(f"refused a token ({status})")
         token = _json(body).get("token") or _json(body).get("access_token")
@@ -172,7 +189,20 @@ class DistributionClient:
         detail = "; ".join(str(e.get("message", e)) for e in errors) if errors else f"HTTP {status}"
         if status == 401:
             raise self._refused(f"refused to send {what} ({detail})")
+        if status == 429 or status >= 500:
+            raise PullError(
+                f"{self.host} could not send {what}: {detail}, still after {RETRIES} retries",
+                hint="the registry is busy or failing: try again later",
+            )
         raise PullError(f"{self.host} could not send {what}: {detail}")
+
+
+def _reason(error: requests.RequestException) -> str:
+    """The innermost reason of a failed request (a refused connection, a timeout)."""
+    reason: BaseException = error
+    while reason.__context__ is not None and str(reason.__context__):
+        reason = reason.__context__
+    return str(getattr(reason, "reason", reason))
 
 
 def _json(body: bytes) -> dict[str, Any]:

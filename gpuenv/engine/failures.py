@@ -4,11 +4,33 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from gpuenv.errors import EngineRefused, PullError
 
 NGC_KEY_ENV = "NGC_API_KEY"
+
+# A registry's busy moment as the engine reports it (Docker: "toomanyrequests: …",
+# "received unexpected HTTP status: 503 Service Unavailable"): worth asking again.
+_TRANSIENT = re.compile(
+    r"toomanyrequests|too many requests|\b(?:429|500|502|503|504)\b|service unavailable"
+    r"|bad gateway|gateway time-?out|internal server error",
+    re.IGNORECASE,
+)
+
+
+def transient(text: str) -> bool:
+    """Whether a failed pull or push says the registry was busy or failing for a moment.
+
+    >>> transient("toomanyrequests: You have reached your pull rate limit")
+    True
+    >>> transient("received unexpected HTTP status: 503 Service Unavailable")
+    True
+    >>> transient("manifest unknown"), transient("unauthorized: authentication required")
+    (False, False)
+    """
+    return bool(_TRANSIENT.search(text))
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,9 +17,9 @@ from typing import Any
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import LABEL_PREFIX
-from gpuenv.engine.failures import pull_error, redact
+from gpuenv.engine.failures import pull_error, redact, transient
 from gpuenv.engine.protocol import BuildCache, Builder, Engine, Event, ImageInfo
-from gpuenv.errors import BuildError, GpuenvError, LockError, PullError
+from gpuenv.errors import BuildError, GpuenvError, GpuenvWarning, LockError, PullError
 from gpuenv.images.accounts import ACCOUNT_BASE_LABEL, ACCOUNT_LABEL
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import BuildProgress, BuildView, PullProgress, PullView, View
@@ -50,6 +51,31 @@ def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> Pu
     return progress
 
 
+REGISTRY_RETRIES = 3  # a pull or push the registry failed for a moment: asked again
+REGISTRY_BACKOFF = 2.0  # seconds before the first retry; doubled each time
+
+
+def with_retries(action: Callable[[], Any], what: str) -> Any:
+    """`action` (a pull or a push through the engine), asked again with backoff while it
+    fails because the registry is busy (429) or failing (5xx); any other failure, or the
+    last one, is raised. Each retry is said (a GpuenvWarning, which the CLI shows)."""
+    for attempt in range(REGISTRY_RETRIES + 1):
+        try:
+            return action()
+        except PullError as exc:
+            if attempt == REGISTRY_RETRIES or not transient(exc.message):
+                raise
+            delay = REGISTRY_BACKOFF * 2**attempt
+            warnings.warn(
+                f"the {what} failed for a moment ({exc.message}); trying again in "
+                f"{delay:g} s ({attempt + 1} of {REGISTRY_RETRIES})",
+                GpuenvWarning,
+                stacklevel=2,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
 def ensure_base(
     project: Project, engine: Engine, view: PullView, mirror: str | None
 ) -> tuple[Project, str]:
@@ -66,13 +92,19 @@ def ensure_base(
     if lock.digest:
         local = f"{repository}@{lock.digest}"
         if not engine.has_image(local):
-            _consume_pull(engine.pull(repository, lock.digest, auth), local, view)
+            with_retries(
+                lambda: _consume_pull(engine.pull(repository, lock.digest, auth), local, view),
+                f"pull of {local}",
+            )
             if not engine.has_image(local):
                 raise PullError(f"the pull of {local} finished, but the engine does not have it")
         return _checked_against_image(project, lock, engine, local), local
     assert canonical.tag is not None
     reference = f"{repository}:{canonical.tag}"
-    progress = _consume_pull(engine.pull(repository, canonical.tag, auth), reference, view)
+    progress = with_retries(
+        lambda: _consume_pull(engine.pull(repository, canonical.tag, auth), reference, view),
+        f"pull of {reference}",
+    )
     digests = [d for d in engine.repo_digests(reference) if d.startswith(f"{repository}@")]
     digest = progress.digest or (digests[0].split("@", 1)[1] if digests else None)
     if not digest:
@@ -459,13 +491,9 @@ def push(
     tag = reference.tag or result.tag.rsplit(":", 1)[1]
     engine.tag(result.tag, reference.repository, tag)
     target = f"{reference.repository}:{tag}"
-    digest = None
-    for event in engine.push(reference.repository, tag, auth_for(reference.repository)):
-        if "error" in event:
-            raise pull_error(target, str(event.get("error")), verb="push")
-        aux = event.get("aux")
-        if isinstance(aux, dict) and str(aux.get("Digest", "")).startswith("sha256:"):
-            digest = str(aux["Digest"])
+    digest = with_retries(
+        lambda: _pushed_digest(engine, reference.repository, tag, target), f"push of {target}"
+    )
     if digest is None:
         raise PullError(f"the registry did not report a digest for {target}")
     pushed = {"reference": target, "digest": digest, "image": f"{reference.repository}@{digest}"}
@@ -475,3 +503,15 @@ def push(
     with exclusive(project.lock_path):
         write_lock(project.lock_path, lock)
     return Project(project.spec, lock, project.lock_path), pushed["image"]
+
+
+def _pushed_digest(engine: Engine, repository: str, tag: str, target: str) -> str | None:
+    """Push `repository:tag`; the digest the registry reports, or None."""
+    digest = None
+    for event in engine.push(repository, tag, auth_for(repository)):
+        if "error" in event:
+            raise pull_error(target, str(event.get("error")), verb="push")
+        aux = event.get("aux")
+        if isinstance(aux, dict) and str(aux.get("Digest", "")).startswith("sha256:"):
+            digest = str(aux["Digest"])
+    return digest

@@ -4,12 +4,15 @@ images whose configs carry NGC's metadata, one of them a multi-platform index.""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import json
 import os
 import subprocess
 import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 
 from gpuenv.engine import distribution
 from gpuenv.engine.distribution import DistributionClient
+from gpuenv.errors import PullError
 from tests.integration.conftest import GPUENV, REPO
 
 from ..jsonschemas import validate_output
@@ -260,3 +264,92 @@ def test_token_auth_as_for_nvcr_io(token_registry: str, multi_platform: str) -> 
     assert (manifest.media_type, manifest.digest) == (MANIFEST_LIST, multi_platform)
     with pytest.raises(Exception, match="refused a token"):
         DistributionClient(token_registry).tags("nvidia/pytorch")
+
+
+@contextlib.contextmanager
+def failing_front(registry: str, failures: int) -> Iterator[tuple[str, list[int]]]:
+    """The test registry behind a front that fails on purpose (issue 33, item 6): each
+    path's first `failures` requests get 503, 429 with `Retry-After: 1`, 502, … in turn;
+    the next ones go to the registry. Yields its address and the statuses it sent."""
+    seen: dict[str, int] = {}
+    sent: list[int] = []
+    lock = threading.Lock()
+
+    class Front(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            with lock:
+                count = seen[self.path] = seen.get(self.path, 0) + 1
+            if count <= failures:
+                status = (503, 429, 502)[(count - 1) % 3]
+                sent.append(status)
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            request = urllib.request.Request(
+                f"http://{registry}{self.path}", headers={"Accept": self.headers.get("Accept", "")}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    status, body, headers = response.status, response.read(), response.headers
+            except urllib.error.HTTPError as error:
+                status, body, headers = error.code, error.read(), error.headers
+            sent.append(status)
+            self.send_response(status)
+            for name in ("Content-Type", "Docker-Content-Digest", "Link"):
+                if headers.get(name):
+                    self.send_header(name, headers[name])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Front)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", sent
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_busy_registry_is_asked_again(
+    registry: str, multi_platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """429 and 5xx are retried with backoff, honouring Retry-After: a registry that fails
+    each request twice before answering still gives its manifests and tags."""
+    monkeypatch.setattr(distribution, "BACKOFF", 0.05)
+    with failing_front(registry, failures=2) as (front, sent):
+        client = DistributionClient(front)
+        started = time.monotonic()
+        manifest = client.manifest("nvidia/pytorch", "25.10-py3")
+        assert manifest.digest == multi_platform
+        assert {"24.05-py3", "25.10-py3"} <= set(client.tags("nvidia/pytorch"))
+        assert time.monotonic() - started >= 1  # the 429's Retry-After: 1 was waited
+    assert sent.count(503) == 2 and sent.count(429) == 2 and 200 in sent
+
+
+def test_a_registry_that_keeps_failing_is_named_after_bounded_retries(
+    registry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(distribution, "BACKOFF", 0.01)
+    monkeypatch.setattr(distribution, "MAX_RETRY_AFTER", 0.1)
+    with (
+        failing_front(registry, failures=100) as (front, sent),
+        pytest.raises(PullError, match=r"still after 5 retries") as failed,
+    ):
+        DistributionClient(front).tags("nvidia/pytorch")
+    assert len(sent) == 6  # the request and its 5 retries, no more
+    assert failed.value.hint == "the registry is busy or failing: try again later"
+
+
+def test_matrix_sync_through_a_busy_registry(user_env: dict[str, str], multi_platform: str) -> None:
+    """The whole command, as a user runs it, through a registry that fails once a path."""
+    with failing_front(user_env["GPUENV_REGISTRY_MIRROR"], failures=1) as (front, sent):
+        done = _gpuenv({**user_env, "GPUENV_REGISTRY_MIRROR": front}, "matrix", "sync", "pytorch")
+    assert done.returncode == 0, done.stderr
+    assert 503 in sent

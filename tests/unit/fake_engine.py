@@ -88,8 +88,13 @@ class FakeEngine:
         repository = reference.rsplit(":", 1)[0]
         return [f"{repository}@{DIGEST}"]
 
+    pull_errors: list[str] = field(default_factory=list)  # the next pulls' error events
+
     def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
         self._record("pull", repository, tag)
+        if self.pull_errors:
+            yield {"error": self.pull_errors.pop(0)}
+            return
         self.images_present.add(f"{repository}@{DIGEST}")
         yield {"status": f"Digest: {DIGEST}"}
 
