@@ -13,9 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import yaml
-
 from gpuenv.common.dirs import user_config_file
+from gpuenv.common.userconfig import UserConfigError, read_trusted
 from gpuenv.engine.failures import NGC_KEY_ENV
 
 NGC_REGISTRY = "nvcr.io"
@@ -83,14 +82,10 @@ def registry_mirror(env: Mapping[str, str] | None = None) -> tuple[str | None, s
     if env.get(MIRROR_ENV):
         return check_mirror(env[MIRROR_ENV]), MIRROR_ENV
     path = user_config_file(env)
-    if not os.path.isfile(path):
-        return None, ""
-
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise InvalidMirror(f"{path}: cannot read the gpuenv config ({exc})") from None
+        data = read_trusted(path)  # the mounts' rule: the user's (or root's), nobody else's
+    except UserConfigError as exc:
+        raise InvalidMirror(str(exc)) from None
     value = data.get("registry_mirror") if isinstance(data, dict) else None
     if value is None:
         return None, ""

@@ -14,6 +14,7 @@ from gpuenv import __version__
 from gpuenv.common import cache
 from gpuenv.common.dirs import DATA_ENV, user_data_dir
 from gpuenv.common.resources import data_dir
+from gpuenv.common.userconfig import UserConfigError, read_owned
 from gpuenv.errors import GpuenvWarning, MatrixError, Problem, file_error
 
 FILENAME = "matrix-overlay.yaml"
@@ -65,10 +66,12 @@ def read_source(path: str | None = None) -> tuple[str, bytes] | None:
     """The overlay's path and bytes, or None when there is none (the usual case)."""
     path = path or overlay_path()
     try:
-        with open(path, "rb") as handle:
-            return path, handle.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+        data = read_owned(path, "the matrix overlay")  # its rows name images: the user's
+    except UserConfigError as exc:
+        raise MatrixError(
+            [Problem(path, None, None, None, str(exc))],
+            hint="the matrix overlay decides which images gpuenv uses: fix its owner and mode",
+        ) from None
     except PermissionError as exc:
         owner = _owner(path)
         if owner is not None and owner != os.getuid():
@@ -85,6 +88,7 @@ def read_source(path: str | None = None) -> tuple[str, bytes] | None:
         raise file_error(exc, "read", path) from None
     except OSError as exc:
         raise file_error(exc, "read", path) from None
+    return None if data is None else (path, data)
 
 
 def _owner(path: str) -> int | None:
