@@ -1,18 +1,25 @@
 """What `gpuenv dashboard` answers over HTTP (the standard library's server): the page,
 its files and the JSON behind it, to whom.
 
-- Without a token (loopback only), a request must name the page's own address in its
-  Host header (no DNS rebinding), and the viewer is the local user whose process holds
-  the connection (/proc/net/tcp): GPU-hours are theirs alone, or everyone's for root,
-  as `gpuenv usage` shows them.
+- Without a token (loopback only), a request must name a loopback address (an IP literal
+  of 127.0.0.0/8 or ::1, or `localhost`) and the page's port in its Host header (no DNS
+  rebinding: a name that resolves to loopback is refused), and the viewer is the local
+  user whose process holds the connection (/proc/net/tcp): GPU-hours are theirs alone,
+  or everyone's for root, as `gpuenv usage` shows them.
 - With a token, the token (`Authorization: Bearer`, or `/?token=` once, which sets a
   cookie of this instance holding a random session value, never the token) is needed
   for everything, and token holders see what the dashboard's user sees.
+- Under load and abuse: at most MAX_CONNECTIONS connections at once (others get 503 at
+  once), a request must arrive whole within REQUEST_DEADLINE seconds (a client sending
+  a byte every few seconds is cut off), and every answer, the server's own error pages
+  (400, 414, 501) included, carries the security headers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import ipaddress
 import json
 import os
 import re
@@ -51,12 +58,17 @@ STATIC = {
 }
 HEADERS = {
     # Everything the page loads is its own: no inline script, no other origin.
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+        "base-uri 'none'; form-action 'none'"
+    ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
 Response = tuple[int, str, bytes, dict[str, str]]  # status, content type, body, headers
+MAX_CONNECTIONS = 64  # at once; the page polls with one or two per viewer
+REQUEST_DEADLINE = 10.0  # seconds from the connection to the end of the request's headers
 
 
 def _static(name: str) -> bytes:
@@ -108,7 +120,8 @@ class Site:
         self.token = token
         self.cookie = f"gpuenv_dashboard_{port}"  # cookies are not kept apart by port
         self.session = secrets.token_urlsafe(32)
-        self.hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+        self.port = port
+        self.hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}  # for people
         self.lock = threading.Lock()  # one host reading at a time (NVML, the engine)
         self._sizing: tuple[float, list[dict[str, str]]] = (0.0, [])
 
@@ -122,7 +135,7 @@ class Site:
 
     def allowed(self, headers: Any) -> bool:
         if self.token is None:
-            return headers.get("Host", "") in self.hosts
+            return loopback_host(headers.get("Host", ""), self.port)
         bearer = headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if bearer and hmac.compare_digest(bearer.encode(), self.token.encode()):
             return True
@@ -157,6 +170,27 @@ class Site:
         raise KeyError(path)
 
 
+def loopback_host(header: str, port: int) -> bool:
+    """Whether a Host header names this page on a loopback address: an IP literal (any of
+    127.0.0.0/8, ::1) or `localhost`, with the page's port. A name that resolves to
+    loopback (DNS rebinding) is refused.
+
+    >>> [loopback_host(h, 8478) for h in ("127.0.0.2:8478", "[::1]:8478", "localhost:8478")]
+    [True, True, True]
+    >>> [loopback_host(h, 8478) for h in ("evil.example:8478", "127.0.0.1:80", "127.0.0.1")]
+    [False, False, False]
+    """
+    name, _, given = header.rpartition(":")
+    if not given.isdigit() or int(given) != port:
+        return False
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _json(data: Any) -> tuple[str, bytes]:
     return "application/json", json.dumps(data).encode()
 
@@ -186,7 +220,9 @@ def _gate(site: Site, url: urllib.parse.SplitResult, headers: Any) -> Response |
         return None
     if site.token is None:
         hosts = " or ".join(sorted(site.hosts))
-        return _error(HTTPStatus.FORBIDDEN, f"this page answers to {hosts} only")
+        return _error(
+            HTTPStatus.FORBIDDEN, f"this page answers to {hosts} (or another loopback address) only"
+        )
     return _error(HTTPStatus.UNAUTHORIZED, "a token is needed: open /?token=TOKEN once")
 
 
@@ -224,19 +260,60 @@ def respond(site: Site, path: str, headers: Any, viewer: Callable[[], int | None
     return HTTPStatus.OK, kind, body, {}
 
 
+class _Guarded(BaseHTTPRequestHandler):
+    """http.server's handler with a deadline on the request and the security headers on
+    its own error answers."""
+
+    server_version = "gpuenv-dashboard"
+    sys_version = ""
+    timeout = 15  # an idle connection does not hold a thread for ever
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # no access log: the page is polled every few seconds
+
+    def setup(self) -> None:
+        super().setup()
+        # The whole request within REQUEST_DEADLINE, however slowly it trickles in: past
+        # it the connection is shut, and the read this thread waits in ends.
+        self._deadline = threading.Timer(REQUEST_DEADLINE, self._cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut_off(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The server's own error answers (400, 414, 501, …): JSON, with the security
+        headers every answer carries, instead of http.server's bare HTML."""
+        self._deadline.cancel()
+        if self.request_version == "HTTP/0.9":  # a line it could not read: answered in 1.0,
+            self.request_version = "HTTP/1.0"  # so that the status and headers are sent
+        text = message or HTTPStatus(code).phrase
+        body = json.dumps({"error": text}).encode()
+        self.send_response(code, text)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        for name, value in HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
 def handler_for(site: Site) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpuenv-dashboard"
-        sys_version = ""
-        timeout = 15  # an idle connection does not hold a thread for ever
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # no access log: the page is polled every few seconds
-
+    class Handler(_Guarded):
         def do_HEAD(self) -> None:
             self.do_GET()
 
         def do_GET(self) -> None:
+            self._deadline.cancel()  # the request is in: answering may take its time
+
             def viewer() -> int | None:
                 client = (str(self.client_address[0]), int(self.client_address[1]))
                 host, port = self.connection.getsockname()[:2]  # the server's end
@@ -261,5 +338,35 @@ def serve(address: str, port: int, site: Site) -> ThreadingHTTPServer:
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
         daemon_threads = True
+        open_slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not self.open_slots.acquire(blocking=False):
+                _busy(request)
+                self.shutdown_request(request)
+                return
+            super().process_request(request, client_address)
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.open_slots.release()
 
     return Server((address, port), handler_for(site))
+
+
+def _busy(connection: socket.socket) -> None:
+    """Over MAX_CONNECTIONS: 503 at once, with the headers, without reading the request."""
+    body = json.dumps({"error": "too many connections: try again in a moment"}).encode()
+    head = [
+        "HTTP/1.0 503 Service Unavailable",
+        "Content-Type: application/json; charset=utf-8",
+        f"Content-Length: {len(body)}",
+        "Retry-After: 1",
+        "Connection: close",
+        *(f"{name}: {value}" for name, value in HEADERS.items()),
+    ]
+    with contextlib.suppress(OSError):
+        connection.settimeout(1)
+        connection.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)

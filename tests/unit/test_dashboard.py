@@ -213,3 +213,100 @@ def test_the_loopback_viewer_is_told_by_the_connection(
     status, _, body = fetch(served(None) + "/api/usage")
     assert status == 200
     assert json.loads(body)["viewer"] == pwd.getpwuid(os.getuid()).pw_name
+
+
+# -- under load and abuse (issue 33, item 5) -----------------------------------------------
+
+
+def test_any_loopback_address_is_served_with_the_browsers_own_host_header(served: Any) -> None:
+    """A dashboard on 127.0.0.2 refused the Host header the browser sends for it."""
+    base = served(None, "127.0.0.2")
+    assert base.startswith("http://127.0.0.2:")
+    assert fetch(base + "/")[0] == 200
+    port = base.rsplit(":", 1)[1]
+    assert fetch(base + "/", {"Host": f"127.9.9.9:{port}"})[0] == 200  # any of 127.0.0.0/8
+    assert fetch(base + "/", {"Host": f"127.0.0.2:{int(port) + 1}"})[0] == 403  # not its port
+    assert fetch(base + "/", {"Host": f"rebind.example:{port}"})[0] == 403
+
+
+def raw(base: str, data: bytes, wait: float = 10) -> bytes:
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=wait) as connection:
+        connection.sendall(data)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"POST / HTTP/1.0\r\n\r\n", b"501"),  # a method the page does not answer
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.0\r\n\r\n", b"414"),  # a URI too long
+        (b"NONSENSE\r\n\r\n", b"400"),
+        (b"GET / HTTP/9.9\r\n\r\n", b"505"),
+    ],
+    ids=["501", "414", "400", "505"],
+)
+def test_the_servers_own_errors_carry_the_headers(
+    served: Any, request_bytes: bytes, status: bytes
+) -> None:
+    """Answers http.server writes itself carried no Content-Security-Policy and no nosniff."""
+    answer = raw(served(None), request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split()[1] == status, head
+    assert b"Content-Security-Policy: default-src 'self'" in head
+    assert b"X-Content-Type-Options: nosniff" in head
+    assert b"Content-Type: application/json" in head and b'"error"' in body
+
+
+def test_the_csp_names_base_uri_and_form_action(served: Any) -> None:
+    _, headers, _ = fetch(served(None) + "/")
+    policy = headers["Content-Security-Policy"]
+    assert "base-uri 'none'" in policy and "form-action 'none'" in policy
+
+
+def test_a_client_that_trickles_its_request_is_cut_off(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte every half second never trips a per-read timeout; the deadline on the whole
+    request does, before any token is checked."""
+    import gpuenv.cli.dashboard_server as server_module
+
+    monkeypatch.setattr(server_module, "REQUEST_DEADLINE", 1.0)
+    base = served(TOKEN)
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    started = time.monotonic()
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as connection,
+        pytest.raises(OSError),  # the loop ends when the server cuts the connection
+    ):
+        for byte in b"GET / HTTP/1.0\r\nX-Slow: " + b"a" * 100:
+            connection.sendall(bytes([byte]))
+            time.sleep(0.2)
+            if connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                raise ConnectionResetError("closed by the server")
+    assert time.monotonic() - started < 5
+
+
+def test_connections_are_bounded(served: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the bound, a connection gets 503 at once; the bound frees as clients go."""
+    import gpuenv.cli.dashboard_server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 3)
+    base = served(None)
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+    try:
+        time.sleep(0.3)  # the server has accepted them (each holds a slot)
+        answer = raw(base, b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.0 503") and b"too many connections" in answer
+        assert b"X-Content-Type-Options: nosniff" in answer
+    finally:
+        for connection in idle:
+            connection.close()
+    deadline = time.monotonic() + 10
+    while fetch(base + "/")[0] != 200:  # the slots come back
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
