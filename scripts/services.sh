@@ -17,7 +17,7 @@
 #   slurm          a Slurm controller and node with four GPUs as GRES
 #   slurm-multi    a two-node Slurm cluster in two network namespaces of its own
 #   tester         gpuenv-tester and gpuenv-tester2, and a Python they can read
-#   podman         Podman, rootful and rootless, with CDI
+#   podman         Podman, rootful and rootless (one per test user), with CDI
 #
 #   scripts/services.sh up|down|status [SERVICE...]
 #
@@ -150,6 +150,7 @@ GPUENV_TEST_USER2=gpuenv-tester2
 GPUENV_TEST_USER_PYTHON=$(tester_venv)/bin/python
 GPUENV_TEST_PODMAN=unix://$RUN/podman.sock
 GPUENV_TEST_PODMAN_ROOTLESS=unix://$RUN/podman-rootless/podman.sock
+GPUENV_TEST_PODMAN_ROOTLESS2=unix://$RUN/podman-rootless2/podman.sock
 GPUENV_TEST_PODMAN_TMP=$PODMAN/podman-tmp
 GPUENV_TEST_PODMAN_ROOTLESS_TMP=$PODMAN/podman-rootless-tmp
 GPUENV_TEST_CDI_DIR=$PODMAN/cdi

@@ -14,7 +14,6 @@ from gpuenv.errors import UsageError
 from gpuenv.host.detect import detect_host
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.idle import IdlePolicy, enforce, idle_for, record_name, update
-from gpuenv.sharing.monitor import container_check
 
 DEFAULT_THRESHOLD = 5  # percent: without a policy, below this a GPU counts as idle
 
@@ -41,7 +40,7 @@ def check_idle(
         )
     if enforcing and policy is None:
         raise UsageError(f"no idle policy to enforce: {source}")
-    store = ClaimStore(container_check=container_check(engine))
+    store = ClaimStore()
     try:
         now = time.time()
         state = store.read_record(record_name(me), [me]) or {}

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +40,9 @@ from gpuenv.run.container import (
 )
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
-from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, ClaimStore
+from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore
 from gpuenv.sharing.fitness import unfit_gpus
 from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
-from gpuenv.sharing.holders import container_check
 from gpuenv.sharing.reserve import reserve
 from gpuenv.sharing.usage import UsageLog
 
@@ -252,12 +253,18 @@ class Reservation:
             self.store.touch(list(self.claims))
 
     def hand_over(self, container: str) -> None:
-        """The detached run's container holds the claims from now on."""
+        """The detached run's keeper holds the claims from now on: a process started in a
+        session of its own that inherits their locks and lives as long as `container`
+        (`gpuenv.app.keeper`)."""
         self._done.set()
         self.container = container
-        if self.store is not None:
-            with self.store.locked():
-                self.claims = self.store.transfer(self.claims, container)
+        if self.store is None or not self.claims:
+            return
+        with self.store.locked():
+            self.claims = self.store.transfer(self.claims, container)
+        descriptors = self.store.held_descriptors(self.claims)
+        spawn_keeper(container, descriptors, self.claims, self.store.directory)
+        self.store.forget(self.claims)
 
     def release(self, exit_code: int | None) -> None:
         """The run ended (with `exit_code`, None when it never ran): free its claims and
@@ -273,6 +280,26 @@ class Reservation:
             self.store.close()
 
 
+def spawn_keeper(
+    container: str, descriptors: Sequence[int], claims: Sequence[str], state: str
+) -> None:
+    """Start the keeper of a detached run's claims (`python -m gpuenv.cli.keeper`), in a
+    session of its own (a closed terminal does not end it), with the claims' locked
+    descriptors and this environment (the engine, the state folder); its output goes
+    nowhere. Nothing of the user's is on its command line: a container id and the claim
+    files' names, both gpuenv's."""
+    subprocess.Popen(
+        [sys.executable, "-m", "gpuenv.cli.keeper", container, *claims],
+        pass_fds=tuple(descriptors),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        env={**os.environ, STATE_ENV: state},
+    )
+
+
 def reserve_gpus(run: RunContext, plan: RunPlan, log: UsageLog | None) -> Reservation:
     """Grant the run its GPUs: on a host whose GPUs are known, claimed under the claims
     store's lock (queueing with --wait) so that two runs never share one; the usage
@@ -281,7 +308,6 @@ def reserve_gpus(run: RunContext, plan: RunPlan, log: UsageLog | None) -> Reserv
     store, claims = None, list[str]()
     if plan.host.gpus and granted.mode != "none":
         store = run.services.claim_store()
-        store.container_check = container_check(run.engine)
         try:
             unfit = unfit_gpus(plan.host)  # before the lock: files and the config
             granted, claims = reserve(

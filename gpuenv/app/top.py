@@ -16,7 +16,7 @@ from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
 from gpuenv.sharing.fitness import unfit_gpus
 from gpuenv.sharing.history import recorded_findings
 from gpuenv.sharing.idle import idle_for, known_state
-from gpuenv.sharing.monitor import GpuRow, RunInfo, container_check, gpu_rows, list_runs
+from gpuenv.sharing.monitor import GpuRow, RunInfo, gpu_rows, list_runs
 
 
 def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
@@ -50,7 +50,7 @@ class Shared:
 
 def read_shared(engine: Callable[[], Engine]) -> Shared:
     try:
-        store = ClaimStore(container_check=container_check(engine()))
+        store = ClaimStore()
     except GpuenvError:
         return Shared([], [], {})
     try:

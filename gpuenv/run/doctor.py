@@ -38,7 +38,6 @@ from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant
 from gpuenv.sharing.health import assess_all
 from gpuenv.sharing.history import recorded_findings
-from gpuenv.sharing.monitor import container_check
 from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
 MIN_API = (1, 40)  # DeviceRequests
@@ -384,13 +383,9 @@ def _credentials(checks: list[Check]) -> None:
         )
 
 
-def _state(connect: Callable[[], Engine], checks: list[Check]) -> None:
+def _state(checks: list[Check]) -> None:
     try:
-        engine = connect()
-    except GpuenvError:
-        engine = None  # reported by the engine check; detached runs' claims then count
-    try:
-        store = ClaimStore(container_check=container_check(engine) if engine else None)
+        store = ClaimStore()
         with store.locked():
             count = len(store.claims())
     except GpuenvError as exc:
@@ -444,7 +439,7 @@ def run_checks(directory: str, connect: Callable[[], Engine]) -> list[Check]:
     steps: list[Callable[[], object]] = [
         lambda: _lock(directory, _engine(connect, directory, checks), checks),
         lambda: _credentials(checks),
-        lambda: _state(connect, checks),
+        lambda: _state(checks),
     ]
     for step in steps:
         step()

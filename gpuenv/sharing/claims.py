@@ -8,11 +8,15 @@ nobody removes another user's.
 A claim's owner is the owner of its file (fstat), whatever the file says; a file whose
 content disagrees with its owner, or that is not a plain JSON claim, is ignored and
 listed in `problems` (`gpuenv doctor` reports them). A claim counts while what holds it
-lives: its gpuenv process, which holds a write lock on the claim's file for as long as
-it runs (the kernel drops it when the process dies, SIGKILL included; no /proc needed),
-or, for a detached run, its container (running, and its owner's). Claims written on
-another host count only in a folder the admin marked as shared between hosts, and only
-while their heartbeat (the file's mtime, refreshed by the run) is fresh.
+lives: a process that holds a write lock on the claim's file (the kernel drops it when
+the process dies, SIGKILL included; no /proc needed, and any user can ask). For a run in
+the foreground that is its gpuenv process; for a detached run, its keeper
+(`gpuenv.app.keeper`), which inherits the locked files and lives as long as the run's
+container. So no engine is ever asked whether a claim counts: on a server where each
+user has their own engine (rootless Podman or Docker), another user's claim counts the
+same, and no engine call is made under the store's lock. Claims written on another host
+count only in a folder the admin marked as shared between hosts, and only while their
+heartbeat (the file's mtime, refreshed by the run or its keeper) is fresh.
 
 Where a site runs dcgm-exporter, the store keeps its job mapping (`jobmap`) in step
 whenever claims are taken, released or found dead, if this process may write it: under
@@ -56,9 +60,6 @@ MAX_FILE = 64 * 1024
 CLAIM_PREFIX = "claim."
 TICKET_PREFIX = "queue."
 
-# Is this container running, and does it belong to this uid? (None: cannot tell here.)
-ContainerCheck = Callable[[str, int], bool]
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -70,7 +71,7 @@ class Claim:
     host: str
     project: str
     since: float
-    container: str = ""  # a detached run's container: the claim lives as long as it runs
+    container: str = ""  # a detached run's container (its keeper holds the claim)
 
     def describe(self) -> str:
         held = time.strftime("%H:%M", time.localtime(self.since))
@@ -115,13 +116,11 @@ class ClaimStore:
         directory: str | None = None,
         *,
         env: Mapping[str, str] | None = None,
-        container_check: ContainerCheck | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.folder: Folder = open_state(env, directory)
         self.directory = self.folder.path
         self.timeout = lock_timeout(env)
-        self.container_check = container_check
         self.clock = clock
         self.problems: list[str] = []
         self.hostname = socket.gethostname()
@@ -354,15 +353,11 @@ class ClaimStore:
             if self.folder.between_hosts and self._fresh(info, HEARTBEAT_EXPIRY):
                 return "live"
             return "ignored"
-        if claim.container:
-            if self.container_check is None:
-                return "live"  # cannot ask the engine here: count it
-            return "live" if self.container_check(claim.container, info.st_uid) else "dead"
         return "live" if held else "dead"
 
     def add(self, gpus: Sequence[str], project: str, container: str = "") -> list[str]:
-        """Record claims (call under `locked`); returns their names, for `release`. With
-        `container`, the claims belong to that container, not to this process."""
+        """Record claims (call under `locked`), held by this process; returns their names,
+        for `release`. With `container`, they name a detached run's container."""
         names = self._add(gpus, project, container)
         self._reread_job_map()
         return names
@@ -375,12 +370,13 @@ class ClaimStore:
         for gpu in gpus:
             claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
             name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{os.urandom(6).hex()}.json"
-            names.append(self._write(name, asdict(claim), held=not container))
+            names.append(self._write(name, asdict(claim), held=True))
         return names
 
     def transfer(self, names: Sequence[str], container: str) -> list[str]:
-        """Hand our claims `names` to `container` (call under `locked`): new claims that
-        live as long as it runs are written before the old ones go."""
+        """Our claims `names` made a detached run's (call under `locked`): new claims that
+        name `container`, held by this process until a keeper inherits them
+        (`held_descriptors`, then `forget`), are written before the old ones go."""
         gpus: list[str] = []
         project = ""
         for name in names:
@@ -393,6 +389,19 @@ class ClaimStore:
             self._delete(name)
         self._reread_job_map()
         return handed
+
+    def held_descriptors(self, names: Sequence[str]) -> list[int]:
+        """The locked descriptors of our claims `names`: a process that inherits them
+        holds the claims (an open file description's lock is shared with it)."""
+        return [self._held[name] for name in names if name in self._held]
+
+    def forget(self, names: Sequence[str]) -> None:
+        """Let go of our copies of claims another process now holds (its keeper): the
+        files stay, and count while that process lives."""
+        for name in names:
+            fd = self._held.pop(name, None)
+            if fd is not None:
+                os.close(fd)
 
     def read_record(self, name: str, owners: Sequence[int]) -> dict[str, Any] | None:
         """A JSON record of the folder, if one of `owners` wrote it."""

@@ -14,7 +14,6 @@ from gpuenv.errors import UsageError
 from gpuenv.host.machine import GpuProcess, Host, MigDevice
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
-from gpuenv.sharing.holders import container_check as container_check
 from gpuenv.sharing.holders import user_uid as user_uid
 from gpuenv.sharing.procfs import container_of, process_owner
 

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Service 'podman': Podman, rootful and rootless (as gpuenv-tester), each a `podman system
+# Service 'podman': Podman, rootful and rootless (as gpuenv-tester, and as gpuenv-tester2:
+# one engine per user, as on a server where each user runs their own), each a `podman system
 # service` in the services' network namespace (containers get no network: netns = "none")
 # and in a mount namespace of its own where /etc is an overlay holding /etc/cdi, a bind of
 # $PODMAN/cdi: Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi, and the
@@ -46,13 +47,16 @@ driver = "overlay"
 graphroot = "$PODMAN/rootful"
 runroot = "$RUN/podman-rootful"
 CONF
-  cat >"$PODMAN/storage-rootless.conf" <<CONF
+  local rootless
+  for rootless in podman-rootless podman-rootless2; do
+    cat >"$PODMAN/storage-$rootless.conf" <<CONF
 [storage]
 driver = "overlay"
-graphroot = "$PODMAN/rootless"
-rootless_storage_path = "$PODMAN/rootless"
-runroot = "$RUN/podman-rootless/run"
+graphroot = "$PODMAN/$rootless-storage"
+rootless_storage_path = "$PODMAN/$rootless-storage"
+runroot = "$RUN/$rootless/run"
 CONF
+  done
   cat >"$PODMAN/launch.sh" <<'LAUNCH'
 # launch.sh UPPER CDI CMD...: /etc as an overlay (upper on a tmpfs at UPPER) with /etc/cdi
 # bound to CDI, in this (private) mount namespace; then CMD.
@@ -87,11 +91,11 @@ podman_service_up() {  # podman_service_up NAME SOCKET [USER]
     # A /proc of its own: in some sandboxes a user cannot read /proc/self of the host's.
     pidns=(--pid --fork --kill-child --mount-proc)
     runtime=$RUN/$name/xdg
-    mkdir -p "$RUN/$name" "$runtime" "$PODMAN/rootless"
-    chown "$user:" "$RUN/$name" "$runtime" "$PODMAN/rootless"
+    mkdir -p "$RUN/$name" "$runtime" "$PODMAN/$name-storage"
+    chown "$user:" "$RUN/$name" "$runtime" "$PODMAN/$name-storage"
     chmod 0700 "$runtime"
     chmod 0755 "$RUN/$name"
-    storage=$PODMAN/storage-rootless.conf
+    storage=$PODMAN/storage-$name.conf
     as=(setpriv "--reuid=$user" "--regid=$user" --init-groups)
   fi
   rm -f "${sock#unix://}"
@@ -114,10 +118,14 @@ podman_service_up() {  # podman_service_up NAME SOCKET [USER]
 
 podman_subids() {
   # Rootless Podman maps the user's ids through /etc/subuid and /etc/subgid.
-  grep -q '^gpuenv-tester:' /etc/subuid 2>/dev/null ||
-    usermod --add-subuids 300000-365535 gpuenv-tester
-  grep -q '^gpuenv-tester:' /etc/subgid 2>/dev/null ||
-    usermod --add-subgids 300000-365535 gpuenv-tester
+  local user first
+  for user in gpuenv-tester:300000 gpuenv-tester2:400000; do
+    first=${user#*:} user=${user%%:*}
+    grep -q "^$user:" /etc/subuid 2>/dev/null ||
+      usermod --add-subuids "$first-$((first + 65535))" "$user"
+    grep -q "^$user:" /etc/subgid 2>/dev/null ||
+      usermod --add-subgids "$first-$((first + 65535))" "$user"
+  done
 }
 
 podman_up() {
@@ -125,23 +133,26 @@ podman_up() {
   podman_files
   podman_service_up podman "unix://$RUN/podman.sock"
   podman_service_up podman-rootless "unix://$RUN/podman-rootless/podman.sock" gpuenv-tester
+  podman_service_up podman-rootless2 "unix://$RUN/podman-rootless2/podman.sock" gpuenv-tester2
 }
 
 podman_down() {
-  # The rootless service runs under `unshare --fork`, which does not pass SIGTERM on:
-  # stop the podman it forked first (--kill-child ends it with unshare otherwise).
-  local child
-  if alive "$RUN/podman-rootless.pid"; then
-    child=$(pgrep -P "$(cat "$RUN/podman-rootless.pid")" -x podman || true)
-    if [ -n "$child" ]; then
-      echo "$child" >"$RUN/podman-rootless-child.pid"
-      stop "$RUN/podman-rootless-child.pid" "podman 'podman-rootless' (service)"
+  # A rootless service runs under `unshare --fork`, which does not pass SIGTERM on: stop
+  # the podman it forked first (--kill-child ends it with unshare otherwise).
+  local child name
+  for name in podman-rootless podman-rootless2; do
+    if alive "$RUN/$name.pid"; then
+      child=$(pgrep -P "$(cat "$RUN/$name.pid")" -x podman || true)
+      if [ -n "$child" ]; then
+        echo "$child" >"$RUN/$name-child.pid"
+        stop "$RUN/$name-child.pid" "podman '$name' (service)"
+      fi
     fi
-  fi
-  stop "$RUN/podman-rootless.pid" "podman 'podman-rootless'"
+    stop "$RUN/$name.pid" "podman '$name'"
+  done
   stop "$RUN/podman.pid" "podman 'podman'"
 }
 
 podman_status() {
-  alive "$RUN/podman.pid" && alive "$RUN/podman-rootless.pid"
+  alive "$RUN/podman.pid" && alive "$RUN/podman-rootless.pid" && alive "$RUN/podman-rootless2.pid"
 }

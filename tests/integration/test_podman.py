@@ -321,3 +321,128 @@ def test_a_run_asks_for_no_rlimit_the_service_cannot_grant(rootful: Project) -> 
     shown = rootful.ok("run", "--gpus", "none", "--", "cat", "/proc/self/limits").stdout
     row = next(line for line in shown.splitlines() if line.startswith("Max processes"))
     assert int(row.split()[3]) == (1048576 if can_raise else min(service, 1048576)), shown
+
+
+def _keeper_of(container: str) -> int:
+    """The pid of the keeper that holds a detached run's claims (its command line names
+    the container)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"gpuenv.cli.keeper" in words and container.encode() in words:
+            return int(entry)
+    raise AssertionError(f"no keeper holds the claims of {container}")
+
+
+def test_two_users_with_their_own_rootless_engines_never_share_a_gpu(
+    make_project, cdi_dir: Path, installed_for_users: Installed
+) -> None:
+    """Issue 33, item 1: each user runs their own rootless Podman, so neither engine can
+    answer for the other's containers. Two detached runs, one per user, on a host of two
+    GPUs, never get one GPU; a third waits its turn; a run that ends, or whose keeper is
+    killed, frees its GPU for the other user's next command."""
+    addresses = [_service("GPUENV_TEST_PODMAN_ROOTLESS"), _service("GPUENV_TEST_PODMAN_ROOTLESS2")]
+    users = [
+        pwd.getpwnam(os.environ.get(name, default))
+        for name, default in (
+            ("GPUENV_TEST_USER", "gpuenv-tester"),
+            ("GPUENV_TEST_USER2", "gpuenv-tester2"),
+        )
+    ]
+    stand_ins = cdi_dir.parent / "dev"
+    nodes = {u: (str(stand_ins / f"nvidia{i}"),) * 2 for i, u in enumerate(UUIDS)}
+    (cdi_dir / SPEC_NAME).write_text(json.dumps(cdi_spec(nodes=nodes)))
+    projects, runners, engines = [], [], []
+    for user, address in zip(users, addresses, strict=True):
+        project = make_project(spec="gpus: 1\n")
+        for root, names, files in os.walk(project.path):
+            for name in [".", *names, *files]:
+                os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
+        mine = project.path.parent / f"{project.name}-user"
+        mine.mkdir()
+        os.chown(mine, user.pw_uid, user.pw_gid)
+        host = mine / "host.json"
+        gpus = [
+            {"index": i, "name": "NVIDIA A100-SXM4-80GB", "uuid": u} for i, u in enumerate(UUIDS)
+        ]
+        host.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
+        env = installed_for_users.env(
+            {
+                **project.env,
+                "CONTAINER_HOST": address,
+                "GPUENV_CDI_SPEC_DIRS": str(cdi_dir),
+                "GPUENV_HOST_FILE": str(host),
+                "HOME": user.pw_dir,
+                "USER": user.pw_name,
+                "XDG_CACHE_HOME": str(mine / "cache"),
+                "GPUENV_DATA_DIR": str(mine / "data"),
+                # the projects' shared state folder (root's, sticky): one for both users
+            }
+        )
+        env.pop("DOCKER_HOST", None)
+
+        def run(
+            *args: str, _user=user, _project=project, _env=env
+        ) -> subprocess.CompletedProcess[str]:
+            return installed_for_users.run_as(
+                _user, "-C", str(_project.path), *args, env=_env, cwd=_project.path
+            )
+
+        projects.append(project)
+        runners.append(run)
+        engines.append(PodmanEngine(address))
+    alice, bob = runners
+    try:
+        for run in runners:
+            built = run("build", "-q")
+            assert built.returncode == 0, built.stdout + built.stderr
+        first = alice("run", "-d", "--", "sleep", "300")
+        assert first.returncode == 0, first.stderr
+        second = bob("run", "-d", "--", "sleep", "300")
+        assert second.returncode == 0, second.stderr
+        containers = [first.stdout.strip(), second.stdout.strip()]
+
+        def gpu_of(engine: PodmanEngine, name: str) -> str:
+            labels = engine.inspect(name)["Config"]["Labels"]
+            return labels["io.gpuenv.gpus"]
+
+        held = [gpu_of(e, c) for e, c in zip(engines, containers, strict=True)]
+        assert sorted(held) == sorted(UUIDS), held  # one each, never the same one
+        busy = alice("run", "--", "true")
+        assert gpuenv_failed(busy, 16), busy.stderr
+        assert "container" in busy.stderr  # bob's detached run, named by its claim
+
+        # Bob's run ends (killed through his own engine): its keeper frees the GPU, and
+        # Alice's next command gets it, without Bob running gpuenv.
+        engines[1].kill(containers[1], "KILL")
+        deadline = time.monotonic() + 60
+        while True:
+            done = alice("run", "--", "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
+            if done.returncode == 0:
+                break
+            assert gpuenv_failed(done, 16) and time.monotonic() < deadline, done.stderr
+            time.sleep(0.5)
+        assert done.stdout.strip() == held[1]
+
+        # Alice's keeper is killed (SIGKILL): as for a killed run, the kernel drops its
+        # locks and Bob's next command gets the GPU.
+        keeper = _keeper_of(engines[0].inspect(containers[0])["Id"])
+        os.kill(keeper, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            done = bob("run", "--", "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
+            if done.returncode == 0:
+                break
+            assert time.monotonic() < deadline, done.stderr
+            time.sleep(0.5)
+        assert done.stdout.strip() in UUIDS
+    finally:
+        for engine, project in zip(engines, projects, strict=True):
+            for container in engine.containers(f"io.gpuenv.project={project.name}"):
+                engine.remove(container["Id"])
+            for image in engine.images(f"io.gpuenv.project={project.name}"):
+                engine.remove_image(image.id)

@@ -17,6 +17,7 @@ from gpuenv.project.overrides import Overrides
 from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.run.container import Identity
 from gpuenv.sharing.claims import ClaimStore
+from tests.unit.conftest import Keepers
 from tests.unit.fake_engine import FakeEngine, lock_packages
 
 NO_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
@@ -244,9 +245,10 @@ def test_the_images_accounts_are_read_once_at_build_time(project: Path, state: s
     assert "has_image" not in engine.names()
 
 
-def test_a_detached_run_hands_its_claims_to_its_container(project: Path, state: str) -> None:
+def test_a_detached_run_hands_its_claims_to_its_keeper(
+    project: Path, state: str, keepers: Keepers
+) -> None:
     from gpuenv.run.session import reap_orphans
-    from gpuenv.sharing.monitor import container_check
 
     engine = FakeEngine()
     outcome = _launch(
@@ -257,7 +259,8 @@ def test_a_detached_run_hands_its_claims_to_its_container(project: Path, state: 
     assert ("wait", ("c1",)) not in engine.calls and ("remove", ("c1",)) not in engine.calls
     config = engine.created[0]
     assert config["Labels"]["io.gpuenv.detached"] == "1" and config["Tty"] is False
-    store = ClaimStore(state, container_check=container_check(engine))  # type: ignore[arg-type]
+    assert list(keepers.held) == ["c1"]  # the keeper holds the claims from now on
+    store = ClaimStore(state)
     (claim,) = store.claims()
     assert claim.container == "c1" and claim.pid == 0  # no gpuenv process holds it
     # No orphan: the launching process is gone, but a started detached run is left alone.
@@ -267,7 +270,7 @@ def test_a_detached_run_hands_its_claims_to_its_container(project: Path, state: 
     assert reap_orphans(engine) == []  # type: ignore[arg-type]
     with pytest.raises(GpusBusy, match="container c1"):
         _launch(project, engine, state, RunRequest(("train.py",), gpus="device=" + "0"))
-    engine.exit("c1")  # its command ends; nobody runs gpuenv meanwhile
+    keepers.end("c1")  # its command ends: the keeper lets the claims go
     assert store.claims() == []
 
 
@@ -487,13 +490,11 @@ def test_a_detached_runs_claim_holds_while_its_container_starts(project: Path, s
     """The claims pass to the container only once it runs: a run that looks while the
     engine is still starting it (a created container holds nothing) still sees the GPU
     as taken, by this process."""
-    from gpuenv.sharing.monitor import container_check
-
     seen: list[list[tuple[str, int, str]]] = []
 
     class Starting(FakeEngine):
         def start(self, container: str) -> None:
-            store = ClaimStore(state, container_check=container_check(self))  # type: ignore[arg-type]
+            store = ClaimStore(state)
             seen.append([(c.gpu, c.pid, c.container) for c in store.claims()])
             store.close()
             super().start(container)
@@ -503,7 +504,7 @@ def test_a_detached_runs_claim_holds_while_its_container_starts(project: Path, s
     import os
 
     assert seen == [[("GPU-0", os.getpid(), "")]]
-    store = ClaimStore(state, container_check=container_check(engine))  # type: ignore[arg-type]
+    store = ClaimStore(state)
     assert [(c.gpu, c.pid, c.container) for c in store.claims()] == [("GPU-0", 0, "c1")]
 
 
