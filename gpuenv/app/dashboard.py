@@ -252,7 +252,8 @@ def gpus_payload(
     is said in `history.note`). `status`: who samples, their last note and sample."""
     host: Host = detect_host()
     shared = read_shared(engine) if host.gpus else Shared([], [], {})
-    runs = read_runs(engine) if host.gpus else []
+    engine_notes: list[str] = []
+    runs = read_runs(engine, engine_notes) if host.gpus else []
     try:
         unfit = unfit_gpus(host)
     except GpuenvError:  # a config the admin must fix: the page still shows the GPUs
@@ -266,6 +267,7 @@ def gpus_payload(
     return {
         "hostname": socket.gethostname(),
         "generated": time.time(),
+        "engine_note": engine_notes[0] if engine_notes else None,
         "host": {
             "driver": host.driver,
             "cuda_driver": host.cuda_driver,

@@ -19,8 +19,11 @@ from gpuenv.sharing.idle import idle_for, known_state
 from gpuenv.sharing.monitor import GpuRow, RunInfo, gpu_rows, list_runs
 
 
-def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
-    """The host and one row per GPU. `engine` is asked for only when there are GPUs."""
+def top_snapshot(
+    engine: Callable[[], Engine], notes: list[str] | None = None
+) -> tuple[Host, list[GpuRow]]:
+    """The host and one row per GPU. `engine` is asked for only when there are GPUs;
+    why what it would add is missing (it does not answer) goes to `notes`."""
     host = detect_host()
     if not host.gpus:
         return host, []
@@ -29,7 +32,7 @@ def top_snapshot(engine: Callable[[], Engine]) -> tuple[Host, list[GpuRow]]:
         unfit = unfit_gpus(host)
     except GpuenvError:  # the admin's config is invalid: `doctor` says so; the GPUs show
         unfit = {}
-    rows = gpu_rows(host, shared.claims, read_runs(engine), unfit)
+    rows = gpu_rows(host, shared.claims, read_runs(engine, notes), unfit)
     now = time.time()
     recorded = recorded_findings(host.gpus, now)
     for row, gpu in zip(rows, host.gpus, strict=True):
@@ -61,8 +64,12 @@ def read_shared(engine: Callable[[], Engine]) -> Shared:
         store.close()
 
 
-def read_runs(engine: Callable[[], Engine]) -> list[RunInfo]:
+def read_runs(engine: Callable[[], Engine], notes: list[str] | None = None) -> list[RunInfo]:
+    """The gpuenv runs on the engine; none (and why, in `notes`) when it cannot be asked
+    or does not answer: the GPUs and their claims still show."""
     try:
         return list_runs(engine())
-    except GpuenvError:  # no engine here: the GPUs and their claims still show
+    except GpuenvError as exc:
+        if notes is not None:
+            notes.append(f"runs not shown: {exc.message}")
         return []

@@ -138,7 +138,7 @@ class LazyGroup(click.Group):
     def _passes_through(ctx: click.Context) -> bool:
         """Whether the command exits with its container command's code (`run`, `shell`,
         `wait`, `attach`): its own failures then exit 125-127, as docker run's."""
-        words = ctx.meta.get("gpuenv.args") or ()
+        words: list[str] = list(ctx.meta.get("gpuenv.args") or ())
         return bool(words) and words[0] in PASS_THROUGH_COMMANDS
 
     def _own_code(self, ctx: click.Context, code: int, exc: GpuenvError | None) -> int:
@@ -169,7 +169,7 @@ class LazyGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except click.ClickException as exc:  # a usage error: click prints it (stderr)
-            exc.exit_code = self._own_code(ctx, exc.exit_code, None)
+            exc.exit_code = self._own_code(ctx, exc.exit_code, None)  # type: ignore[misc]
             if self._json(ctx):
                 output.data(usage_data(exc), once=True)
             raise

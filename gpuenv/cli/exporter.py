@@ -76,11 +76,19 @@ class GpuCollector:
             last_xid = {gpu.index: gpu.xids[-1] for gpu in host.gpus if gpu.xids}
         claims, idle = _claims_and_idle()
         try:
-            runs = list_runs(engine())
-        except GpuenvError:
-            runs = []
+            runs, answers = list_runs(engine()), 1.0
+        except GpuenvError:  # not reachable, or does not answer within seconds
+            runs, answers = [], 0.0
         held = holders(claims, runs)
-        out: list[Family] = []
+        out: list[Family] = [
+            Family(
+                "gpuenv_exporter_engine_up",
+                "1 if the container engine answered (runs are attributed), 0 if it did not.",
+                "gauge",
+                (),
+                [((), answers)],
+            )
+        ]
         if self.names in ("gpuenv", "both"):
             out += families(host, held, xid_counts)
             out += _idle(host, held, claims, idle)

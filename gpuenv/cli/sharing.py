@@ -51,7 +51,10 @@ def top(once: bool, as_json: bool, interval: float) -> None:
     holds each). NVML rarely reads utilization per instance: it shows n/a, never 0 %.
 
     Output that is not a terminal (a pipe, a file) gets one snapshot, as with --once."""
-    host, rows = top_snapshot(engine)
+    notes: list[str] = []
+    host, rows = top_snapshot(engine, notes)
+    for note in notes:
+        ui.warn(note)
     if not host.gpus:
         message = f"no NVIDIA GPU on this host ({host.note or host.describe()}): nothing to show"
         if as_json:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import time
 import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -26,12 +28,21 @@ import requests
 from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import BuildCache, Builder, Event, Frame, ImageInfo, Stream, frames
-from gpuenv.errors import BuildError, EngineRefused, GpuenvError
+from gpuenv.errors import BuildError, EngineError, EngineRefused, GpuenvError
 
 # Seconds docker-py waits for an answer (or the next part of one): a commit of a large
-# container, an image removal or a push can take minutes, as with docker-py before.
-# Waits, builds, pulls, attached streams and followed logs have no limit.
+# container, an image removal or a push can take minutes, as with docker-py before; a
+# build, pull or push streams on as long as a part arrives within it. Waits, attached
+# streams and followed logs have no limit.
 TIMEOUT = 600
+# Calls that only look (ping, version, info, inspect, list) answer in milliseconds: an
+# engine silent this long is hung or overloaded, and `ps`, `top`, `doctor`, the dashboard
+# and the exporter go on without it, saying so. For SILENT_FOR seconds after, this process
+# takes it as not answering and does not wait for it again (the dashboard asks every few
+# seconds). GPUENV_ENGINE_TIMEOUT sets the seconds (an engine that is slow by nature).
+QUICK_TIMEOUT = 5.0
+SILENT_FOR = 30.0
+_silent: dict[str, float] = {}  # engine address -> when this process asks it again
 BUILDKIT_API = (1, 39)  # Docker 18.09: BuildKit through the Engine API's /build
 MINIMUM_API = "1.24"  # docker-py's own minimum: enough to ask the engine for its version
 
@@ -48,6 +59,7 @@ class DockerEngine:
     def __init__(self, host: str | None = None) -> None:
         self.host = host or docker_host()
         self._client: Any = None
+        self._quick_client: Any = None
 
     @property
     def api(self) -> Any:
@@ -59,18 +71,48 @@ class DockerEngine:
                 self._client = self._client_at(self.api_version or self._negotiated())
         return self._client
 
-    def _client_at(self, version: str) -> Any:
+    @property
+    def quick(self) -> Any:
+        """docker-py's APIClient for the calls that only look: bounded by QUICK_TIMEOUT,
+        and refused at once while this process takes the engine as not answering."""
+        until = _silent.get(self.host, 0.0)
+        if until > time.monotonic():
+            raise self._silence()
+        if self._quick_client is None:
+            version = self.api.api_version
+            with self._calls():
+                self._quick_client = self._client_at(version, quick_timeout())
+        return self._quick_client
+
+    def _client_at(self, version: str, timeout: float = TIMEOUT) -> Any:
         return docker.APIClient(
-            base_url=self.host, version=version, timeout=TIMEOUT, tls=_tls(self.host)
+            base_url=self.host, version=version, timeout=timeout, tls=_tls(self.host)
         )
 
     def _negotiated(self) -> str:
         """The engine's API version, as the docker CLI learns it: from `GET /_ping`'s
         Api-Version header (docker-py's "auto" asks GET /version, which Docker answers
         by asking containerd and runc for theirs: 15-30 ms here, on every command)."""
+        if _silent.get(self.host, 0.0) > time.monotonic():
+            raise self._silence()
         probe = self._client_at(MINIMUM_API)
-        answer = self._checked(probe.get(f"{probe.base_url}/_ping", timeout=TIMEOUT))
+        answer = self._checked(probe.get(f"{probe.base_url}/_ping", timeout=quick_timeout()))
         return str(answer.headers.get("Api-Version") or MINIMUM_API)
+
+    def _silence(self) -> GpuenvError:
+        product, cli = (
+            ("Podman service", "podman")
+            if "podman" in self.host
+            else (
+                "Docker engine",
+                "docker",
+            )
+        )
+        return EngineError(
+            f"the {product} at {self.host} does not answer (nothing within {quick_timeout():g} s)",
+            hint=f"it may be hung or overloaded: check it (`{cli} info`, `systemctl status "
+            f"{cli}`); GPUENV_ENGINE_TIMEOUT gives a slow engine more seconds",
+        )
 
     @property
     def endpoint(self) -> str:
@@ -90,6 +132,9 @@ class DockerEngine:
             error = refused(status, _explanation(exc))
             error.hint = error.hint or f"refused by the engine at {self.host} (HTTP {status})"
             raise error from None
+        except requests.exceptions.ReadTimeout:
+            _silent[self.host] = time.monotonic() + SILENT_FOR
+            raise self._silence() from None
         except (requests.exceptions.ConnectionError, docker.errors.DockerException, OSError) as exc:
             raise engine_error(exc, self.host) from None
 
@@ -118,13 +163,13 @@ class DockerEngine:
 
     def ping(self) -> None:
         with self._calls():
-            self.api.ping()
+            self.quick.ping()
 
     # -- images -------------------------------------------------------------------------
 
     def _image(self, reference: str) -> dict[str, Any] | None:
         image: dict[str, Any] | None = self._unless_absent(
-            lambda: self.api.inspect_image(reference)
+            lambda: self.quick.inspect_image(reference)
         )
         return image
 
@@ -226,7 +271,7 @@ class DockerEngine:
 
     def images(self, label: str | None = None) -> list[ImageInfo]:
         with self._calls():
-            rows = self.api.images(filters={"label": label} if label else None)
+            rows = self.quick.images(filters={"label": label} if label else None)
         return [ImageInfo.from_summary(row) for row in rows]
 
     def remove_image(self, reference: str) -> None:
@@ -235,18 +280,18 @@ class DockerEngine:
 
     def image_users(self, image: str) -> list[str]:
         with self._calls():
-            rows = self.api.containers(all=True, filters={"ancestor": image})
+            rows = self.quick.containers(all=True, filters={"ancestor": image})
         return [str((row.get("Names") or [row["Id"][:12]])[0]).lstrip("/") for row in rows]
 
     # -- containers ---------------------------------------------------------------------
 
     def version(self) -> dict[str, Any]:
         with self._calls():
-            return dict(self.api.version())
+            return dict(self.quick.version())
 
     def info(self) -> dict[str, Any]:
         with self._calls():
-            return dict(self.api.info())
+            return dict(self.quick.info())
 
     def create(self, config: Mapping[str, Any], name: str | None = None) -> str:
         # The Engine API's own JSON, sent as it is (docker-py builds no config here).
@@ -276,7 +321,7 @@ class DockerEngine:
 
     def inspect(self, container: str) -> dict[str, Any]:
         with self._calls():
-            return dict(self.api.inspect_container(container))
+            return dict(self.quick.inspect_container(container))
 
     def wait(self, container: str) -> int:
         with self._calls():
@@ -307,7 +352,7 @@ class DockerEngine:
 
     def containers(self, label: str, *, all: bool = True) -> list[dict[str, Any]]:
         with self._calls():
-            return list(self.api.containers(all=all, filters={"label": label}))
+            return list(self.quick.containers(all=all, filters={"label": label}))
 
     def attach(self, container: str, stdin: bool) -> tuple[Stream, bytes]:
         params = {"stream": 1, "stdout": 1, "stderr": 1, "stdin": 1 if stdin else 0}
@@ -332,6 +377,15 @@ class DockerEngine:
             yield from frames(_body(response), tty)
         finally:
             response.close()
+
+
+def quick_timeout() -> float:
+    """QUICK_TIMEOUT, or GPUENV_ENGINE_TIMEOUT's seconds where it names a positive number."""
+    try:
+        value = float(os.environ.get("GPUENV_ENGINE_TIMEOUT", ""))
+    except ValueError:
+        return QUICK_TIMEOUT
+    return value if 0 < value < 3600 else QUICK_TIMEOUT
 
 
 def _tls(host: str) -> Any:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpuenv.engine.dockerpy import TIMEOUT, DockerEngine
+from gpuenv.engine.dockerpy import TIMEOUT, DockerEngine, quick_timeout
 from gpuenv.engine.hosts import podman_socket
 from gpuenv.engine.protocol import BuildCache, Builder, ImageInfo
 from gpuenv.errors import GpuRuntimeMissing
@@ -210,7 +210,7 @@ class PodmanEngine(DockerEngine):
 
     def _libpod_info(self) -> dict[str, Any]:
         with self._calls():
-            response = self.api.get(f"{self.api.base_url}{LIBPOD}/info", timeout=TIMEOUT)
+            response = self.quick.get(f"{self.api.base_url}{LIBPOD}/info", timeout=quick_timeout())
             return dict(self._checked(response).json())
 
     @property
@@ -232,7 +232,7 @@ class PodmanEngine(DockerEngine):
         with ``Rootless``: Podman 4.3 answers /version in about a second, /_ping in
         milliseconds, and a run needs it."""
         with self._calls():
-            response = self.api.get(f"{self.api.base_url}/_ping", timeout=TIMEOUT)
+            response = self.quick.get(f"{self.api.base_url}/_ping", timeout=quick_timeout())
             headers = self._checked(response).headers
         libpod = headers.get("Libpod-Api-Version", "")
         if not libpod:

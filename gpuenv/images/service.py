@@ -99,10 +99,11 @@ def ensure_base(
             if not engine.has_image(local):
                 raise PullError(f"the pull of {local} finished, but the engine does not have it")
         return _checked_against_image(project, lock, engine, local), local
-    assert canonical.tag is not None
-    reference = f"{repository}:{canonical.tag}"
+    tag = canonical.tag
+    assert tag is not None
+    reference = f"{repository}:{tag}"
     progress = with_retries(
-        lambda: _consume_pull(engine.pull(repository, canonical.tag, auth), reference, view),
+        lambda: _consume_pull(engine.pull(repository, tag, auth), reference, view),
         f"pull of {reference}",
     )
     digests = [d for d in engine.repo_digests(reference) if d.startswith(f"{repository}@")]

@@ -130,7 +130,7 @@ async function loadGpus() {
   const sampled = history.last_sample ? `, last sample ${clock(history.last_sample)}` : "";
   document.getElementById("host").textContent = visible(
     `${driver} · ${data.gpus.length} GPU(s) · history: ${history.source || "none"} (sampler: ${history.sampler}${sampled})` +
-    (history.note ? ` · ${history.note}` : ""), 2000);
+    (history.note ? ` · ${history.note}` : "") + (data.engine_note ? ` · ${data.engine_note}` : ""), 2000);
   const known = Array.from(document.querySelectorAll(".gpu")).map((n) => n.getAttribute("data-key")).join();
   const fresh = data.gpus.map((g) => g.key).join();
   const grid = document.getElementById("gpus");
