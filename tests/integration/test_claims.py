@@ -16,7 +16,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -306,13 +306,13 @@ def test_a_forged_queue_ticket_does_not_stop_runs(server: Server) -> None:
         )
     )
     try:
-        time.sleep(4)
+        _until(lambda: len(list(server.state.glob("claim.*.json"))) >= 4, "Alice holds every GPU")
         waiter = mallory.popen(
             *mallory.installed.argv(
                 "-C", str(mallory.project.path), "run", "--gpus", "1", "--wait", "--", "true"
             )
         )
-        time.sleep(3)
+        _until(lambda: any(server.state.glob("queue.*.json")), "Mallory is queued")
         refused = alice.gpuenv("run", "--gpus", "1", "--", "true")
         assert gpuenv_failed(refused, 16)
         assert f"other runs are queued for GPUs on this host: {mallory.name} (pid" in refused.stderr
@@ -431,12 +431,14 @@ def test_a_detached_run_outlives_its_shell_and_holds_its_gpu(server: Server) -> 
 
 def test_a_detached_run_stopped_frees_its_gpu(server: Server) -> None:
     alice, mallory = server.alice, server.mallory
-    started = alice.gpuenv("run", "-d", "--gpus", "device=2", "--", "sleep", "300")
+    ticking = "while :; do echo tick; sleep 0.2; done"
+    started = alice.gpuenv("run", "-d", "--gpus", "device=2", "--", "sh", "-c", ticking)
     assert started.returncode == 0, started.stderr
     name = started.stdout.strip()
     try:
         attached = alice.popen(*alice.installed.argv("attach", name))
-        time.sleep(1)
+        assert attached.stdout is not None
+        assert attached.stdout.readline() == "tick\n"  # it follows the run now
         assert mallory.gpuenv("stop", name).returncode == 2  # not Mallory's
         assert alice.gpuenv("stop", name).returncode == 0
         assert attached.wait(timeout=60) in (143, 137)  # attach passes the code back
@@ -468,3 +470,11 @@ def test_detached_run_logs_wait_and_rm(server: Server, engine: str, through: str
     assert gpuenv_failed(project.gpuenv("attach", name, DOCKER_HOST=engine), 2)  # not running
     project.ok("rm", name, DOCKER_HOST=engine)
     assert json.loads(project.ok("ps", "--all", "--json", DOCKER_HOST=engine).stdout) == []
+
+
+def _until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    """Wait until `condition` holds (polled), failing with `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.1)

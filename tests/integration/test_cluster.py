@@ -8,7 +8,6 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,8 +188,9 @@ def test_services_up_cancels_only_the_jobs_of_ended_test_sessions(
         )
         assert cancelled.returncode == 0, cancelled.stderr
         assert f"cancelling Slurm job {jobs['ended']} " in cancelled.stderr
+        # scancel returns once slurmctld has taken the request: the ended test's job is
+        # cancelled, and the others would be by now had it named them.
         wait_for_job(jobs["ended"], 20, states=["CANCELLED"])
-        time.sleep(2)  # what scancel would have done to the others has happened by now
         for case in ("running", "not a test's"):
             assert slurm_job(jobs[case])["JobState"] in ("PENDING", "RUNNING"), case
     finally:

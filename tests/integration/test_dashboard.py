@@ -29,6 +29,8 @@ from tests.integration.test_exporter import (
 from tests.jsonschemas import validate
 from tests.scripted_nvml import A100, ScriptedNvml, gpu, scenario
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "docs" / "images" / "dashboard.png"
 HELD = gpu(0)["uuid"]

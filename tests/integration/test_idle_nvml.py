@@ -18,6 +18,8 @@ from tests.integration.conftest import GPUENV
 from tests.jsonschemas import validate
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 UUIDS = [gpu(i)["uuid"] for i in range(3)]
 
@@ -86,7 +88,7 @@ def test_idle_claims_are_seen_and_only_their_holder_is_warned(
     env, _ = idle_host
     first = idle(env, "--enforce")
     assert first["log"] == []  # one sample: nothing has been idle for 2 s yet
-    time.sleep(3)
+    time.sleep(3)  # time passes: the GPUs stay idle for 3 s
     second = idle(env, "--enforce")
     seconds = {row["gpu"]: row["idle_seconds"] for row in second["claims"]}  # type: ignore[union-attr,index]
     assert seconds[UUIDS[0]] is not None and seconds[UUIDS[0]] >= 2  # no process at all

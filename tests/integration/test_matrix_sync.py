@@ -27,6 +27,8 @@ from tests.integration.conftest import GPUENV, REPO
 
 from ..jsonschemas import validate_output
 
+pytestmark = pytest.mark.integration
+
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 NEWER = "nvcr.io/nvidia/pytorch:26.11-py3"

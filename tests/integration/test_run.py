@@ -321,7 +321,10 @@ def test_second_ctrl_c_kills(project: Project) -> None:
     process = _start(project, "--", "sh", "-c", "trap '' INT; sleep 300")
     _running(project)
     process.send_signal(signal.SIGINT)
-    time.sleep(1)
+    assert process.stderr is not None
+    for line in process.stderr:  # gpuenv says it is stopping the container, then waits
+        if "Ctrl-C again to kill it" in line:
+            break
     assert process.poll() is None  # the command ignores SIGINT
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=30)

@@ -59,14 +59,14 @@ def test_usage_adds_up_the_runs_of_this_test(
     assert project.gpuenv("run", "--gpus", "1", "--", "sh", "-c", "exit 3").returncode == 3
     stopped = _popen(project, "run", "--gpus", "device=3", "--", "sleep", "300")
     container = _container(project)
-    time.sleep(2)
+    time.sleep(2)  # time passes: the stopped run lasts 2 s, which its record must show
     project.ok("stop", container[:12])
     stopped.communicate(timeout=60)
     killed = _popen(project, "run", "--gpus", "device=0", "--", "sleep", "300")
     orphan = docker("inspect", "-f", "{{.Name}}", _container(project)).stdout.strip().lstrip("/")
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=10)
-    time.sleep(1)
+    time.sleep(1)  # time passes: the orphan's removal ends its record a second later
     reaper = project.ok("run", "--gpus", "device=1", "--", "true")  # removes the orphan
     # The test engine is shared: another checkout's gpuenv may have removed the orphan
     # first (and an older one records nothing); then it stays unrecorded, and says so.
