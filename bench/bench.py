@@ -62,6 +62,7 @@ class Row:
     limit: float | None = None  # the highest ratio that meets the target
     spread: str = ""  # the samples' quartiles, for the rows timed in turns
     holds: bool | None = None  # a target that is not a ratio: whether it held
+    unit: str = "s"  # what value and baseline_value are: seconds, or MiB of memory
 
     @property
     def ratio(self) -> float | None:
@@ -87,11 +88,12 @@ class Row:
         """
         met = {True: "yes", False: "no", None: ""}[self.met]
         ratio = f"{self.ratio:.2f}×" if self.ratio is not None else "-"
+        shown = _ms if self.unit == "s" else (lambda v: f"{v:.0f} {self.unit}")
         return [
             self.what,
-            _ms(self.value),
+            shown(self.value),
             self.baseline,
-            _ms(self.baseline_value),
+            shown(self.baseline_value),
             ratio,
             self.target,
             met,
@@ -709,7 +711,7 @@ def _build_context(
     planned = plan(
         load_project(str(project)), os.environ["GPUENV_REGISTRY_MIRROR"], builder=builder
     )
-    with tarfile.open(fileobj=io.BytesIO(planned.context())) as archive:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(planned.context()))) as archive:
         archive.extractall(folder, filter="data")
 
 
@@ -975,12 +977,106 @@ def dependency_rows() -> tuple[list[Row], str]:
     return rows, note
 
 
+def _peak_rss_mib(argv: list[str]) -> tuple[float, float]:
+    """Run `argv` to its end: its peak resident memory in MiB (the kernel's ru_maxrss of
+    that child alone, from wait4) and its seconds."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode:
+            err.seek(0)
+            raise subprocess.CalledProcessError(child.returncode, argv, stderr=err.read())
+    return usage.ru_maxrss / 1024, seconds
+
+
+BAKE_SIZE = 1024**3  # the large project: 1 GiB in files of 64 MiB
+
+
+def bake_rows() -> tuple[list[Row], str]:
+    """`gpuenv build --bake` of a 1 GiB project against the same project with a few small
+    files: the context is streamed (memory independent of the project's size) and each
+    file read once for the build (its digest remembered from the last one). The peak
+    memory is each gpuenv process's own (ru_maxrss, measured in a child of its own)."""
+    if not os.environ.get("GPUENV_REGISTRY_MIRROR"):
+        return [], "bake rows skipped: no test registry (run through `make bench`)"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpuenv-bench-bake-") as tmp:
+        small, gpuenv_small = _bench_project(tmp, "bakesmall", "")
+        large, gpuenv_large = _bench_project(tmp, "bakelarge", "")
+        (small / "train.py").write_text("print('small')\n")
+        data = large / "data"
+        data.mkdir()
+        block = os.urandom(1 << 20)
+        for part in range(BAKE_SIZE // (64 << 20)):
+            with open(data / f"part{part:02d}.bin", "wb") as handle:
+                for _ in range(64):
+                    handle.write(block)
+        measured: dict[str, tuple[float, float]] = {}
+        for name, gpuenv in (("small", gpuenv_small), ("large", gpuenv_large)):
+            measured[name] = _peak_rss_mib([*gpuenv, "build", "--bake", "-q"])
+        # The same large context, sent by a plain streaming upload (tar | curl -T -):
+        # the engine's own time to take 1 GiB.
+        context = Path(tmp) / "context"
+        context.mkdir()
+        (context / "Dockerfile").write_text("FROM scratch\nCOPY data /data\n")
+        os.symlink(data, context / "data")
+        started = time.perf_counter()
+        tar = subprocess.Popen(["tar", "-C", str(context), "-ch", "."], stdout=subprocess.PIPE)
+        subprocess.run(
+            [
+                "curl",
+                "-sS",
+                "--fail",
+                "--unix-socket",
+                os.environ["DOCKER_HOST"].removeprefix("unix://"),
+                "-X",
+                "POST",
+                "-H",
+                "Content-Type: application/x-tar",
+                "-T",
+                "-",
+                "http://docker/v1.41/build?version=2&t=gpuenv-bench/bake-baseline:1",
+            ],
+            stdin=tar.stdout,
+            check=True,
+            capture_output=True,
+        )
+        tar.wait()
+        baseline = time.perf_counter() - started
+        subprocess.run(["docker", "rmi", "-f", "gpuenv-bench/bake-baseline:1"], capture_output=True)
+        rows.append(
+            Row(
+                "build --bake, 1 GiB project: peak memory of gpuenv",
+                measured["large"][0],
+                "the same, a project of one small file",
+                measured["small"][0],
+                "≤ 1.25× (independent of the project's size)",
+                1.25,
+                unit="MiB",
+            )
+        )
+        rows.append(
+            Row(
+                "build --bake, 1 GiB project (streamed context)",
+                measured["large"][1],
+                "the engine taking the same 1 GiB (tar | curl, streamed)",
+                baseline,
+            )
+        )
+        for project in (small, large):
+            subprocess.run([GPUENV, "-C", str(project), "gc", "--yes"], capture_output=True)
+    return rows, ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results.md")
     output = parser.parse_args().output
     rows, notes = [], []
-    for section in (core_rows, docker_rows, user_run_rows, dependency_rows):
+    for section in (core_rows, docker_rows, user_run_rows, dependency_rows, bake_rows):
         try:
             section_rows, note = section()
         except subprocess.CalledProcessError as exc:

@@ -13,12 +13,11 @@ request goes through APIClient's own requests.Session methods (`api.get`, `api.p
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import docker
@@ -199,7 +198,7 @@ class DockerEngine:
         return "buildkit" if version >= BUILDKIT_API else "classic"
 
     def build(
-        self, context: bytes, tag: str, *, network: str | None = None
+        self, context: Iterable[bytes], tag: str, *, network: str | None = None
     ) -> Generator[Event, None, None]:
         """The context's Dockerfile built by this engine's builder; the engine's messages
         as they come. Closing the iterator (Ctrl-C) closes the request, which cancels a
@@ -209,7 +208,7 @@ class DockerEngine:
                 yield from self._buildkit(context, tag, network)
             else:
                 yield from self.api.build(
-                    fileobj=io.BytesIO(context),
+                    fileobj=iter(context),  # streamed, chunked: never whole in memory
                     custom_context=True,
                     tag=tag,
                     rm=True,
@@ -219,7 +218,7 @@ class DockerEngine:
                     decode=True,
                 )
 
-    def _buildkit(self, context: bytes, tag: str, network: str | None) -> Iterator[Event]:
+    def _buildkit(self, context: Iterable[bytes], tag: str, network: str | None) -> Iterator[Event]:
         """POST /build?version=2 with the context as the body: BuildKit without a session
         (the engine reads the context from the request, so no docker CLI is needed), its
         progress as `moby.buildkit.trace` messages (`images.buildkit`). docker-py's
@@ -232,7 +231,7 @@ class DockerEngine:
             self.api.post(
                 self._url("/build"),
                 params=params,
-                data=context,
+                data=iter(context),  # streamed, chunked: never whole in memory
                 headers={"Content-Type": "application/x-tar"},
                 stream=True,
                 timeout=None,

@@ -126,11 +126,11 @@ class ImageEngine(Protocol):
         ...
 
     def build(
-        self, context: bytes, tag: str, *, network: str | None = None
+        self, context: Iterable[bytes], tag: str, *, network: str | None = None
     ) -> Generator[Event, None, None]:
         """Build the context's Dockerfile (labels are in it) with this engine's builder
-        and tag the result; `network` is the network mode of its RUN steps (None: the
-        engine's default)."""
+        and tag the result (the context: an uncompressed tar, in chunks, streamed);
+        `network` is the network mode of its RUN steps (None: the engine's default)."""
         ...
 
     def build_caches(self) -> list[BuildCache] | None:

@@ -14,11 +14,11 @@ file, the GPUs it asks for) does not change the tag, and a second build finds th
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import string
 import tarfile
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,8 +27,9 @@ from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.common.resources import data_dir
 from gpuenv.engine.protocol import MOUNTING_BUILDERS, Builder
-from gpuenv.errors import LockError, UsageError
+from gpuenv.errors import BuildError, LockError, UsageError
 from gpuenv.images.context import ContextFile, project_files
+from gpuenv.images.digests import CHUNK, Digests
 from gpuenv.images.registry import parse_reference
 from gpuenv.lock.lockfile import Lock
 from gpuenv.lock.overlay import Overlay
@@ -70,22 +71,27 @@ class BuildPlan:
         """The same image built without cache mounts (same tag: same content)."""
         return replace(self, dockerfile=self.uncached or self.dockerfile, uncached="")
 
-    def context(self) -> bytes:
-        """The build context as an uncompressed tar: Dockerfile plus every file."""
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
-            for name, data, mode, link in self._members():
-                info = tarfile.TarInfo(name)
-                info.mtime = 0
-                info.mode = mode
-                if link is not None:
-                    info.type = tarfile.SYMTYPE
-                    info.linkname = link
-                    archive.addfile(info)
-                else:
-                    info.size = len(data)
-                    archive.addfile(info, io.BytesIO(data))
-        return buffer.getvalue()
+    def context(self) -> Iterator[bytes]:
+        """The build context as an uncompressed tar, streamed: the Dockerfile, then every
+        file, each read from disk in chunks as the engine takes them (memory independent
+        of the project's size; a file's one read for the build, `digests`)."""
+        for name, data, path, mode, link in self._members():
+            info = tarfile.TarInfo(name)
+            info.mtime = 0
+            info.mode = mode
+            if link is not None:
+                info.type = tarfile.SYMTYPE
+                info.linkname = link
+                yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+                continue
+            if data is not None:
+                info.size = len(data)
+                yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+                yield data + _padding(len(data))
+                continue
+            assert path is not None
+            yield from _file_member(info, path)
+        yield b"\0" * (2 * tarfile.BLOCKSIZE)  # the end of the archive
 
     def write(self, directory: str) -> None:
         """The Dockerfile and every file of the context into `directory` (made; an
@@ -96,14 +102,44 @@ class BuildPlan:
                 f"{directory} is not empty: the build context goes into a folder of its own",
                 hint="name a new folder, or empty that one",
             )
-        with tarfile.open(fileobj=io.BytesIO(self.context())) as archive:
-            archive.extractall(directory, filter="data")
+        with tempfile.TemporaryFile() as spooled:  # on disk: a project may be large
+            for chunk in self.context():
+                spooled.write(chunk)
+            spooled.seek(0)
+            with tarfile.open(fileobj=spooled) as archive:
+                archive.extractall(directory, filter="data")
 
-    def _members(self) -> Iterator[tuple[str, bytes, int, str | None]]:
-        yield "Dockerfile", self.dockerfile.encode(), 0o644, None
+    def _members(self) -> Iterator[tuple[str, bytes | None, str | None, int, str | None]]:
+        """(name, bytes or None, the file to read or None, mode, link target or None)."""
+        yield "Dockerfile", self.dockerfile.encode(), None, 0o644, None
         for item in self.files:
             mode = 0o755 if item.executable else 0o644
-            yield item.name, item.content() if item.link is None else b"", mode, item.link
+            if item.link is not None:
+                yield item.name, None, None, mode, item.link
+            elif item.data is not None:
+                yield item.name, item.data, None, mode, None
+            else:
+                yield item.name, None, item.path, mode, None
+
+
+def _padding(size: int) -> bytes:
+    return b"\0" * (-size % tarfile.BLOCKSIZE)
+
+
+def _file_member(info: tarfile.TarInfo, path: str) -> Iterator[bytes]:
+    """A file's tar member, read in chunks; a file that changes size while it is read is
+    a build error (the archive would not match its header)."""
+    with open(path, "rb") as handle:
+        info.size = os.fstat(handle.fileno()).st_size
+        yield info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+        left = info.size
+        while left:
+            chunk = handle.read(min(CHUNK, left))
+            if not chunk:
+                raise BuildError(f"{path} got shorter while it was being copied into the build")
+            left -= len(chunk)
+            yield chunk
+    yield _padding(info.size)
 
 
 def _json_args(values: Iterable[str]) -> str:
@@ -306,9 +342,16 @@ def plan_build(
     canonical_dockerfile = _dockerfile(canonical, canonical, neutral)
 
     digest = hashlib.sha256(b"gpuenv-image-v1\n" + canonical_dockerfile.encode())
+    # Baked files: hashed in chunks, each one only when it changed since the last build.
+    known = Digests(spec.project_dir) if bake else None
     for item in sorted(files, key=lambda f: f.name):
-        content = hashlib.sha256(item.content()).hexdigest()
+        if item.path is not None and item.link is None and known is not None:
+            content = known.of(item.path)
+        else:
+            content = hashlib.sha256(item.content()).hexdigest()
         digest.update(f"\n{item.name}\0{item.executable}\0{item.link}\0{content}".encode())
+    if known is not None:
+        known.save()
     tag = f"gpuenv/{spec.name}:{digest.hexdigest()[:16]}"
     labels = {
         f"{LABEL_PREFIX}.project": spec.name,

@@ -7,7 +7,7 @@ import io
 import json
 import socket
 import tarfile
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,7 @@ class FakeEngine:
         return [f"{repository}@{DIGEST}"]
 
     pull_errors: list[str] = field(default_factory=list)  # the next pulls' error events
+    contexts: list[bytes] = field(default_factory=list)  # each build's context, as sent
 
     def pull(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterator[Event]:
         self._record("pull", repository, tag)
@@ -101,9 +102,10 @@ class FakeEngine:
     builder = "buildkit"
 
     def build(
-        self, context: bytes, tag: str, *, network: str | None = None
+        self, context: Iterable[bytes], tag: str, *, network: str | None = None
     ) -> Generator[Event, None, None]:
         self._record("build", tag)
+        self.contexts.append(b"".join(context))  # as an engine reads it: to its end
         self.images_present.add(tag)
         yield {"stream": "Step 1/1 : FROM base\n"}
 

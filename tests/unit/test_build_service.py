@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 
 import pytest
@@ -34,8 +34,8 @@ REFUSED = (
 )
 
 
-def dockerfile_of(context: bytes) -> str:
-    with tarfile.open(fileobj=io.BytesIO(context)) as archive:
+def dockerfile_of(context: Iterable[bytes]) -> str:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(context))) as archive:
         member = archive.extractfile("Dockerfile")
         assert member is not None
         return member.read().decode()

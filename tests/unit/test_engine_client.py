@@ -59,6 +59,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding") == "chunked":  # a streamed build context
+            chunks = []
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            self.rfile.readline()
+            return b"".join(chunks)
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def do_GET(self) -> None:
@@ -213,7 +220,7 @@ def test_json_bodies_and_status(engine: DockerEngine) -> None:
 
 
 def test_a_build_streams_the_engines_messages(engine: DockerEngine) -> None:
-    events = list(engine.build(b"a tar", "gpuenv/x:1"))
+    events = list(engine.build([b"a tar"], "gpuenv/x:1"))
     assert events == [
         {"stream": "Step 1/2 : FROM base"},
         {"stream": "\n"},
@@ -229,7 +236,7 @@ def test_a_build_streams_the_engines_messages(engine: DockerEngine) -> None:
 
 def test_a_refused_build_is_a_build_error(engine: DockerEngine, address: str) -> None:
     with pytest.raises(BuildError, match="refused the build: no Dockerfile") as refused:
-        list(engine.build(b"refuse", "gpuenv/x:1"))
+        list(engine.build([b"refuse"], "gpuenv/x:1"))
     assert refused.value.hint == f"refused by the engine at {address} (HTTP 500)"
 
 

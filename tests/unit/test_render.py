@@ -240,7 +240,7 @@ def test_code_changes_only_affect_baked_images(project: Path, matrix: Matrix) ->
 
 def test_context_holds_only_what_is_needed(project: Path, matrix: Matrix) -> None:
     (project / "data.bin").write_bytes(b"x" * 1000)
-    with tarfile.open(fileobj=io.BytesIO(planned(project, matrix).context())) as archive:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(planned(project, matrix).context()))) as archive:
         names = archive.getnames()
     assert sorted(names) == sorted(
         [
