@@ -992,6 +992,232 @@ def _peak_rss_mib(argv: list[str]) -> tuple[float, float]:
     return usage.ru_maxrss / 1024, seconds
 
 
+QUEUED_RUNS, QUEUE_GPUS, RUN_SECONDS = 24, 4, 2
+
+
+def _release_to_start(gpuenv: list[str], env: dict[str, str], image: str) -> tuple[float, float]:
+    """On a one-GPU host: a run holds the GPU, a second one is queued for it (--wait) and
+    prints when its command starts. The seconds from the first run's end (its gpuenv
+    process exits, releasing the claim) to the second's command; and, for the baseline,
+    from asking `docker run` to its command's start."""
+    stamp = ["sh", "-c", "date +%s.%N"]
+    holder = subprocess.Popen(
+        [*gpuenv, "run", "--gpus", "1", "--", "sleep", "3"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    state = Path(env["GPUENV_STATE_DIR"])
+    while not list(state.glob("claim.*.json")):
+        time.sleep(0.01)
+    queued = subprocess.Popen(
+        [*gpuenv, "run", "--gpus", "1", "--wait", "--", *stamp],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    while holder.poll() is None:
+        time.sleep(0.002)
+    released = time.time()
+    started = float(queued.communicate(timeout=60)[0].strip())
+    asked = time.time()
+    docker = subprocess.run(
+        ["docker", "run", "--rm", image, *stamp], check=True, capture_output=True, text=True
+    )
+    return started - released, float(docker.stdout.strip()) - asked
+
+
+def queue_rows() -> tuple[list[Row], str]:
+    """The shared server under load: QUEUED_RUNS runs of RUN_SECONDS each, all asked at
+    once for one GPU each with --wait on a described host of QUEUE_GPUS GPUs, against the
+    ideal makespan (QUEUED_RUNS / QUEUE_GPUS waves of RUN_SECONDS); and how soon a queued
+    run's command starts after the GPU it waits for is released, against how soon
+    `docker run`'s command starts after it is asked."""
+    if not os.environ.get("DOCKER_HOST") or not os.environ.get("GPUENV_REGISTRY_MIRROR"):
+        return [], ""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpuenv-bench-queue-") as tmp:
+        project, gpuenv = _bench_project(tmp, "benchqueue", "# queue\n", "gpus: 1\n")
+        image = subprocess.run(
+            [*gpuenv, "build", "-q"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        makespans = []
+        for run in range(RUNS):
+            state = Path(tmp) / f"state-{run}"
+            state.mkdir()
+            env = {
+                **os.environ,
+                "GPUENV_STATE_DIR": str(state),
+                "GPUENV_HOST_FILE": str(describe_host(Path(tmp) / "host.json", QUEUE_GPUS)),
+            }
+            started = time.perf_counter()
+            runs = [
+                subprocess.Popen(
+                    [*gpuenv, "run", "--wait", "--", "sleep", str(RUN_SECONDS)],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+                for _ in range(QUEUED_RUNS)
+            ]
+            for child in runs:
+                _, err = child.communicate(timeout=600)
+                if child.returncode:
+                    raise subprocess.CalledProcessError(child.returncode, child.args, stderr=err)
+            makespans.append(time.perf_counter() - started)
+        ideal = QUEUED_RUNS / QUEUE_GPUS * RUN_SECONDS
+        rows.append(
+            Row(
+                f"{QUEUED_RUNS} queued {RUN_SECONDS}-second runs on {QUEUE_GPUS} GPUs: makespan",
+                statistics.median(makespans),
+                f"ideal ({QUEUED_RUNS // QUEUE_GPUS} waves of {RUN_SECONDS} s)",
+                ideal,
+                "≤ 1.2×",
+                1.2,
+            )
+        )
+        latencies, dockers = [], []
+        for run in range(TARGET_RUNS):
+            state = Path(tmp) / f"one-{run}"
+            state.mkdir()
+            env = {
+                **os.environ,
+                "GPUENV_STATE_DIR": str(state),
+                "GPUENV_HOST_FILE": str(describe_host(Path(tmp) / "one.json", 1)),
+            }
+            latency, docker = _release_to_start(gpuenv, env, image)
+            latencies.append(latency)
+            dockers.append(docker)
+        latency, docker = statistics.median(latencies), statistics.median(dockers)
+        rows.append(
+            Row(
+                "a queued run's command starts, after the GPU's release",
+                latency,
+                "docker run's command starts, after it is asked",
+                docker,
+                "≤ docker run + 0.25 s",
+                holds=latency <= docker + 0.25,
+            )
+        )
+        subprocess.run([GPUENV, "-C", str(project), "gc", "--yes"], capture_output=True)
+    return rows, ""
+
+
+YEAR_RUNS = 50_000  # a year of a busy lab's runs
+
+
+def _year_of_records(state: Path, runs: int = YEAR_RUNS) -> int:
+    """`runs` runs' start and end records, as `UsageLog` writes them, in this user's file
+    of a state folder of its own (written directly: 100,000 fsyncs would take minutes).
+    Its size in bytes."""
+    import random
+
+    rng = random.Random(11)
+    usage = state / "usage"
+    usage.mkdir(parents=True)
+    uid, now = os.getuid(), time.time()
+    path = usage / f"{uid}.jsonl"
+    with open(path, "w") as handle:
+        for number in range(runs):
+            start = now - rng.uniform(0, 365 * 86400)
+            run_id = f"{number:016x}"
+            gpus = [{"key": gpu_uuid(i), "model": "NVIDIA A100-SXM4-80GB"} for i in range(2)]
+            start_record = {
+                "event": "start",
+                "id": run_id,
+                "user": "bench",
+                "uid": uid,
+                "project": f"project{number % 40}",
+                "start": start,
+                "gpus": gpus,
+                "host": "bench",
+                "pid": 1,
+                "pid_start": "1",
+            }
+            end = {"event": "end", "id": run_id, "end": start + rng.uniform(60, 8 * 3600)}
+            end["exit"] = 0
+            handle.write(json.dumps(start_record, sort_keys=True) + "\n")
+            handle.write(json.dumps(end, sort_keys=True) + "\n")
+    os.chmod(path, 0o600)
+    return path.stat().st_size
+
+
+def usage_rows() -> tuple[list[Row], str]:
+    """`gpuenv usage` over a year of a busy lab's records (YEAR_RUNS runs), against the
+    same command over none: what the records add, in time and in peak memory; and the
+    dashboard's /api/usage answer (`usage_payload`, four sums) over the same records."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpuenv-bench-usage-") as tmp:
+        year, empty = Path(tmp) / "year", Path(tmp) / "empty"
+        size = _year_of_records(year)
+        (empty / "usage").mkdir(parents=True)
+        cache = Path(tmp) / "cache"
+        measured: dict[str, list[tuple[float, float]]] = {"year": [], "empty": []}
+        for name, state in (("year", year), ("empty", empty)):
+            env = {**os.environ, "GPUENV_STATE_DIR": str(state), "GPUENV_CACHE_DIR": str(cache)}
+            subprocess.run([GPUENV, "usage"], env=env, check=True, capture_output=True)  # indexes
+            for _ in range(RUNS):
+                with tempfile.TemporaryFile() as err:
+                    started = time.perf_counter()
+                    child = subprocess.Popen(
+                        [GPUENV, "usage"], env=env, stdout=subprocess.DEVNULL, stderr=err
+                    )
+                    _, status, use = os.wait4(child.pid, 0)
+                    measured[name].append((time.perf_counter() - started, use.ru_maxrss / 1024))
+                    if os.waitstatus_to_exitcode(status):
+                        raise subprocess.CalledProcessError(1, ["gpuenv", "usage"])
+        year_s = statistics.median(t for t, _ in measured["year"])
+        empty_s = statistics.median(t for t, _ in measured["empty"])
+        rows.append(
+            Row(
+                f"`gpuenv usage`, a year of records ({YEAR_RUNS} runs, {size / 1e6:.0f} MB)",
+                year_s,
+                "the same command, no records",
+                empty_s,
+                "the records add ≤ 0.2 s",
+                holds=year_s - empty_s <= 0.2,
+            )
+        )
+        year_mib = statistics.median(m for _, m in measured["year"])
+        empty_mib = statistics.median(m for _, m in measured["empty"])
+        rows.append(
+            Row(
+                "`gpuenv usage`, a year of records: peak memory",
+                year_mib,
+                "the same command, no records",
+                empty_mib,
+                "≤ 1.25× (flat)",
+                1.25,
+                unit="MiB",
+            )
+        )
+        script = (
+            "import time, statistics; from gpuenv.app.dashboard import usage_payload\n"
+            "usage_payload(None)\nt = []\n"
+            "for _ in range(11):\n s = time.perf_counter(); usage_payload(None); "
+            "t.append(time.perf_counter() - s)\nprint(statistics.median(t))\n"
+        )
+        answers = []
+        for state in (year, empty):
+            env = {**os.environ, "GPUENV_STATE_DIR": str(state), "GPUENV_CACHE_DIR": str(cache)}
+            done = subprocess.run(
+                [sys.executable, "-c", script], env=env, check=True, capture_output=True, text=True
+            )
+            answers.append(float(done.stdout.strip()))
+        rows.append(
+            Row(
+                "/api/usage (7 and 30 days, by user and project), a year of records",
+                answers[0],
+                "the same, no records",
+                answers[1],
+                "≤ 0.2 s",
+                holds=answers[0] <= 0.2,
+            )
+        )
+    return rows, ""
+
+
 BAKE_SIZE = 1024**3  # the large project: 1 GiB in files of 64 MiB
 
 
@@ -1076,7 +1302,16 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results.md")
     output = parser.parse_args().output
     rows, notes = [], []
-    for section in (core_rows, docker_rows, user_run_rows, dependency_rows, bake_rows):
+    sections = (
+        core_rows,
+        docker_rows,
+        user_run_rows,
+        dependency_rows,
+        bake_rows,
+        queue_rows,
+        usage_rows,
+    )
+    for section in sections:
         try:
             section_rows, note = section()
         except subprocess.CalledProcessError as exc:

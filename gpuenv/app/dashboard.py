@@ -38,7 +38,7 @@ from gpuenv.sharing.idle import idle_for
 from gpuenv.sharing.metrics import CLOCK_EVENT_REASONS
 from gpuenv.sharing.monitor import RunInfo, process_user
 from gpuenv.sharing.statedir import owner_name, state_dir
-from gpuenv.sharing.usage import UsageLog, load_prices, summarize
+from gpuenv.sharing.usage import UsageLog, load_prices, usage_summary
 
 WINDOWS = {"1h": 3600.0, "1d": 86400.0}
 USAGE_DAYS = (7, 30)
@@ -318,13 +318,12 @@ def usage_payload(viewer: int | None, now: float | None = None) -> dict[str, Any
     dashboard's own user may read (a token holder)."""
     now = time.time() if now is None else now
     prices = load_prices()
-    runs = UsageLog(state_dir()).runs()
-    if viewer is not None and viewer != 0:
-        runs = [run for run in runs if run.uid == viewer]
+    log = UsageLog(state_dir())
+    only = viewer if viewer is not None and viewer != 0 else None
     per_gpu_hour = prices.per_gpu_hour if prices else None
 
     def rows(by: str, days: int) -> list[dict[str, Any]]:
-        found = summarize(runs, by, now - days * 86400, now, per_gpu_hour)
+        found = usage_summary(log, by, now - days * 86400, now, per_gpu_hour, only).rows
         return [row.to_data() for row in found]
 
     return {

@@ -266,6 +266,13 @@ class Reservation:
         spawn_keeper(container, descriptors, self.claims, self.store.directory)
         self.store.forget(self.claims)
 
+    def free_gpus(self) -> None:
+        """The command has ended: its GPUs are free for the next run now, before its
+        container is removed (the usage record ends with `release`)."""
+        if self.store is not None and not self.container and self.claims:
+            self.store.release(self.claims)
+            self.claims = []
+
     def release(self, exit_code: int | None) -> None:
         """The run ended (with `exit_code`, None when it never ran): free its claims and
         end its usage record."""
@@ -414,6 +421,7 @@ def _start(
         stdin=run.terminal.stdin,
         notice=run.notice,
         second_interrupt_kills=not run.request.shell,
+        ended=reservation.free_gpus,
     )
 
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from gpuenv.cli import output, ui
 from gpuenv.sharing.statedir import state_dir
-from gpuenv.sharing.usage import UsageLog, load_prices, parse_since, summarize
+from gpuenv.sharing.usage import UsageLog, load_prices, parse_since, usage_summary
 
 
 @click.command()
@@ -35,10 +35,10 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
     now = time.time()
     start = parse_since(since, now) if since else 0.0
     prices = load_prices()
-    runs = UsageLog(state_dir()).runs()
-    rows = summarize(runs, by, start, now, prices.per_gpu_hour if prices else None)
-    unrecorded = sum(1 for run in runs if run.state == "unrecorded")
-    running = sum(1 for run in runs if run.state == "running")
+    usage = usage_summary(
+        UsageLog(state_dir()), by, start, now, prices.per_gpu_hour if prices else None
+    )
+    rows, running, unrecorded = usage.rows, usage.running, usage.unrecorded
     if as_json:
         output.data(
             {

@@ -253,10 +253,12 @@ def run_container(
     stdin: bool,
     second_interrupt_kills: bool = True,
     notice: Callable[[str], None] = lambda text: None,
+    ended: Callable[[], None] = lambda: None,
 ) -> Outcome:
     """Create, attach, start, stream, wait, remove: the container as a local process.
-    Raises GpuRuntimeMissing (after removing the container) when the engine cannot give
-    the container GPUs."""
+    `ended` is called once its command has ended, before the removal (the GPUs are free
+    then: a queued run need not wait for the cleanup). Raises GpuRuntimeMissing (after
+    removing the container) when the engine cannot give the container GPUs."""
     container = create_container(api, config)
     try:
         if identity is not None:
@@ -271,6 +273,7 @@ def run_container(
                     threading.Thread(target=_pump_stdin, args=(sock, on_byte), daemon=True).start()
                 _stream(sock, ahead, tty)
         code = api.wait(container)  # the output ended with the command: its exit code
+        ended()
         # Only a SIGKILLed command (137) can have been killed for memory: ask then only.
         oom = code == 137 and bool(api.inspect(container).get("State", {}).get("OOMKilled"))
         return Outcome(code, oom)

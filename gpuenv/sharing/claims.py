@@ -278,6 +278,25 @@ class ClaimStore:
         if fd is not None:
             os.close(fd)
 
+    def wait_for_change(self, timeout: float, poll: float = 0.02) -> None:
+        """Return when a file of the folder is added or removed (a claim released, a
+        ticket gone: the folder's mtime changes), or after `timeout`: how a queued run
+        learns at once that GPUs were freed, without taking the lock to look. A holder
+        that dies leaves its file (its lock is what ends), which the timeout catches."""
+        try:
+            seen = os.fstat(self.folder.fd).st_mtime_ns
+        except OSError:
+            time.sleep(timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(poll)
+            try:
+                if os.fstat(self.folder.fd).st_mtime_ns != seen:
+                    return
+            except OSError:
+                return
+
     def touch(self, names: Sequence[str]) -> None:
         """The heartbeat: refresh the mtime of our own files."""
         for name in names:

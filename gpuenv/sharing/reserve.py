@@ -12,6 +12,8 @@ from gpuenv.project.spec import GpuRequest
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.gpus import Grant, choose
 
+RECHECK = 0.5  # seconds between looks while queued, unless the state folder changes
+
 
 def reserve(
     store: ClaimStore,
@@ -47,7 +49,7 @@ def reserve(
                         return granted, store.add(keys, project)
             if deadline is not None and time.monotonic() > deadline:
                 raise GpusBusy(f"no GPUs became free within {wait:g}s", hint="try again later")
-            time.sleep(0.5)
+            store.wait_for_change(RECHECK)  # a released claim wakes it at once
     finally:
         if ticket is not None:
             store.release([ticket])

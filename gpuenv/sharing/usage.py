@@ -173,6 +173,100 @@ class UsageLog:
         return found
 
 
+@dataclass(frozen=True)
+class Usage:
+    """`gpuenv usage`'s answer: the rows, and how many runs still run or went unrecorded."""
+
+    rows: list[UsageRow]
+    running: int
+    unrecorded: int
+
+
+def usage_summary(
+    log: UsageLog,
+    by: str,
+    since: float,
+    now: float,
+    prices: Mapping[str, float] | None = None,
+    only: int | None = None,
+) -> Usage:
+    """The GPU-hours `log.runs()` would add up (`summarize`), from the SQLite index of
+    the records (`usage_index`): ended runs summed in SQL, the few without an end judged
+    here. `only`: one owner's runs. Without an index (no cache folder), the records are
+    read whole, as `runs` reads them."""
+    from gpuenv.sharing import usage_index
+
+    with log._usage(create=False) as fd:
+        if fd is None:
+            return Usage([], 0, 0)
+        with usage_index.opened(log.state_directory) as db:
+            if db is None:
+                runs = [r for r in log.runs() if only is None or r.uid == only]
+                return _usage(summarize(runs, by, since, now, prices), runs)
+            for owner, name in files.owner_names(fd, os.getuid()):
+                usage_index.refresh(db, fd, owner, name)
+            opened = _open_runs(fd, usage_index.open_starts(db, only))
+            rows = _ended_rows(db, by, since, now, only)
+    for row in summarize(opened, by, since, now, None):
+        _merge(rows.setdefault(row.key, UsageRow(row.key)), row)
+    for row in rows.values():
+        if prices is not None and all(model in prices for model in row.by_model):
+            row.cost = sum(hours * prices[model] for model, hours in row.by_model.items())
+    return _usage(sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key)), opened)
+
+
+def _usage(rows: list[UsageRow], runs: Sequence[UsageRun]) -> Usage:
+    running = sum(1 for r in runs if r.state == "running")
+    return Usage(rows, running, sum(1 for r in runs if r.state == "unrecorded"))
+
+
+def _ended_rows(
+    db: Any, by: str, since: float, now: float, only: int | None
+) -> dict[str, UsageRow]:
+    """The rows of the runs with a recorded end, from the index's sums."""
+    from gpuenv.sharing import usage_index
+
+    def shown(key: Any) -> str:
+        return owner_name(key) if by == "user" else str(key)
+
+    rows: dict[str, UsageRow] = {}
+    for key, model, runs, hours in usage_index.ended_sums(db, by, since, now, only):
+        row = rows.setdefault(shown(key), UsageRow(shown(key)))
+        row.gpu_hours += hours
+        row.by_model[model] = row.by_model.get(model, 0.0) + hours
+        row.runs += runs if by == "gpu" else 0
+    for key, runs in usage_index.ended_runs_by_key(db, by, since, only):
+        rows.setdefault(shown(key), UsageRow(shown(key))).runs += runs
+    return rows
+
+
+def _merge(into: UsageRow, row: UsageRow) -> None:
+    into.runs += row.runs
+    into.gpu_hours += row.gpu_hours
+    for model, hours in row.by_model.items():
+        into.by_model[model] = into.by_model.get(model, 0.0) + hours
+
+
+def _open_runs(fd: int, starts: Iterator[tuple[int, str, str, str | None]]) -> list[UsageRun]:
+    """The runs without a usable end record, judged now (an end marker of the reaper's,
+    running, or unrecorded), as `runs` judges them."""
+    ended = files.open_dir(
+        fd, "ended", os.path.join("usage", "ended"), os.fstat(fd).st_uid, create=False
+    )
+    out = []
+    try:
+        for owner, run_id, start, end in starts:
+            record = json.loads(start)
+            finish = json.loads(end) if end else None
+            run = _run(owner, record, finish or _marker(ended, run_id, owner))
+            if run is not None:
+                out.append(run)
+    finally:
+        if ended is not None:
+            os.close(ended)
+    return out
+
+
 def _owner_runs(
     owner: int, lines: Iterator[dict[str, Any]], ended: int | None
 ) -> Iterator[UsageRun]:

@@ -173,9 +173,9 @@ def records(data: bytes) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def owner_files(directory: int, uid: int) -> Iterator[tuple[int, bytes]]:
-    """(uid, content) of each `<uid>.jsonl` owned by that uid that `uid` may read: root
-    all, a user their own. Any other name, owner or kind of file is ignored."""
+def owner_names(directory: int, uid: int) -> Iterator[tuple[int, str]]:
+    """(uid, name) of each `<uid>.jsonl` that `uid` may read: root all, a user their own
+    (the file's owner is checked where it is opened)."""
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -185,8 +185,14 @@ def owner_files(directory: int, uid: int) -> Iterator[tuple[int, bytes]]:
         if not (dot and suffix == "jsonl" and stem.isdigit() and stem.isascii()):
             continue
         owner = int(stem)
-        if uid not in (0, owner) or str(owner) != stem:
-            continue
+        if uid in (0, owner) and str(owner) == stem:
+            yield owner, name
+
+
+def owner_files(directory: int, uid: int) -> Iterator[tuple[int, bytes]]:
+    """(uid, content) of each `<uid>.jsonl` owned by that uid that `uid` may read: root
+    all, a user their own. Any other name, owner or kind of file is ignored."""
+    for owner, name in owner_names(directory, uid):
         found = read_owned(directory, name, MAX_FILE)
         if found is not None and found[0] == owner:
             yield owner, found[1]
