@@ -6,6 +6,7 @@ there as EngineError naming its address; and one CLI case on tcp://."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import socket
@@ -25,6 +26,7 @@ from gpuenv.engine.protocol import Engine, Event, Frame, frames
 from gpuenv.errors import EngineError, EngineRefused, PullError
 from gpuenv.images.progress import PullProgress
 
+from ..contract_cases import CASES
 from .conftest import _missing, registry_digest
 
 pytestmark = pytest.mark.integration
@@ -192,6 +194,17 @@ def test_archives_in_and_out(engine: Engine, create: Callable[[str], str]) -> No
         read = tar.extractfile("contract.txt")
         assert read is not None and read.read() == b"put and got\n"
     assert engine.get_archive(container, "/no/such/path") is None
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
+def test_the_shared_contract(
+    case: Callable[..., None], engine: Engine, create: Callable[[str], str]
+) -> None:
+    """The cases the unit tests' fake engine holds too (tests/contract_cases.py)."""
+    if len(inspect.signature(case).parameters) == 2:
+        case(engine, create)
+    else:
+        case(engine)
 
 
 def _refusal(call: Callable[[], object]) -> EngineRefused:

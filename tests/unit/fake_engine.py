@@ -85,6 +85,10 @@ class FakeEngine:
         return None
 
     def repo_digests(self, reference: str) -> list[str]:
+        """The registry digest of an image it has (pulled ones and gpuenv's); none of an
+        image it does not have, as an engine answers (the contract)."""
+        if reference not in self.images_present and not reference.startswith("gpuenv/"):
+            return []
         repository = reference.rsplit(":", 1)[0]
         return [f"{repository}@{DIGEST}"]
 
@@ -160,10 +164,16 @@ class FakeEngine:
         self._record("create", container)
         return container
 
+    def _known(self, container: str) -> None:
+        """As an engine answers for a container it does not have (the contract)."""
+        if container not in self.alive and container not in ("probe", "account"):
+            raise EngineRefused(404, f"No such container: {container}")
+
     def start(self, container: str) -> None:
         if container == "resolver":  # the resolver's calls are recorded as one: "resolver"
             return
         self._record("start", container)
+        self._known(container)
         if self.refuse_start:
             raise EngineRefused(500, self.refuse_start.pop(0))
         self.running.add(container)
@@ -205,6 +215,7 @@ class FakeEngine:
         if container == "resolver":
             return 0
         self._record("wait", container)
+        self._known(container)
         self.running.discard(container)
         return self.exit_code
 
@@ -222,6 +233,7 @@ class FakeEngine:
             self.resolver_files.append(tar)
             return
         self._record("put_archive", container, path)
+        self._known(container)
         self.uploaded[container] = tar
 
     def commit(self, container: str, repository: str, tag: str, config: Mapping[str, Any]) -> str:
@@ -247,6 +259,7 @@ class FakeEngine:
         if container == "resolver":
             return
         self._record("logs", container, follow, tail)
+        self._known(container)
         if self.output:
             yield 1, self.output
 

@@ -197,7 +197,7 @@ def test_attach_follows_the_logs_from_now_then_gives_the_exit_code() -> None:
     """An attach to a running container can lose the bytes that came with the engine's
     answer (docker-py's attach socket does not hand them over): `gpuenv attach` follows
     the logs from their end instead, stdout and stderr kept apart."""
-    engine = FakeEngine(exit_code=5, output=b"late\n")
+    engine = FakeEngine(exit_code=5, output=b"late\n", alive={"c9"})
     written: list[tuple[int, bytes]] = []
     code = attach_run(
         engine,  # type: ignore[arg-type]
