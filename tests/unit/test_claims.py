@@ -152,3 +152,23 @@ def test_runs_without_wait_do_not_jump_the_queue(tmp_path: Path) -> None:
     store.enqueue()  # a live waiter (this process)
     with pytest.raises(GpusBusy, match=r"other runs are queued for GPUs on this host: \w+ \(pid"):
         reserve(store, parse_gpus_option("1"), host(), "late", None, lambda _: None)
+
+
+def test_a_queued_run_wakes_when_a_claim_is_released(tmp_path: Path) -> None:
+    """A waiter watches the state folder: a released claim (the folder changes) wakes
+    it at once, not at its next look (issue 33, item 11). Bounded by the timeout alone
+    when nothing changes."""
+    import threading
+
+    store = ClaimStore(str(tmp_path / "state"))
+    with store.locked():
+        names = store.add(["GPU-0"], "holder")
+    releaser = threading.Timer(0.2, lambda: store.release(names))
+    releaser.start()
+    started = time.monotonic()
+    store.wait_for_change(timeout=30)
+    releaser.join()
+    assert time.monotonic() - started < 30  # woken by the release, not the timeout
+    started = time.monotonic()
+    store.wait_for_change(timeout=0.1)  # nothing changes: the timeout ends it
+    assert time.monotonic() - started >= 0.1
