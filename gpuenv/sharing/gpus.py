@@ -208,7 +208,7 @@ def choose(
     held = {claim.gpu: claim for claim in claims}
     unfit = unfit or {}
     if request.mode == "mig":
-        keys = _free_instances(request, host, held)
+        keys = _free_instances(request, host, held, unfit)
         return Grant("devices", tuple(keys)), keys
     if request.mode == "count":
         keys = _least_loaded_free_gpus(request, host, held, unfit)
@@ -226,13 +226,28 @@ def choose(
     return granted, keys
 
 
-def _free_instances(request: GpuRequest, host: Host, held: Mapping[str, Claim]) -> list[str]:
-    """`count` free instances of the requested MIG profile, the first ones; GpusBusy
-    naming who holds the others when too few are free."""
+def _free_instances(
+    request: GpuRequest, host: Host, held: Mapping[str, Claim], unfit: Mapping[str, str]
+) -> list[str]:
+    """`count` free instances of the requested MIG profile, the first ones, none of an
+    unfit GPU while enough instances of fit ones exist; GpusBusy naming who holds the
+    others when too few are free."""
     candidates = _mig_candidates(request, host)
     assert request.count is not None
     parents = mig_parents(host)
+    fit = [m for m in candidates if parents[m.uuid].key not in unfit]
+    # Too few instances on fit GPUs: the unfit GPUs' come last, and are said.
+    rest = [] if len(fit) >= request.count else [m for m in candidates if m not in fit]
+    candidates = fit + rest
     open_migs = [m for m in candidates if _instance_not_free(m, held, parents) is None]
+    given = [parents[m.uuid] for m in open_migs[: request.count] if m not in fit]
+    for gpu in dict.fromkeys(given):
+        warnings.warn(
+            f"too few MIG instances on healthy GPUs: instances of GPU {gpu.index} are given, "
+            f"which is {unfit[gpu.key]}",
+            GpuenvWarning,
+            stacklevel=3,
+        )
     if len(open_migs) < request.count:
         taken = "; ".join(h for m in candidates if (h := _instance_not_free(m, held, parents)))
         raise GpusBusy(

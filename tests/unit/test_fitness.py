@@ -162,3 +162,27 @@ def test_top_shows_unhealthy_and_drained_never_free(failing_host: Path) -> None:
     assert "unhealthy" in lines["1"] and "free" not in lines["1"].split("\t")[-1]
     assert "drained by the admin" in lines["2"]
     assert set(unfit_gpus(detect_host())) == {rows[1]["uuid"], rows[2]["uuid"]}
+
+
+def test_mig_instances_of_a_failing_gpu_come_last() -> None:
+    """Two MIG GPUs with 1g.10gb instances, the first failing: a request for one gets an
+    instance of the healthy GPU; one for more than it has gets the failing one's too."""
+    from gpuenv.host.machine import MigDevice
+    from tests.scripted_nvml import mig_uuid
+
+    def mig_gpu(index: int, **state: object) -> Gpu:
+        instances = tuple(
+            MigDevice(mig_uuid(index, i), index=i, profile="1g.10gb", profile_source="nvml")
+            for i in range(2)
+        )
+        return Gpu(
+            index, "A100", uuid=f"GPU-{index}", mig_mode=True, mig_devices=instances, **state
+        )  # type: ignore[arg-type]
+
+    host = Host("550.54.15", (mig_gpu(0, ecc_uncorrected=1), mig_gpu(1)), "t")
+    unfit = unfit_of(host)
+    _, keys = choose(parse_gpus_option("mig=1g.10gb"), host, [], unfit)
+    assert keys == [mig_uuid(1, 0)]
+    with pytest.warns(GpuenvWarning, match="instances of GPU 0 are given"):
+        _, keys = choose(parse_gpus_option("mig=1g.10gb,count=3"), host, [], unfit)
+    assert len(keys) == 3 and mig_uuid(1, 0) in keys and mig_uuid(1, 1) in keys
