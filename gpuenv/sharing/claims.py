@@ -482,6 +482,11 @@ class ClaimStore:
                 self._delete(name)
         return out
 
+    def tickets_before(self, ticket: str) -> bool:
+        """Whether any queue ticket was taken before `ticket`, by its name alone (no
+        lock, nothing read: whether it is live is `waiters`' to tell)."""
+        return any(name < ticket for name in self._names(TICKET_PREFIX))
+
     def waiting(self) -> list[Waiter]:
         """Whoever is queued: a new request then queues behind them."""
         return self.waiters()
