@@ -977,12 +977,12 @@ def dependency_rows() -> tuple[list[Row], str]:
     return rows, note
 
 
-def _peak_rss_mib(argv: list[str]) -> tuple[float, float]:
+def _peak_rss_mib(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run `argv` to its end: its peak resident memory in MiB (the kernel's ru_maxrss of
     that child alone, from wait4) and its seconds."""
     with tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - started
         child.returncode = os.waitstatus_to_exitcode(status)
@@ -1158,15 +1158,8 @@ def usage_rows() -> tuple[list[Row], str]:
             env = {**os.environ, "GPUENV_STATE_DIR": str(state), "GPUENV_CACHE_DIR": str(cache)}
             subprocess.run([GPUENV, "usage"], env=env, check=True, capture_output=True)  # indexes
             for _ in range(RUNS):
-                with tempfile.TemporaryFile() as err:
-                    started = time.perf_counter()
-                    child = subprocess.Popen(
-                        [GPUENV, "usage"], env=env, stdout=subprocess.DEVNULL, stderr=err
-                    )
-                    _, status, use = os.wait4(child.pid, 0)
-                    measured[name].append((time.perf_counter() - started, use.ru_maxrss / 1024))
-                    if os.waitstatus_to_exitcode(status):
-                        raise subprocess.CalledProcessError(1, ["gpuenv", "usage"])
+                mib, seconds = _peak_rss_mib([GPUENV, "usage"], env)
+                measured[name].append((seconds, mib))
         year_s = statistics.median(t for t, _ in measured["year"])
         empty_s = statistics.median(t for t, _ in measured["empty"])
         rows.append(

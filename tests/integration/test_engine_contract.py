@@ -26,7 +26,7 @@ from gpuenv.engine.protocol import Engine, Event, Frame, frames
 from gpuenv.errors import EngineError, EngineRefused, PullError
 from gpuenv.images.progress import PullProgress
 
-from ..contract_cases import CASES
+from ..contract_cases import CASES, a_missing_container_is_404_or_nothing_to_do, refusal
 from .conftest import _missing, registry_digest
 
 pytestmark = pytest.mark.integration
@@ -207,40 +207,20 @@ def test_the_shared_contract(
         case(engine)
 
 
-def _refusal(call: Callable[[], object]) -> EngineRefused:
-    with pytest.raises(EngineError) as raised:
-        call()
-    assert type(raised.value) is EngineRefused, repr(raised.value)  # no docker-py exception
-    assert isinstance(raised.value.status, int) and raised.value.status >= 400
-    assert raised.value.exit_code == 10
-    return raised.value
-
-
 def test_every_kind_of_call_refused_is_engine_refused(
     engine: Engine, endpoint: Endpoint, image: str
 ) -> None:
-    missing = f"itest-contract-missing-{uuid.uuid4().hex[:8]}"
-    for call in (
-        lambda: engine.start(missing),
-        lambda: engine.inspect(missing),
-        lambda: engine.wait(missing),
-        lambda: list(engine.logs(missing, follow=False)),
-        lambda: engine.put_archive(missing, "/tmp", b""),
-    ):
-        assert _refusal(call).status == 404
+    a_missing_container_is_404_or_nothing_to_do(engine)
     # An invalid reference (upper case): Docker answers 400, Podman 500; never "absent".
     for call in (engine.has_image, engine.image_config, engine.repo_digests):
-        refused = _refusal(lambda call=call: call("ITEST/Upper:1"))
+        refused = refusal(lambda call=call: call("ITEST/Upper:1"))
         assert "lowercase" in refused.message
         assert endpoint.address in (refused.hint or "")
-    refused = _refusal(lambda: engine.remove_image(f"{image}-not-there"))
+    refused = refusal(lambda: engine.remove_image(f"{image}-not-there"))
     assert refused.message.startswith(f"could not remove {image}-not-there: ")
-    refused = _refusal(lambda: engine.tag(f"{image}-not-there", "itest-contract/x", "1"))
+    refused = refusal(lambda: engine.tag(f"{image}-not-there", "itest-contract/x", "1"))
     assert refused.message.startswith(f"could not tag {image}-not-there as itest-contract/x:1")
-    _refusal(lambda: engine.create(container_config(f"{image}-not-there", "true")))
-    # What a gone container means for these: nothing to do.
-    engine.kill(missing, "SIGTERM")
-    engine.remove(missing)
+    refusal(lambda: engine.create(container_config(f"{image}-not-there", "true")))
 
 
 def _nothing_listens(endpoint: Endpoint, tmp_path: Path) -> str:

@@ -286,19 +286,27 @@ def test_pull_pins_the_digest_and_images_lists_the_build_rootful(
             engine.remove_image(image.id)
 
 
-def _service_process(address: str) -> int:
-    """The pid of the `podman system service` that listens on `address` (its command
-    line names the socket)."""
+def _process_with(*words: bytes, program: bytes = b"") -> int | None:
+    """The pid of a process whose command line has every one of `words`, run as a
+    program whose path ends with `program` (None: none)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if words[0].endswith(b"podman") and b"service" in words and address.encode() in words:
+        if argv[0].endswith(program) and all(word in argv for word in words):
             return int(entry)
-    raise AssertionError(f"no podman process serves {address}")
+    return None
+
+
+def _service_process(address: str) -> int:
+    """The pid of the `podman system service` that listens on `address` (its command
+    line names the socket)."""
+    pid = _process_with(b"service", address.encode(), program=b"podman")
+    assert pid is not None, f"no podman process serves {address}"
+    return pid
 
 
 def test_a_run_asks_for_no_rlimit_the_service_cannot_grant(rootful: Project) -> None:
@@ -326,16 +334,9 @@ def test_a_run_asks_for_no_rlimit_the_service_cannot_grant(rootful: Project) -> 
 def _keeper_of(container: str) -> int:
     """The pid of the keeper that holds a detached run's claims (its command line names
     the container)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            words = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"gpuenv.cli.keeper" in words and container.encode() in words:
-            return int(entry)
-    raise AssertionError(f"no keeper holds the claims of {container}")
+    pid = _process_with(b"gpuenv.cli.keeper", container.encode())
+    assert pid is not None, f"no keeper holds the claims of {container}"
+    return pid
 
 
 def test_two_users_with_their_own_rootless_engines_never_share_a_gpu(
