@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from gpuenv.app.top import Shared, read_runs, read_shared
+from gpuenv.common import nesting
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
@@ -110,7 +111,7 @@ class PrometheusHistory:
         with urllib.request.urlopen(
             f"{self.url}/api/v1/query_range?{query}", timeout=self.timeout
         ) as response:
-            body = json.loads(response.read(8 * 2**20))
+            body = nesting.loads(json.loads, response.read(8 * 2**20))
         result = body.get("data", {}).get("result", [])
         return result[0]["values"] if result else []
 

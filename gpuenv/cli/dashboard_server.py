@@ -45,6 +45,7 @@ from gpuenv.app.dashboard import (
 )
 from gpuenv.cli.app import engine
 from gpuenv.cli.charts import READINGS, line_chart
+from gpuenv.common import strictjson
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.host.machine import Host
 from gpuenv.sharing.procfs import loopback_peer
@@ -192,7 +193,7 @@ def loopback_host(header: str, port: int) -> bool:
 
 
 def _json(data: Any) -> tuple[str, bytes]:
-    return "application/json", json.dumps(data).encode()
+    return "application/json", strictjson.dumps(data).encode()
 
 
 def _error(status: HTTPStatus, message: str) -> Response:

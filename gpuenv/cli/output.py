@@ -4,9 +4,10 @@ and `--json` need none."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
+
+from gpuenv.common import strictjson
 
 _written = {"data": False}
 
@@ -22,7 +23,7 @@ def data(value: Any, *, once: bool = False) -> None:
     if once and _written["data"]:
         return
     _written["data"] = True
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(strictjson.dumps(value, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from gpuenv.common import nesting
 from gpuenv.common.dirs import user_cache_dir
 
 FORMAT = 1
@@ -159,12 +160,12 @@ def _decode(raw: bytes, key: str) -> Any | None:
     if not newline:
         return None
     try:
-        header = json.loads(head)
+        header = nesting.loads(json.loads, head)
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             return None
         if header.get("key") != key or header.get("sha256") != hashlib.sha256(body).hexdigest():
             return None
-        return json.loads(body)
+        return nesting.loads(json.loads, body)
     except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None
 

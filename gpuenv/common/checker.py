@@ -10,6 +10,7 @@ empty value) for what is wrong, after recording why, so validation goes on.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -163,21 +164,35 @@ class Checker:
             return None
         return text
 
-    def whole_number(self, path: Path, value: Any, *, minimum: int = 0) -> int | None:
-        """A whole number of at least `minimum` (None: not given)."""
+    def whole_number(
+        self, path: Path, value: Any, *, minimum: int = 0, maximum: int | None = None
+    ) -> int | None:
+        """A whole number of at least `minimum` and at most `maximum` (None: not given)."""
         if value is None:
             return None
-        if type(value) is not int or value < minimum:
-            self.add(path, f"expected a whole number ≥ {minimum}, got {describe(value)}")
+        if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
+            bound = f"from {minimum} to {maximum}" if maximum is not None else f"≥ {minimum}"
+            self.add(path, f"expected a whole number {bound}, got {describe(value)}")
             return None
         return value
 
-    def number(self, path: Path, value: Any) -> float | int | None:
-        """A number (None: not given)."""
+    def number(
+        self, path: Path, value: Any, within: tuple[float, float] | None = None, unit: str = ""
+    ) -> float | int | None:
+        """A finite number, `within` (low, high) when given (None: not given). NaN and
+        the infinities, which Python's JSON reader takes, are no measurement."""
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.add(path, f"expected a number, got {describe(value)}")
+            return None
+        if not math.isfinite(value):
+            written = "NaN" if math.isnan(value) else "-Infinity" if value < 0 else "Infinity"
+            self.add(path, f"expected a finite number, got {written}")
+            return None
+        if within is not None and not within[0] <= value <= within[1]:
+            low, high = (f"{bound:g}" for bound in within)
+            self.add(path, f"expected a number from {low} to {high}{unit}, got {value:g}")
             return None
         return value
 

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from gpuenv.common import nesting
 from gpuenv.errors import LockHeld, file_error
 
 TIMEOUT_ENV = "GPUENV_LOCK_TIMEOUT"
@@ -56,7 +57,7 @@ def _open(lock_path: str) -> tuple[int, bool] | None:
 def _holder(fd: int) -> str:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
-        data = json.loads(os.read(fd, 4096) or b"{}")
+        data = nesting.loads(json.loads, os.read(fd, 4096) or b"{}")
         pid = int(data["pid"])
         since = time.strftime("%H:%M:%S", time.localtime(float(data["since"])))
         return f"pid {pid} ({data['user']}, `{data['command']}`), since {since}"

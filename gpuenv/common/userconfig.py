@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from gpuenv.common import nesting
+
 
 class UserConfigError(ValueError):
     """The user config file cannot be read or is not trustworthy."""
@@ -61,8 +63,8 @@ def read_trusted(path: str) -> dict[str, Any]:
     if raw is None:
         return {}
     try:
-        data = yaml.safe_load(raw.decode("utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        data = nesting.loads(yaml.safe_load, raw.decode("utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError, nesting.TooDeep) as exc:
         raise UserConfigError(f"{path}: cannot read the gpuenv config ({exc})") from None
     if not isinstance(data, dict):
         raise UserConfigError(f"{path}: expected a mapping of settings")

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from gpuenv.common import nesting
 from gpuenv.errors import Problem
 
 Path = tuple[str | int, ...]
@@ -182,7 +183,7 @@ def _index(node: Any, filename: str) -> _Index:
         _walk(node, (), positions, duplicates, filename, set(), number_text)
     except RecursionError:
         raise YamlSyntaxError(
-            Problem(filename, None, None, None, "invalid YAML: nested too deeply")
+            Problem(filename, None, None, None, f"invalid YAML: {nesting.TooDeep()}")
         ) from None
     return _Index(positions, tuple(duplicates), number_text)
 
@@ -211,7 +212,7 @@ def parse_yaml(text: str, filename: str) -> YamlDocument:
     loader = _loader()(text)
     try:
         node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
+        data = nesting.check(loader.construct_document(node)) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(part for part in (exc.context, exc.problem) if part)
@@ -226,9 +227,9 @@ def parse_yaml(text: str, filename: str) -> YamlDocument:
         ) from None
     except yaml.YAMLError as exc:
         raise YamlSyntaxError(Problem(filename, None, None, None, f"invalid YAML: {exc}")) from None
-    except RecursionError:
+    except (RecursionError, nesting.TooDeep):
         raise YamlSyntaxError(
-            Problem(filename, None, None, None, "invalid YAML: nested too deeply")
+            Problem(filename, None, None, None, f"invalid YAML: {nesting.TooDeep()}")
         ) from None
     finally:
         loader.dispose()
@@ -247,11 +248,13 @@ def parse_json(text: str, filename: str) -> YamlDocument:
     node tree (JSON is YAML's flow style; a tab, in JSON only ever whitespace, becomes a
     space, column for column). Invalid JSON raises YamlSyntaxError with its line."""
     try:
-        data = json.loads(text)
+        data = nesting.loads(json.loads, text)
     except json.JSONDecodeError as exc:
         raise YamlSyntaxError(
             Problem(filename, exc.lineno, exc.colno, None, f"invalid JSON: {exc.msg}")
         ) from None
+    except nesting.TooDeep as exc:
+        raise YamlSyntaxError(Problem(filename, None, None, None, f"invalid JSON: {exc}")) from None
     try:
         located = parse_yaml(text.replace("\t", " "), filename)
     except YamlSyntaxError:  # JSON that YAML 1.1 does not take: problems name fields only

@@ -26,6 +26,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from gpuenv.common import nesting
 from gpuenv.engine.protocol import Manifest, UnknownRepository
 from gpuenv.errors import PullError
 
@@ -207,7 +208,7 @@ def _reason(error: requests.RequestException) -> str:
 
 def _json(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
+        data = nesting.loads(json.loads, body)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

@@ -24,6 +24,7 @@ import docker
 import docker.errors
 import requests
 
+from gpuenv.common import nesting
 from gpuenv.engine.failures import pull_error, redact, removal_done
 from gpuenv.engine.hosts import docker_host, engine_error
 from gpuenv.engine.protocol import BuildCache, Builder, Event, Frame, ImageInfo, Stream, frames
@@ -440,7 +441,7 @@ def _json_lines(lines: Iterator[bytes]) -> Iterator[Event]:
         if not text:
             continue
         try:
-            event = json.loads(text)
+            event = nesting.loads(json.loads, text)
         except ValueError:
             event = {"stream": text.decode(errors="replace") + "\n"}
         if isinstance(event, dict):

@@ -49,6 +49,30 @@ GPU_KEYS = (
     "mig",
 )
 MIG_KEYS = ("uuid", "profile", "memory_total_mib", "index", "gpu_instance")
+# What a GPU can physically report (the widest of any GPU NVML knows, with room): a
+# reading outside it is a typo or a broken exporter, refused with its field.
+RANGES: dict[str, tuple[float, float, str]] = {
+    "utilization": (0, 100, " (%)"),
+    "memory_used_mib": (0, 2**24, " MiB"),
+    "temperature_c": (-40, 150, " °C"),
+    "power_w": (0, 10_000, " W"),
+    "power_limit_w": (0, 10_000, " W"),
+    "clocks_event_reasons": (0, 2**64 - 1, ""),
+    "slowdown_temperature_c": (-40, 150, " °C"),
+    "sm_clock_mhz": (0, 100_000, " MHz"),
+    "sm_clock_max_mhz": (0, 100_000, " MHz"),
+    "memory_clock_mhz": (0, 100_000, " MHz"),
+    "pcie_gen": (0, 16, ""),
+    "pcie_gen_max": (0, 16, ""),
+    "pcie_width": (0, 64, " lanes"),
+    "pcie_width_max": (0, 64, " lanes"),
+    "ecc_corrected": (0, 2**64 - 1, ""),
+    "ecc_uncorrected": (0, 2**64 - 1, ""),
+}
+MAX_GPU_INDEX = 4095  # far more GPUs than one host has; bounds a typo's index
+MAX_MEMORY_MIB = 2**24  # 16 TiB on one GPU
+MAX_PID = 2**22  # Linux's pid_max limit (PID_MAX_LIMIT)
+MAX_XID = 65535
 
 
 def load_host_file(path: str) -> Host:
@@ -121,18 +145,27 @@ def _gpu(check: Checker, path: Path, item: Any, position: int) -> Gpu | None:
     count = len(check.problems)
     check.mapping(path, item, (), GPU_KEYS)
     name = check.text((*path, "name"), item["name"], "a GPU name")
-    index = check.whole_number((*path, "index"), item.get("index", position))
+    index = check.whole_number((*path, "index"), item.get("index", position), maximum=MAX_GPU_INDEX)
     cc = check.compute_capability((*path, "compute_capability"), item.get("compute_capability"))
-    memory = check.whole_number((*path, "memory_total_mib"), item.get("memory_total_mib"))
+    memory = check.whole_number(
+        (*path, "memory_total_mib"), item.get("memory_total_mib"), maximum=MAX_MEMORY_MIB
+    )
     numbers: dict[str, Any] = {
-        key: check.number((*path, key), item.get(key)) for key in (*READINGS, *HEALTH_NUMBERS)
+        key: check.number((*path, key), item.get(key), RANGES[key][:2], RANGES[key][2])
+        for key in (*READINGS, *HEALTH_NUMBERS)
     }
+    used = numbers.get("memory_used_mib")
+    if used is not None and memory is not None and used > memory:
+        check.add(
+            (*path, "memory_used_mib"),
+            f"{used:g} MiB used is more than the GPU's memory_total_mib ({memory})",
+        )
     lost = check.text(
         (*path, "lost"), item.get("lost"), 'a text saying why (e.g. "GPU is lost")', nullable=True
     )
     xids = item.get("xids") or []
-    if not isinstance(xids, list) or not all(type(x) is int for x in xids):
-        check.add((*path, "xids"), "expected a list of XID numbers")
+    if not isinstance(xids, list) or not all(type(x) is int and 0 <= x <= MAX_XID for x in xids):
+        check.add((*path, "xids"), f"expected a list of XID numbers (0 to {MAX_XID})")
     processes = _processes(check, (*path, "processes"), item.get("processes") or [])
     migs = _migs(check, (*path, "mig"), item["mig"]) if "mig" in item else ()
     if len(check.problems) > count or name is None or index is None:
@@ -163,8 +196,13 @@ def _processes(check: Checker, path: Path, raw: Any) -> tuple[GpuProcess, ...]:
         if not isinstance(process, dict) or type(process.get("pid")) is not int:
             check.add((*path, position), "each process needs a numeric 'pid'")
             continue
+        if not 0 < process["pid"] <= MAX_PID:
+            check.add((*path, position, "pid"), f"expected a process id from 1 to {MAX_PID}")
+            continue
         used = check.whole_number(
-            (*path, position, "used_memory_mib"), process.get("used_memory_mib")
+            (*path, position, "used_memory_mib"),
+            process.get("used_memory_mib"),
+            maximum=MAX_MEMORY_MIB,
         )
         out.append(GpuProcess(process["pid"], used))
     return tuple(out)

@@ -16,6 +16,7 @@ import tarfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.common.labels import LABEL_PREFIX
 from gpuenv.engine.failures import redact
 from gpuenv.engine.protocol import Engine
@@ -109,7 +110,11 @@ def _report(archive: bytes | None) -> dict[str, Any]:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
             handle = tar.extractfile(member) if member is not None else None
-            data = json.loads(handle.read().decode("utf-8")) if handle is not None else None
+            data = (
+                nesting.loads(json.loads, handle.read().decode("utf-8"))
+                if handle is not None
+                else None
+            )
     except (tarfile.TarError, UnicodeDecodeError, ValueError) as exc:
         raise ResolutionError(f"the resolver's report cannot be read ({exc})") from None
     if not isinstance(data, dict):

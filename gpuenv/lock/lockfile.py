@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from gpuenv import __version__
+from gpuenv.common import nesting
 from gpuenv.common.files import atomic_write, file_hash
 from gpuenv.errors import LockError, file_error
 from gpuenv.host.machine import Gpu, Host
@@ -224,7 +225,7 @@ def _lock_data(path: str, where: str) -> dict[str, Any]:
         raise LockError(f"{where} not found", hint="run `gpuenv lock` to resolve and write it")
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = nesting.loads(yaml.safe_load, handle.read())
     except OSError as exc:
         raise file_error(exc, "read", path) from None
     except UnicodeDecodeError as exc:
@@ -232,7 +233,7 @@ def _lock_data(path: str, where: str) -> dict[str, Any]:
             f"{where} is damaged (not UTF-8 text: {exc.reason})",
             hint="run `gpuenv lock` to write it again from gpuenv.yaml",
         ) from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, nesting.TooDeep) as exc:
         raise LockError(
             f"{where} is damaged (not valid YAML: {str(exc).splitlines()[0]})",
             hint="run `gpuenv lock` to write it again from gpuenv.yaml",

@@ -9,6 +9,7 @@ import os
 
 import yaml
 
+from gpuenv.common import nesting
 from gpuenv.common.files import NotAFile
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
@@ -26,7 +27,7 @@ def read_environment(project_dir: str, relative: str, into: Collected) -> dict[s
     conda packages flagged. Returns the conda packages' versions by name (python, ...)."""
     try:
         text = read_project_file(project_dir, relative).decode("utf-8")
-        data = yaml.safe_load(text)
+        data = nesting.loads(yaml.safe_load, text)
     except NotAFile as exc:
         into.problem(relative, None, str(exc))
         return {}
@@ -39,6 +40,9 @@ def read_environment(project_dir: str, relative: str, into: Collected) -> dict[s
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         into.problem(relative, line, "is not valid YAML")
+        return {}
+    except nesting.TooDeep as exc:
+        into.problem(relative, None, f"is not valid YAML: {exc}")
         return {}
     into.files.append(relative)
     conda: dict[str, str] = {}

@@ -19,6 +19,7 @@ Python: ``.python-version`` (the interpreter the developer runs), else conda's
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from gpuenv.common import nesting
 from gpuenv.common.files import NotAFile
 from gpuenv.errors import Problem, SpecError
 from gpuenv.project.dependencies import read_sources
@@ -88,20 +90,27 @@ FOLDER_BASE = ("base.txt", "main.txt", "requirements.txt")  # the shared file of
 def default_sources(root: Path) -> list[str]:
     """The dependency files a project installs: requirements.txt (or, without it, the
     shared file of a requirements/ folder: base.txt), a pyproject.toml that declares
-    dependencies (or has a uv.lock), environment.yml."""
+    dependencies (or has a uv.lock), environment.yml.
+
+    A name that is there but is no file (a folder, a named pipe, a link to a device or
+    to nowhere) is taken all the same: reading it fails, located, with exit 3, as for a
+    file named in `requirements:`; it is never skipped as if it were absent."""
     out = []
     folder = root / REQUIREMENTS_FOLDER
-    if (root / "requirements.txt").is_file():
+    if _there(root / "requirements.txt"):
         out.append("requirements.txt")
     elif folder.is_dir():
-        base = next((name for name in FOLDER_BASE if (folder / name).is_file()), None)
+        base = next((name for name in FOLDER_BASE if _there(folder / name)), None)
         if base:
             out.append(f"{REQUIREMENTS_FOLDER}/{base}")
-    pyproject = root / "pyproject.toml"
-    if pyproject.is_file():
+    if _there(root / "pyproject.toml"):
         out.append("pyproject.toml")
-    out += [name for name in ENVIRONMENT_FILES if (root / name).is_file()][:1]
+    out += [name for name in ENVIRONMENT_FILES if _there(root / name)][:1]
     return out
+
+
+def _there(path: Path) -> bool:
+    return os.path.lexists(path)
 
 
 def _declares(data: dict[str, Any], root: Path) -> bool:
@@ -178,8 +187,10 @@ def _read_pyproject(root: Path, sources: list[str]) -> dict[str, Any]:
     if "pyproject.toml" not in sources:
         return {}
     try:
-        pyproject = tomllib.loads(read_project_file(str(root), "pyproject.toml").decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError, NotAFile):
+        pyproject = nesting.loads(
+            tomllib.loads, read_project_file(str(root), "pyproject.toml").decode("utf-8")
+        )
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError, NotAFile, nesting.TooDeep):
         return {}  # read_sources reports it, located
     if not _declares(pyproject, root):
         sources.remove("pyproject.toml")

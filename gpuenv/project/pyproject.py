@@ -21,6 +21,7 @@ from typing import Any
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
+from gpuenv.common import nesting
 from gpuenv.common.files import NotAFile
 from gpuenv.errors import file_error
 from gpuenv.project.packages import (
@@ -50,13 +51,18 @@ def load_toml(project_dir: str, relative: str, into: Collected) -> dict[str, Any
     """The TOML document, or None with a located problem (an unparsable pyproject is an
     error, never "nothing declared")."""
     try:
-        data = tomllib.loads(read_project_file(project_dir, relative).decode("utf-8"))
+        data = nesting.loads(
+            tomllib.loads, read_project_file(project_dir, relative).decode("utf-8")
+        )
     except NotAFile as exc:
         into.problem(relative, None, str(exc))
         return None
     except tomllib.TOMLDecodeError as exc:
         line = _toml_line(str(exc))
         into.problem(relative, line, f"is not valid TOML: {exc}")
+        return None
+    except nesting.TooDeep as exc:
+        into.problem(relative, None, f"is not valid TOML: {exc}")
         return None
     except UnicodeDecodeError:
         into.problem(relative, None, "is not UTF-8 text")

@@ -127,9 +127,13 @@ class Collected:
 
     def raise_problems(self) -> None:
         if self.problems:
+            fix = (
+                "fix the file at that line"
+                if all(p.line for p in self.problems)
+                else ("fix or remove that file")
+            )
             raise SpecError(
-                self.problems,
-                hint="fix the file at that line (gpuenv reads every requirement it installs)",
+                self.problems, hint=f"{fix} (gpuenv reads every requirement it installs)"
             )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuenv import __version__
+from gpuenv.common import nesting
 from gpuenv.common.dirs import user_cache_dir
 
 STAMP_FORMAT = 2
@@ -58,7 +59,7 @@ def fresh(project_dir: str, bake: bool) -> dict[str, Any] | None:
     """The stamp recorded for the project, if no input changed since; else None."""
     try:
         with open(_path(project_dir, bake), encoding="utf-8") as handle:
-            stamp = json.load(handle)
+            stamp = nesting.loads(json.loads, handle.read())
         if stamp.get("format") != STAMP_FORMAT or stamp.get("gpuenv") != __version__:
             return None
         if stamp.get("mirror") != (os.environ.get("GPUENV_REGISTRY_MIRROR") or ""):

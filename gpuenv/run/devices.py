@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from gpuenv.common import nesting
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Host
@@ -112,10 +113,10 @@ def _edit_paths(edits: Mapping[str, Any]) -> list[str]:
 def parse_cdi_spec(path: str, text: str) -> CdiSpec:
     """A spec from its JSON or YAML text (the CDI SPEC.md format)."""
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        data = nesting.loads(json.loads if path.endswith(".json") else yaml.safe_load, text)
     except ValueError as exc:
         return CdiSpec(path, error=f"not valid JSON: {str(exc).splitlines()[0]}")
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, nesting.TooDeep) as exc:
         return CdiSpec(path, error=f"not valid YAML: {str(exc).splitlines()[0]}")
     if not isinstance(data, Mapping) or not data.get("cdiVersion") or not data.get("kind"):
         return CdiSpec(path, error="not a CDI spec (no cdiVersion or kind)")

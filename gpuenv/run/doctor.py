@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import EngineRefused, GpuenvError, UsageError
 from gpuenv.host.detect import detect_host
@@ -367,7 +368,7 @@ def _credentials(checks: list[Check]) -> None:
     )
     try:
         with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
+            config = nesting.loads(json.loads, handle.read())
     except (OSError, ValueError):
         config = {}
     if "nvcr.io" in (config.get("auths") or {}) or "nvcr.io" in (config.get("credHelpers") or {}):

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.errors import GpuenvError, LockHeld
 from gpuenv.host.detect import detect_host
 from gpuenv.sharing.jobmap import keep_claims, open_job_map, slots
@@ -231,7 +232,7 @@ class ClaimStore:
         finally:
             os.close(fd)
         try:
-            data = json.loads(raw)
+            data = nesting.loads(json.loads, raw)
             if not isinstance(data, dict):
                 raise ValueError("not an object")
         except ValueError:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.common.files import read_up_to
 from gpuenv.errors import GpuenvError, StateUnsafe
 from gpuenv.host.machine import Gpu
@@ -322,7 +323,7 @@ def _read_xids_file(folder: Folder, uid: int) -> list[Xid]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
             return []
-        data = json.loads(read_up_to(fd, MAX_XIDS_FILE)[:MAX_XIDS_FILE] or b"{}")
+        data = nesting.loads(json.loads, read_up_to(fd, MAX_XIDS_FILE)[:MAX_XIDS_FILE] or b"{}")
     except (OSError, ValueError):
         return []
     finally:

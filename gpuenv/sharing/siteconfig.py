@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.errors import UsageError
 
 SYSTEM_CONFIG = "/etc/gpuenv/config.toml"
@@ -50,8 +51,8 @@ def read_site_config(env: Mapping[str, str] | None = None) -> SiteConfig:
         if info.st_size > MAX_CONFIG:
             return SiteConfig(path, None, f"{path} is over {MAX_CONFIG // 1024} KiB: ignored")
         try:
-            data = tomllib.loads(handle.read(MAX_CONFIG).decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            data = nesting.loads(tomllib.loads, handle.read(MAX_CONFIG).decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, nesting.TooDeep) as exc:
             raise UsageError(f"{path} is not valid TOML: {exc}") from None
     return SiteConfig(path, data)
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from gpuenv.common import nesting
 from gpuenv.errors import UsageError
 from gpuenv.sharing import usage_files as files
 from gpuenv.sharing.procfs import process_start
@@ -256,8 +257,8 @@ def _open_runs(fd: int, starts: Iterator[tuple[int, str, str, str | None]]) -> l
     out = []
     try:
         for owner, run_id, start, end in starts:
-            record = json.loads(start)
-            finish = json.loads(end) if end else None
+            record = nesting.loads(json.loads, start)
+            finish = nesting.loads(json.loads, end) if end else None
             run = _run(owner, record, finish or _marker(ended, run_id, owner))
             if run is not None:
                 out.append(run)
@@ -292,7 +293,7 @@ def _marker(ended: int | None, run_id: str, owner: int) -> dict[str, Any] | None
     if found is None or found[0] not in (0, owner):
         return None  # anyone may add files there: only root's or the owner's count
     try:
-        data = json.loads(found[1])
+        data = nesting.loads(json.loads, found[1])
     except ValueError:
         return None
     return data if isinstance(data, dict) and data.get("id") == run_id else None
@@ -410,7 +411,7 @@ def load_prices(env: Mapping[str, str] | None = None) -> Prices | None:
     path = env.get(HOST_CONFIG_ENV) or DEFAULT_HOST_CONFIG
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
+            data = nesting.loads(yaml.safe_load, handle.read()) or {}
     except FileNotFoundError:
         if env.get(HOST_CONFIG_ENV):
             raise UsageError(f"{HOST_CONFIG_ENV}={path}: no such file") from None

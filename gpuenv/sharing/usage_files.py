@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.common.files import read_up_to
 from gpuenv.errors import StateUnsafe, UsageError
 from gpuenv.sharing.statedir import owner_name
@@ -166,7 +167,7 @@ def records(data: bytes) -> Iterator[dict[str, Any]]:
     """The JSON objects of a records file, one a line; a line torn by a crash is skipped."""
     for line in data.decode(errors="replace").splitlines():
         try:
-            record = json.loads(line)
+            record = nesting.loads(json.loads, line)
         except ValueError:
             continue
         if isinstance(record, dict):

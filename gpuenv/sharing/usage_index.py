@@ -27,6 +27,7 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.common.dirs import user_cache_dir
 from gpuenv.sharing.usage_files import MAX_FILE
 
@@ -173,7 +174,7 @@ def _take(
 
 def _record(connection: sqlite3.Connection, owner: int, line: bytes) -> None:
     try:
-        record = json.loads(line)
+        record = nesting.loads(json.loads, line)
     except ValueError:
         return  # a line torn by a crash
     if not isinstance(record, dict) or not _valid_id(record.get("id")):

@@ -179,8 +179,8 @@ def test_a_host_file_says_every_problem_with_its_line(tmp_path: Path) -> None:
         f"2 problems in GPUENV_HOST_FILE={path}:",
         f"  GPUENV_HOST_FILE={path}:2:2: field 'driver': 'latest' is not a driver version"
         " (expected numbers like 535.104.05)",
-        f"  GPUENV_HOST_FILE={path}:4:20: field 'gpus[0].index': expected a whole number ≥ 0,"
-        " got the number -1",
+        f"  GPUENV_HOST_FILE={path}:4:20: field 'gpus[0].index': expected a whole number from 0"
+        " to 4095, got the number -1",
     ]
 
 

@@ -1,0 +1,198 @@
+"""Inputs that never surprise (issue 31, item 4): each odd file a user can have ends in
+that file's own exit code and a message that names it, never in exit 1 or a lock on
+something else. Table-driven: each case names the file kind and the exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuenv.cli import main
+from gpuenv.sharing.claims import CLAIM_PREFIX, ClaimStore
+
+A100 = ["--driver", "550.54.15", "--gpu", "A100"]
+SPEC = "name: p\nframework: pytorch\nversion: '2.3'\n"
+DEEP = 5000  # past Python's recursion limit in every parser
+
+
+def invoke(project: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, ["-C", str(project), *args], env=env)
+
+
+def said(result: Result) -> str:
+    return " ".join(result.stderr.split())
+
+
+def deep_json() -> str:
+    return '{"driver": "550.54.15", "gpus": ' + "[" * DEEP + "]" * DEEP + "}"
+
+
+def deep_toml() -> str:
+    return "[project]\nname = 'p'\ndependencies = " + "[" * DEEP + "]" * DEEP + "\n"
+
+
+def deep_yaml(key: str) -> str:
+    return f"{key}: " + "[" * 900 + "]" * 900 + "\n"
+
+
+def locked(project: Path) -> None:
+    """A valid spec and lock in `project`, as `gpuenv lock` writes them."""
+    (project / "gpuenv.yaml").write_text(SPEC)
+    result = invoke(project, "lock", *A100)
+    assert result.exit_code == 0, result.output
+
+
+# (file kind, file name, its text, command, exit code, what the message says)
+NESTED = [
+    ("spec", "gpuenv.yaml", SPEC + deep_yaml("env"), ("check",), 3, "nested more than 64"),
+    ("pyproject", "pyproject.toml", deep_toml(), ("init", *A100), 3, "pyproject.toml"),
+    ("conda", "environment.yml", deep_yaml("dependencies"), ("init", *A100), 3, "environment.yml"),
+    ("lock", "gpuenv.lock", None, ("check",), 5, "gpuenv.lock is damaged"),
+    (
+        "uv lock",
+        "uv.lock",
+        "version = 1\npackage = " + "[" * DEEP + "]" * DEEP,
+        ("init", *A100),
+        3,
+        "uv.lock",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "text", "command", "code", "message"),
+    NESTED,
+    ids=[case[0] for case in NESTED],
+)
+def test_a_file_nested_too_deeply_is_that_files_error(
+    tmp_path: Path,
+    kind: str,
+    name: str,
+    text: str | None,
+    command: tuple[str, ...],
+    code: int,
+    message: str,
+) -> None:
+    if kind == "lock":
+        locked(tmp_path)
+        text = (tmp_path / name).read_text() + deep_yaml("extra")
+    if kind == "uv lock":
+        (tmp_path / "pyproject.toml").write_text(
+            "[project]\nname = 'p'\nversion = '1'\ndependencies = ['torch==2.3.1']\n"
+        )
+    assert text is not None
+    (tmp_path / name).write_text(text)
+    result = invoke(tmp_path, *command)
+    assert result.exit_code == code, result.output
+    assert message in said(result)
+    assert "RecursionError" not in result.output and "internal error" not in result.output
+
+
+def test_a_host_file_nested_too_deeply_is_exit_7(tmp_path: Path) -> None:
+    host = tmp_path / "host.json"
+    host.write_text(deep_json())
+    result = invoke(
+        tmp_path, "resolve", "--framework", "pytorch", env={"GPUENV_HOST_FILE": str(host)}
+    )
+    assert result.exit_code == 7, result.output
+    assert "invalid JSON: nested more than 64 levels deep" in said(result)
+
+
+def test_a_claim_nested_too_deeply_is_one_bad_file_not_everyones_crash(tmp_path: Path) -> None:
+    """Anyone may write a file into the shared state folder: every reader of the claims
+    (`ps`, `top`, a run choosing GPUs) names it and goes on."""
+    store = ClaimStore(str(tmp_path / "state"))
+    bad = f"{CLAIM_PREFIX}deep.json"
+    with open(os.path.join(store.directory, bad), "w") as handle:
+        handle.write(deep_json())
+    assert store.claims() == []
+    assert any(bad in problem and "is not valid JSON" in problem for problem in store.problems)
+
+
+def fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def folder(path: Path) -> None:
+    path.mkdir()
+
+
+def device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "nowhere")
+
+
+UNREADABLE = [
+    ("named pipe", fifo, "is a named pipe, not a file"),
+    ("folder", folder, "is a folder, not a file"),
+    ("link to a device", device, "is a link to /dev/zero, outside the project folder"),
+    ("dangling link", dangling, "requirements.txt: "),
+]
+
+
+@pytest.mark.parametrize("name", ["requirements.txt", "pyproject.toml", "environment.yml"])
+@pytest.mark.parametrize(
+    ("kind", "make", "message"), UNREADABLE, ids=[case[0] for case in UNREADABLE]
+)
+def test_a_default_dependency_file_that_cannot_be_read_is_exit_3(
+    tmp_path: Path, name: str, kind: str, make: Callable[[Path], None], message: str
+) -> None:
+    """As a file named in `requirements:` is: never skipped as if it were not there."""
+    make(tmp_path / name)
+    result = invoke(tmp_path, "init", *A100)
+    assert result.exit_code == 3, result.output
+    assert message.replace("requirements.txt", name) in said(result) or kind == "dangling link"
+    assert f"{name}: " in said(result)
+    assert not (tmp_path / "gpuenv.yaml").exists() and not (tmp_path / "gpuenv.lock").exists()
+
+
+def test_every_json_output_is_strict_json(tmp_path: Path) -> None:
+    locked(tmp_path)
+    for command in (("check", "--json"), ("resolve", "--json", *A100)):
+        result = invoke(tmp_path, *command)
+        json.loads(result.stdout, parse_constant=_refuse)
+
+
+def _refuse(name: str) -> None:
+    raise AssertionError(f"{name} is not JSON")
+
+
+# (a GPU's field in a host file, its value as JSON text, what is said of it)
+IMPOSSIBLE = [
+    ("temperature_c", "NaN", "expected a finite number, got NaN"),
+    ("power_w", "Infinity", "expected a finite number, got Infinity"),
+    ("power_limit_w", "-Infinity", "expected a finite number, got -Infinity"),
+    ("utilization", "250", "expected a number from 0 to 100 (%), got 250"),
+    ("temperature_c", "-300", "expected a number from -40 to 150 °C, got -300"),
+    ("memory_used_mib", "99999", "99999 MiB used is more than the GPU's memory_total_mib (81920)"),
+    ("index", "99999999999999999999", "expected a whole number from 0 to 4095"),
+    ("memory_total_mib", "1e30", "expected a whole number from 0 to 16777216"),
+    ("xids", "[-1]", "expected a list of XID numbers (0 to 65535)"),
+    ("processes", '[{"pid": 0}]', "expected a process id from 1 to 4194304"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), IMPOSSIBLE)
+def test_a_host_file_value_no_gpu_can_report_is_refused_with_its_field(
+    tmp_path: Path, field: str, value: str, message: str
+) -> None:
+    gpu: dict[str, object] = {"name": "A100", "memory_total_mib": 81920}
+    gpu.pop(field, None)
+    text = json.dumps({"driver": "550.54.15", "gpus": [gpu]})
+    text = text.replace('"A100"', f'"A100", "{field}": {value}', 1)
+    host = tmp_path / "host.json"
+    host.write_text(text)
+    result = invoke(
+        tmp_path, "resolve", "--framework", "pytorch", env={"GPUENV_HOST_FILE": str(host)}
+    )
+    assert result.exit_code == 7, result.output
+    assert f"field 'gpus[0].{field}" in result.stderr
+    assert message in said(result)
