@@ -23,6 +23,7 @@ from gpuenv.cli.base import (
     report,
     show_warning,
     stdout_closed,
+    streams_closed,
     view_factory,
 )
 from gpuenv.cli.failure import error_data, internal_data, interrupted_data, usage_data
@@ -118,7 +119,7 @@ class LazyGroup(click.Group):
             named = [i for i, word in enumerate(original) if word in self.lazy_subcommands]
             if named and json_requested(self, ctx, original[named[0] :]):
                 output.data(usage_data(exc), once=True)
-            raise
+            _show(ctx, exc)
         # The command's words: its name (just before the rest) and its arguments.
         ctx.meta["gpuenv.args"] = original[max(0, len(original) - len(rest) - 1) :]
         return rest
@@ -148,6 +149,13 @@ class LazyGroup(click.Group):
         return json_requested(self, ctx, ctx.meta.get("gpuenv.args", ()))
 
     def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return self._invoke(ctx)
+        except BrokenPipeError:  # met while saying why it failed: stderr is gone too
+            streams_closed()
+            ctx.exit(EXIT_BROKEN_PIPE)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         output.reset()
         try:
             with warnings.catch_warnings():
@@ -172,7 +180,7 @@ class LazyGroup(click.Group):
             exc.exit_code = self._own_code(ctx, exc.exit_code, None)  # type: ignore[misc]
             if self._json(ctx):
                 output.data(usage_data(exc), once=True)
-            raise
+            _show(ctx, exc)
         except OSError as exc:  # permissions, a full disk, a read-only folder
             error = as_gpuenv_error(exc)
             if error is None:
@@ -187,6 +195,17 @@ class LazyGroup(click.Group):
             output.data(internal_data(exc, code), once=True)
         internal(exc, _debug(ctx))
         ctx.exit(code)
+
+
+def _show(ctx: click.Context, exc: click.ClickException) -> NoReturn:
+    """A usage error said as click says it, and its exit code; 141 where stderr is a
+    closed pipe (click itself would exit 1)."""
+    try:
+        exc.show()
+    except BrokenPipeError:
+        streams_closed()
+        ctx.exit(EXIT_BROKEN_PIPE)
+    ctx.exit(exc.exit_code)
 
 
 def _said_own(reason: int, code: int) -> None:

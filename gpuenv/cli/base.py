@@ -106,9 +106,20 @@ def stdout_closed() -> None:
     """The reader of stdout went away (`gpuenv ... | head -1`): point stdout at
     /dev/null so that the flush at exit cannot fail again (Python's documented
     handling of SIGPIPE, in the signal module's notes)."""
+    _to_devnull(sys.stdout)
+
+
+def streams_closed() -> None:
+    """The reader of stdout and stderr went away (`gpuenv build 2>&1 | head -1`, and the
+    error message met the closed pipe): both to /dev/null, as `stdout_closed`."""
+    _to_devnull(sys.stdout)
+    _to_devnull(sys.stderr)
+
+
+def _to_devnull(stream: Any) -> None:
     try:
-        target = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a real file (a test's capture): nothing to flush
+        target = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, target)

@@ -429,3 +429,31 @@ def test_check_into_a_closed_pipe_keeps_its_own_exit_code(tmp_path: Path) -> Non
         exited, stderr = _with_stdout_closed(args, tmp_path)
         assert exited == code, stderr
         assert "Traceback" not in stderr and "internal error" not in stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["build"],  # no gpuenv.yaml here: exit 3, said on the closed pipe
+        ["run", "--", "true"],
+        ["lock"],
+        ["build", "--no-such-option"],  # a usage error, which click would exit 1 on
+        ["--no-such-option"],
+        ["matrix", "pytorch"],
+    ],
+)
+def test_a_closed_pipe_for_stdout_and_stderr_is_exit_141(args: list[str], tmp_path: Path) -> None:
+    """`gpuenv build 2>&1 | head`: the reader of both streams is gone. What gpuenv then
+    has to say, error or usage, meets the closed pipe: 141, as SIGPIPE, never exit 1."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    read, write = os.pipe()
+    os.close(read)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuenv.cli", *args],
+        stdout=write,
+        stderr=write,
+        cwd=tmp_path,
+        env=env,
+    )
+    os.close(write)
+    assert process.wait(timeout=60) == EXIT_BROKEN_PIPE
