@@ -30,6 +30,7 @@ from gpuenv.images.progress import ViewFactory
 from gpuenv.lock.locked import Freshness
 from gpuenv.project.mounts import Bind, run_binds
 from gpuenv.project.spec import GpuRequest, parse_size
+from gpuenv.project.variables import image_environment, refers, spec_with_image_env
 from gpuenv.run.container import (
     command_for,
     container_config,
@@ -353,6 +354,9 @@ def configure(run: RunContext, plan: RunPlan, reservation: Reservation) -> dict[
     the granted GPUs as this engine takes them (without them, when they were optional and
     the engine cannot give them)."""
     request, spec, granted = run.request, plan.image.spec, reservation.grant
+    image = plan.image.account_tag or plan.image.tag
+    if refers(spec.env):  # `PATH: /opt/bin:$PATH`: the image's PATH, as Dockerfile ENV
+        spec = spec_with_image_env(spec, image_environment(run.engine.image_config(image)))
     variables = environment(spec, request.env, request.env_files, run.environ)
     run_labels = labels(spec, plan.image.locked.lock_hash, granted, plan.identity, plan.command)
     if reservation.usage_label:
@@ -369,7 +373,7 @@ def configure(run: RunContext, plan: RunPlan, reservation: Reservation) -> dict[
         missing, requests = exc, []
     config = container_config(
         spec,
-        plan.image.account_tag or plan.image.tag,
+        image,
         plan.command,
         granted,
         plan.identity,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuenv.app.build import pushed_is_stale
+from gpuenv.app.variables import expanded_spec
 from gpuenv.cluster.slurm import Launch, pushed_image, sbatch_script
 from gpuenv.cluster.submit import (
     JobEnvironment,
@@ -16,6 +17,7 @@ from gpuenv.cluster.submit import (
     job_gpus,
     submit_script,
 )
+from gpuenv.engine.protocol import Engine
 from gpuenv.errors import UsageError
 from gpuenv.lock.project import Project, load_project
 from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
@@ -51,11 +53,18 @@ class Job:
     variables: JobEnvironment
 
 
-def prepare_job(directory: str, request: JobRequest, notice: Callable[[str], None]) -> Job:
+def prepare_job(
+    directory: str,
+    request: JobRequest,
+    notice: Callable[[str], None],
+    engine: Callable[[], Engine],
+) -> Job:
     """The job's sbatch script for the project's locked image; `notice` gets what the
-    user should know (a stale push, MIG asked of a cluster in whole GPUs)."""
+    user should know (a stale push, MIG asked of a cluster in whole GPUs). The engine is
+    asked for the image's environment only when the spec's env refers to it."""
     project = load_project(directory)
-    spec = project.spec
+    image = pushed_image(project.lock.extra)
+    spec = expanded_spec(project.spec, image, engine)
     variables = job_environment(spec, request.env, request.env_files)
     if variables.values and any(a.startswith("--export") for a in request.sbatch_args):
         raise UsageError(
@@ -74,7 +83,7 @@ def prepare_job(directory: str, request: JobRequest, notice: Callable[[str], Non
     output_dir = os.path.join(directory, ".gpuenv", "slurm")
     script = sbatch_script(
         spec,
-        pushed_image(project.lock.extra),
+        image,
         command_for(request.arguments),
         variables.written,
         passthrough=variables.names,

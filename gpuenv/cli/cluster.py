@@ -12,6 +12,7 @@ from gpuenv.app.build import pushed_is_stale
 from gpuenv.app.image import image_for_run
 from gpuenv.app.platforms import engine_platform
 from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platform, submit_job
+from gpuenv.app.variables import expanded_spec
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, apply, engine, view_factory
 from gpuenv.cluster import manifests as k8s
@@ -127,7 +128,7 @@ def submit(
         partition=partition,
         sbatch_args=sbatch_args,
     )
-    job = prepare_job(obj.directory, request, notice=ui.warn)
+    job = prepare_job(obj.directory, request, notice=ui.warn, engine=engine)
     if dry_run:
         click.echo(job.script, nl=False)
         return
@@ -264,13 +265,15 @@ def export_kubernetes(
     restarts; with --nodes N, an Indexed Job of N pods and its headless Service.
     Variables of -e and --env-file come from a Secret (--env-secret), not the file."""
     project = load_project(obj.directory)
-    variables = exported_environment(project.spec, env, env_files, write_values=write_values)
+    image = pushed_image(project.lock.extra)
+    spec = expanded_spec(project.spec, image, engine)
+    variables = exported_environment(spec, env, env_files, write_values=write_values)
     options = k8s.KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout, env_secret)
     if pushed_is_stale(project):
         ui.warn(STALE_PUSH)
     manifests = k8s.kubernetes_manifests(
-        project.spec,
-        pushed_image(project.lock.extra),
+        spec,
+        image,
         command_for(arguments),
         variables.written,
         gpus=job_gpus(project.spec, gpus),
@@ -326,7 +329,6 @@ def export_compose(
     Variables of -e and --env-file are named without a value: Compose takes them from
     the environment it runs in."""
     project = load_project(obj.directory)
-    variables = exported_environment(project.spec, env, env_files, write_values=write_values)
     binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
     image = (project.lock.extra.get("pushed") or {}).get("image")
     platform = pushed_platform(project)
@@ -334,6 +336,8 @@ def export_compose(
         connected = engine()
         image = image_for_run(obj.directory, connected, view_factory(True)).tag
         platform = engine_platform(connected)
+    spec = expanded_spec(project.spec, image, engine)
+    variables = exported_environment(spec, env, env_files, write_values=write_values)
     request = project.spec.gpus
     devices = list(request.devices) if request.mode == "devices" and gpus is None else []
     manifest = compose_file(

@@ -317,12 +317,12 @@ def compose_file(
         )
     service: dict[str, Any] = {
         "image": image,
-        "command": list(command),
+        "command": [_literal(word) for word in command],
         "working_dir": WORKSPACE,
-        "volumes": [f"{spec.project_dir}:{WORKSPACE}"]
-        + [f"{b.source}:{b.target}{':ro' if b.read_only else ''}" for b in binds],
+        "volumes": [_literal(f"{spec.project_dir}:{WORKSPACE}")]
+        + [_literal(f"{b.source}:{b.target}{':ro' if b.read_only else ''}") for b in binds],
         "environment": {
-            **{k: v for k, v in env.items() if k not in referenced},
+            **{k: _literal(v) for k, v in env.items() if k not in referenced},
             **dict.fromkeys(referenced),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         },
@@ -341,3 +341,14 @@ def compose_file(
             device["count"] = gpus
         service["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
     return {"services": {spec.name: service}}
+
+
+def _literal(text: str) -> str:
+    """`text` as Compose reads it literally: it interpolates `$VAR` from the environment
+    `docker compose` runs in, and `$$` is its literal `$` (the spec's values are already
+    expanded against the image's environment).
+
+    >>> _literal("costs $5 at ${HOME}")
+    'costs $$5 at $${HOME}'
+    """
+    return text.replace("$", "$$")

@@ -18,7 +18,10 @@ gpuenv.common.nesting.TooDeep: nested more than 64 levels deep
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T", str, bytes)
+R = TypeVar("R")
 
 MAX_DEPTH = 64
 
@@ -35,7 +38,7 @@ def _children(value: Any) -> list[Any]:
     return [item for item in items if isinstance(item, (dict, list, tuple))]
 
 
-def check(data: Any) -> Any:
+def check(data: R) -> R:
     """`data` itself, or TooDeep when lists and mappings in it nest past MAX_DEPTH.
 
     The longest path counts, whether the data is a tree or (YAML anchors and aliases)
@@ -74,7 +77,7 @@ def check(data: Any) -> Any:
     return data
 
 
-def loads(parse: Callable[[str], Any], text: str) -> Any:
+def loads(parse: Callable[[T], R], text: T) -> R:
     """`parse(text)`, bounded: TooDeep where it recurses too far or its data nests too deeply."""
     try:
         data = parse(text)

@@ -39,6 +39,7 @@ from gpuenv.project.spec import (
     is_mig_profile,
     parse_size,
 )
+from gpuenv.project.variables import InvalidReference, references
 
 
 class SpecChecker(Checker):
@@ -275,8 +276,14 @@ def _env(check: SpecChecker, value: Any) -> tuple[tuple[str, str], ...] | None:
             )
             continue
         text = check.text(("env", key), item, "a text value (write '' for an empty one)")
-        if text is not None:
-            out.append((key, text))
+        if text is None:
+            continue
+        try:
+            references(text)
+        except InvalidReference as exc:
+            check.add(("env", key), str(exc))
+            continue
+        out.append((key, text))
     return tuple(sorted(out))
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import Installed, Project, containers, docker, gpuenv_failed
 
@@ -407,3 +408,23 @@ def test_sigterm_is_forwarded(project: Project) -> None:
     process.communicate(timeout=30)
     assert process.returncode == 143  # the command got SIGTERM and its code came back
     assert docker("ps", "-aq", "--filter", f"id={container}").stdout.strip() == ""
+
+
+def test_spec_env_refers_to_the_images_own_variables(make_project) -> None:
+    """`PATH: /opt/tools/bin:$PATH` (issue 31): expanded against the image's environment,
+    as a Dockerfile's ENV is; passed literally, every command in the container would be
+    exit 127. The same values go into an exported Compose file, escaped for Compose."""
+    made = make_project(
+        spec="gpus: none\nenv:\n"
+        '  PATH: "/opt/tools/bin:$PATH"\n'
+        '  WITH_DEFAULT: "${GPUENV_NOT_IN_THE_IMAGE:-fallback}/lib"\n'
+        "  LITERAL: 'costs \\$5'\n"
+    )
+    tag = made.ok("build", "-q").stdout.strip()
+    image_path = docker("run", "--rm", tag, "printenv", "PATH").stdout.strip()
+    result = made.ok("run", "--", "sh", "-c", 'echo "$PATH|$WITH_DEFAULT|$LITERAL"')
+    assert result.stdout.strip() == f"/opt/tools/bin:{image_path}|fallback/lib|costs $5"
+    compose = yaml.safe_load(made.ok("export", "compose", "--", "true").stdout)
+    (service,) = compose["services"].values()
+    assert service["environment"]["PATH"] == f"/opt/tools/bin:{image_path}"
+    assert service["environment"]["LITERAL"] == "costs $$5"

@@ -196,3 +196,34 @@ def test_a_host_file_value_no_gpu_can_report_is_refused_with_its_field(
     assert result.exit_code == 7, result.output
     assert f"field 'gpus[0].{field}" in result.stderr
     assert message in said(result)
+
+
+# (a value in gpuenv.yaml's env:, what `check` says of it; None: valid)
+ENV_VALUES = [
+    ("/opt/tools/bin:$PATH", None),
+    ("${CUDA_HOME}/lib64", None),
+    ("${LD_LIBRARY_PATH:-/usr/lib}", None),
+    ("${DEBUG:+--verbose}", None),
+    ("costs \\\\$5", None),
+    ("${PATH", "'${' is not closed: write ${NAME}, or \\$ for a literal $"),
+    ("${PATH:?unset}", "'${PATH:?unset}' is not a reference gpuenv expands"),
+    ("pa$$word", "'$$' is not a literal $ here: write \\$"),
+    ("price: $5", "a '$' that names no variable at '$5': write \\$ for a literal $"),
+]
+
+
+@pytest.mark.parametrize(("value", "message"), ENV_VALUES)
+def test_env_references_are_expanded_or_refused_with_the_fix(
+    tmp_path: Path, value: str, message: str | None
+) -> None:
+    """Never passed literally: `check` and `lock` take what a run expands and refuse the
+    rest (exit 3, the field and its line), with the fix."""
+    (tmp_path / "gpuenv.yaml").write_text(f'{SPEC}env:\n  X: "{value}"\n')
+    for command in (("check",), ("lock", *A100)):
+        result = invoke(tmp_path, *command)
+        if message is None:
+            assert "field 'env.X'" not in result.output
+            continue
+        assert result.exit_code == 3, result.output
+        assert "gpuenv.yaml:5" in result.stderr and "field 'env.X'" in result.stderr
+        assert message in said(result)
