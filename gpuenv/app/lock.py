@@ -206,7 +206,8 @@ def project_pins(spec: Spec, matrix: Matrix | None = None) -> list[Pin]:
         return []
     env = environment(None)
     out = []
-    for dependency in read_dependencies(spec).dependencies:
+    collected = read_dependencies(spec)
+    for dependency in [*collected.dependencies, *collected.conda_pins]:
         if dependency.specifier and not dependency.constraint and dependency.applies(env):
             pin = Pin(dependency.name, dependency.specifier, dependency.where)
             out.append(pin)

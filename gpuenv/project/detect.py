@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from gpuenv.common import nesting
@@ -210,20 +209,12 @@ def _direct(
         for d in [*declared, *deps, *building]
         if d.name in FRAMEWORK_PACKAGES and d.applies(linux)
     ]
-    for name, (version, where) in collected.conda.items():
-        if name in FRAMEWORK_PACKAGES:
-            direct.append((FRAMEWORK_PACKAGES[name], _conda_dependency(name, version, where)))
+    direct += [
+        (FRAMEWORK_PACKAGES[d.name], d)
+        for d in collected.conda_pins
+        if d.name in FRAMEWORK_PACKAGES
+    ]
     return direct
-
-
-def _conda_dependency(name: str, version: str, where: str) -> Dependency:
-    """A conda framework package as the pip requirement it stands for (pytorch is torch)."""
-    text = "torch" if name == "pytorch" else name
-    try:
-        requirement = Requirement(f"{text}=={version}" if version else text)
-    except InvalidRequirement:
-        requirement = Requirement(text)
-    return Dependency(requirement, where)
 
 
 def _gpu_frameworks(

@@ -109,6 +109,9 @@ class Collected:
     files: list[str] = field(default_factory=list)  # relative paths, in reading order
     problems: list[Problem] = field(default_factory=list)
     conda: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (version, where)
+    # conda framework packages (jax=0.4.26) as the pip pins they mean (jax==0.4.26.*):
+    # not installed (the image has NVIDIA's build), but they steer the image choice
+    conda_pins: list[Dependency] = field(default_factory=list)
     require_hashes: list[str] = field(default_factory=list)  # where --require-hashes was said
     # Folders of the project named as requirements (`-e .`, `.[dev]`, `./sub`): relative
     # path -> (where, extras); their declared dependencies are read (the extras' too),
@@ -186,6 +189,13 @@ def line_hashes(line: str) -> tuple[tuple[str, ...], list[str]]:
     return tuple(good), bad
 
 
+# `git+https://host/repo.git@v1#egg=name`: the legacy way to name a URL's package
+_EGG = re.compile(
+    r"^(?P<url>(?:(?:git|hg|svn|bzr)\+)?[a-z][a-z0-9+.-]*://[^\s#]+)"
+    r"#(?:.*&)?egg=(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)"
+)
+
+
 def parse_requirement(text: str) -> Requirement:
     """A PEP 508 requirement from a requirements-file line, without per-line options
     (``--hash=...``, ``--config-settings``); InvalidRequirement when pip could not read it
@@ -221,7 +231,8 @@ def _read(
         return
     path = os.path.join(project_dir, relative)
     try:
-        text = read_project_file(project_dir, relative).decode("utf-8")
+        # A byte-order mark (Windows editors write one) is read past, as pip does.
+        text = read_project_file(project_dir, relative).decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         into.problem(relative, None, "is not UTF-8 text")
         return
@@ -251,6 +262,15 @@ def _read(
             continue
         if _is_local_path(line):
             _local(project_dir, relative, number, line, into)
+            continue
+        egg = _EGG.match(line)
+        if egg:
+            into.problem(
+                relative,
+                number,
+                f"'{line}' names its package the legacy way (#egg=), which gpuenv does not "
+                f"read: write it as PEP 508 has it, '{egg['name']} @ {egg['url']}'",
+            )
             continue
         try:
             requirement = parse_requirement(line)

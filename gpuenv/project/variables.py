@@ -69,9 +69,7 @@ def references(value: str) -> list[str]:
     >>> references("/opt/bin:$PATH:${HOME:-/root}")
     ['PATH', 'HOME']
     """
-    return [
-        match["plain"] or match["braced"] for match in _matches(value) if match[0] != "\\$"
-    ]
+    return [match["plain"] or match["braced"] for match in _matches(value) if match[0] != "\\$"]
 
 
 def expand(value: str, image: Mapping[str, str]) -> str:

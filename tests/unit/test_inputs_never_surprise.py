@@ -227,3 +227,72 @@ def test_env_references_are_expanded_or_refused_with_the_fix(
         assert result.exit_code == 3, result.output
         assert "gpuenv.yaml:5" in result.stderr and "field 'env.X'" in result.stderr
         assert message in said(result)
+
+
+def test_a_byte_order_mark_is_read_past_as_pip_does(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_bytes(b"\xef\xbb\xbftorch==2.3.1\n")
+    result = invoke(tmp_path, "init", *A100)
+    assert result.exit_code == 0, result.output
+    assert "requirements.txt:1: torch==2.3.1" in said(result)
+
+
+@pytest.mark.parametrize(
+    ("line", "rewrite"),
+    [
+        (
+            "git+https://github.com/org/repo.git#egg=mypkg",
+            "mypkg @ git+https://github.com/org/repo.git",
+        ),
+        (
+            "git+https://github.com/org/repo.git@v1.2#subdirectory=py&egg=my_pkg",
+            "my_pkg @ git+https://github.com/org/repo.git@v1.2",
+        ),
+        ("https://example.org/pkg-1.0.tar.gz#egg=pkg", "pkg @ https://example.org/pkg-1.0.tar.gz"),
+    ],
+)
+def test_a_url_named_by_egg_is_answered_with_its_pep_508_rewrite(
+    tmp_path: Path, line: str, rewrite: str
+) -> None:
+    (tmp_path / "requirements.txt").write_text(f"torch==2.3.1\n{line}\n")
+    result = invoke(tmp_path, "init", *A100)
+    assert result.exit_code == 3, result.output
+    assert f"requirements.txt:2: '{line}' names its package the legacy way (#egg=)" in said(result)
+    assert f"write it as PEP 508 has it, '{rewrite}'" in said(result)
+
+
+# (a conda package line in environment.yml, the pip specifier it means)
+CONDA_PINS = [
+    ("jax=0.4.26", "jax==0.4.26.*"),
+    ("jax==0.4.26", "jax==0.4.26"),
+    ("jax 0.4.26", "jax==0.4.26"),
+    ("conda-forge::jax=0.4.26=py310_0", "jax==0.4.26.*"),
+    ("jax>=0.4.26,<0.4.27", "jax<0.4.27,>=0.4.26"),
+]
+
+
+@pytest.mark.parametrize(("line", "pin"), CONDA_PINS)
+def test_a_conda_framework_pin_steers_as_the_same_pip_pin_does(
+    tmp_path: Path, line: str, pin: str
+) -> None:
+    """`jax=0.4.26` in environment.yml locked JAX 0.4.33; in requirements.txt, 0.4.26."""
+    (tmp_path / "environment.yml").write_text(f"dependencies:\n  - python=3.10\n  - {line}\n")
+    result = invoke(tmp_path, "init", *A100)
+    assert result.exit_code == 0, result.output
+    assert f"environment.yml:3: {pin}" in said(result)
+    assert "reference: nvcr.io/nvidia/jax:24.04-py3" in (tmp_path / "gpuenv.lock").read_text()
+
+
+@pytest.mark.parametrize(
+    ("line", "said_of_it"),
+    [
+        ("numpy>=1.20", "its pip equivalent is 'numpy>=1.20'"),
+        ("scipy 1.11.*", "its pip equivalent is 'scipy==1.11.*'"),
+        ("numpy=1.2|1.3", "alternatives (|) and [key=value] specs are not read"),
+    ],
+)
+def test_conda_specs_with_operators_are_mapped_to_pip(
+    tmp_path: Path, line: str, said_of_it: str
+) -> None:
+    (tmp_path / "environment.yml").write_text(f"dependencies:\n  - jax==0.4.26\n  - {line}\n")
+    result = invoke(tmp_path, "init", *A100)
+    assert said_of_it in said(result), result.output
