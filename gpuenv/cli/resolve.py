@@ -34,7 +34,8 @@ from gpuenv.resolution.resolve import resolve as do_resolve
     "--strict-driver",
     is_flag=True,
     help="Only images whose CUDA toolkit's own driver the host has (native), as the spec's "
-    "`strict_driver: true` asks: no CUDA minor-version compatibility.",
+    "`strict_driver: true` asks: no CUDA minor-version compatibility, no forward "
+    "compatibility.",
 )
 @json_option("the resolution")
 @click.pass_obj

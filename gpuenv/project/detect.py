@@ -396,7 +396,7 @@ framework: {framework}
 {line("python", python, "3.10")}
 # CUDA toolkit in the image. Unset: the newest the host driver supports.
 {line("cuda", cuda, ">=12.4")}
-# Only images the host's driver runs natively (no CUDA minor-version compatibility).
+# Only images the host's driver runs natively (no minor-version or forward compatibility).
 {"strict_driver: true" if strict_driver else "# strict_driver: true"}
 
 # Image family: ngc (NVIDIA NGC containers).

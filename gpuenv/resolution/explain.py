@@ -138,12 +138,7 @@ def unresolvable(
         nearest = sorted(spec_ok, key=lambda c: len(c.rejections))[:3]
     else:
         explanation.append(f"no image in the matrix has {request}; the closest:")
-        nearest = []
-        for check in SPEC_CHECKS:
-            passing = next((c for c in candidates if not c.rejected_by(check)), None)
-            if passing is not None and passing not in nearest and getattr(spec, check):
-                nearest.append(passing)
-        nearest = nearest or list(candidates[:3])
+        nearest = closest(spec, candidates)
     for candidate in nearest:
         reasons = "; ".join(r.reason for r in candidate.rejections)
         explanation.append(f"{candidate.row.label} ({candidate.row.image}) {reasons}")
@@ -154,6 +149,34 @@ def unresolvable(
     if hint:
         hint = hint[0].upper() + hint[1:]
     return ResolutionError(message, explanation, hint=hint)
+
+
+def closest(spec: Spec, candidates: Sequence[Candidate], count: int = 3) -> list[Candidate]:
+    """The candidates nearest to what the spec asks, by version distance: the framework
+    version first, then Python, then CUDA (only those the spec sets); one image per
+    set of their series (2.1, 3.10), the newest of each; a value the matrix does not
+    record counts as farthest. Not the newest images: for torch 1.4 the closest are the
+    oldest PyTorch images, never 26.10."""
+    asked = [(c, _release_number(getattr(spec, c))) for c in SPEC_CHECKS if getattr(spec, c)]
+
+    def distance(candidate: Candidate) -> tuple[float, ...]:
+        out: list[float] = []
+        for check, wanted in asked:
+            value = _spec_value(candidate.row, check)
+            out.append(abs(_release_number(value) - wanted) if value else float("inf"))
+        return (*out, len(candidate.rejections))
+
+    chosen: list[Candidate] = []
+    seen: set[tuple[str | None, ...]] = set()
+    for candidate in sorted(candidates, key=distance):  # stable: newest first on ties
+        versions = tuple(
+            series(value) if (value := _spec_value(candidate.row, check)) else None
+            for check, _ in asked
+        )
+        if versions not in seen:
+            seen.add(versions)
+            chosen.append(candidate)
+    return chosen[:count]
 
 
 def _spec_value(row: ImageRow, check: str) -> str | None:

@@ -185,10 +185,11 @@ def _driver_check(
     for the image, raised to its CUDA major's minor-version floor (525 for 12.x, 580 for
     13.x), for 12.x and 13.x alike. At or above the CUDA toolkit's own driver the image
     runs natively; below it, on that minimum, by CUDA minor-version compatibility
-    (limited: PTX newer than the driver cannot be JIT-compiled), which `strict`
-    (--strict-driver, the spec's `strict_driver`) refuses; data-center GPUs below it may
-    run by forward compatibility where NVIDIA supports it (`forward_verdict`), a route
-    that is not `verified` where NVIDIA's documents disagree."""
+    (limited: PTX newer than the driver cannot be JIT-compiled); data-center GPUs below it
+    may run by forward compatibility where NVIDIA supports it (`forward_verdict`), a route
+    that is not `verified` where NVIDIA's documents disagree. `strict` (--strict-driver,
+    the spec's `strict_driver`) takes native only: it refuses both compatibility routes,
+    and an image whose toolkit's own driver is not recorded (native cannot be told)."""
     minimum = effective_min_driver(row, matrix)
     toolkit = matrix.toolkit(row.cuda) if row.cuda else None
     own = toolkit.min_driver if toolkit else None
@@ -204,6 +205,12 @@ def _driver_check(
         why = "its minimum driver is not recorded in the matrix"
         return Rejection("driver", why), None, None, None, True
     driver = driver_tuple(host.driver)
+    if strict and own is None:
+        why = (
+            f"CUDA {row.cuda or '(not recorded)'}'s own driver is not recorded in the matrix: "
+            "strict_driver takes only images the driver runs natively"
+        )
+        return Rejection("driver", why), minimum, None, None, True
     if driver >= driver_tuple(minimum):
         if own is None:
             return None, minimum, f"driver {host.driver} ≥ {minimum}", None, True
@@ -214,12 +221,13 @@ def _driver_check(
             f"CUDA {row.cuda}'s own {own}: PTX newer than the driver cannot be JIT-compiled)"
         )
         return None, minimum, route, MINOR, True
+    reason = f"needs driver ≥ {minimum} (this host has {host.driver})"
+    if strict:  # native only: neither minor-version nor forward compatibility
+        reason += f": CUDA {row.cuda}'s own driver, which strict_driver requires"
+        return Rejection("driver", reason), minimum, None, None, True
     forward = forward_verdict(row, matrix, host.driver, gpus)
     if forward.route is not None:
         return None, minimum, forward.route, FORWARD, forward.verified
-    reason = f"needs driver ≥ {minimum} (this host has {host.driver})"
-    if strict and own == minimum:
-        reason += f": CUDA {row.cuda}'s own driver, which strict_driver requires"
     if forward.why_not and forward.why_not.startswith("data-center GPUs also"):
         reason += f" ({forward.why_not})"
     elif forward.why_not:

@@ -1,0 +1,74 @@
+"""Verdicts that mean what they say (issue 31, item 3): each option and each answer does
+what its name and the docs say, tried as a new user tries them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpuenv.cli import main
+
+
+def invoke(project: Path, *args: str) -> Result:
+    return CliRunner().invoke(main, ["-C", str(project), *args])
+
+
+def said(result: Result) -> str:
+    return " ".join(result.stderr.split())
+
+
+H100_580 = ["--driver", "580.65.06", "--gpu", "H100"]
+
+
+def test_strict_driver_takes_native_only_never_forward_compatibility(tmp_path: Path) -> None:
+    """An H100 on 580.65.06 runs 26.05 (CUDA 13.2) by forward compatibility; with
+    --strict-driver only an image whose toolkit's own driver is ≤ 580.65.06 fits."""
+    loose = invoke(tmp_path, "resolve", "--framework", "pytorch", *H100_580, "--json")
+    assert loose.exit_code == 0, loose.output
+    assert json.loads(loose.stdout)["compatibility_mode"] != "native"
+    strict = invoke(
+        tmp_path, "resolve", "--framework", "pytorch", *H100_580, "--strict-driver", "--json"
+    )
+    assert strict.exit_code == 0, strict.output
+    data = json.loads(strict.stdout)
+    assert data["compatibility_mode"] == "native", data
+    explained = invoke(
+        tmp_path, "resolve", "--framework", "pytorch", *H100_580, "--strict-driver", "--explain"
+    )
+    rows = {line.split("\t")[1]: line for line in explained.output.splitlines() if "\t" in line}
+    assert rows["26.05-py3"].startswith("✗")
+    assert "CUDA 13.2.1's own driver, which strict_driver requires" in rows["26.05-py3"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "first_closest"),
+    [
+        (
+            ("--version", "1.4.0"),
+            "PyTorch 22.02 (nvcr.io/nvidia/pytorch:22.02-py3) has PyTorch 1.11",
+        ),
+        (("--python", "3.6"), "PyTorch 23.04 (nvcr.io/nvidia/pytorch:23.04-py3) has Python 3.8"),
+    ],
+)
+def test_closest_means_nearest_by_version_not_newest(
+    tmp_path: Path, flags: tuple[str, ...], first_closest: str
+) -> None:
+    result = invoke(
+        tmp_path,
+        "resolve",
+        "--framework",
+        "pytorch",
+        *flags,
+        "--driver",
+        "550.54.15",
+        "--gpu",
+        "A100",
+    )
+    assert result.exit_code == 4, result.output
+    lines = [line.strip() for line in result.stderr.splitlines()]
+    after = lines[lines.index(next(x for x in lines if x.endswith("the closest:"))) + 1 :]
+    assert after[0].startswith(first_closest), result.stderr
+    assert "26." not in " ".join(after[:3])  # never the newest images for an old version
