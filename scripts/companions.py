@@ -3,7 +3,8 @@
 companion package (torchvision, torchaudio, tf-keras) requires, read from the package's
 own metadata on PyPI (the Requires-Dist of its smallest wheel; PEP 691 JSON index, and
 PEP 658 metadata where PyPI has it). A release whose metadata names no framework version
-is listed with `requires: null`: unknown stays unknown. Needs the network (pypi.org);
+is listed with `requires: null` (unknown stays unknown), unless its maintainers state the
+rule it follows (RULES: tf-keras follows TensorFlow's minor), which is then named. Needs the network (pypi.org);
 run by a maintainer, and the result committed:
 
     .venv/bin/python scripts/companions.py > matrices/companions.yaml
@@ -29,6 +30,18 @@ COMPANIONS = {
     "tf-keras": ("tensorflow", "2.14"),
 }
 INDEX = "https://pypi.org/simple"
+# Where a release's metadata names no framework version but its maintainers state the
+# rule it follows. tf-keras follows TensorFlow's minor: keras-team/tf-keras PR #758
+# ("match TF version ignoring the [patch] version") and PR #759, which added the
+# dependency in 2.15.1 "so that users can't install tf-keras 2.15 with TensorFlow 2.16.
+# This will cause errors".
+RULES = {
+    "tf-keras": (
+        "tensorflow<{major}.{next},>={major}.{minor}",
+        "tf-keras maintainers' rule (keras-team/tf-keras PR #758, #759): tf-keras X.Y "
+        "follows TensorFlow X.Y; {wheel} METADATA names none",
+    ),
+}
 
 
 def _releases(package: str, oldest: str) -> dict[Version, tuple[str, str, bool]]:
@@ -87,9 +100,15 @@ def main() -> None:
                 if requirement.name == framework and not requirement.marker:
                     wanted = str(requirement.specifier)
             requires = json.dumps(f"{framework}{wanted}") if wanted else "null"
+            source = f"{wheel} METADATA Requires-Dist"
+            if not wanted and package in RULES:
+                rule, said = RULES[package]
+                major, minor = version.release[:2]
+                requires = json.dumps(rule.format(major=major, minor=minor, next=minor + 1))
+                source = said.format(wheel=wheel)
             lines.append(
                 f'  - {{package: {package}, version: "{version}", requires: {requires}, '
-                f'source: "{wheel} METADATA Requires-Dist"}}'
+                f'source: "{source}"}}'
             )
             print(f"{package} {version}: {requires}", file=sys.stderr)
     print("\n".join(lines))

@@ -7,13 +7,16 @@ Pure policy over files: no terminal, no engine. Each function returns what happe
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from gpuenv.common.filelock import exclusive
+from gpuenv.common.versions import parse_version
 from gpuenv.errors import GpuenvError, LockError
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
@@ -218,35 +221,59 @@ def project_pins(spec: Spec, matrix: Matrix | None = None) -> list[Pin]:
 
 
 def unknown_companions(pins: list[Pin], matrix: Matrix) -> list[str]:
-    """A line for each exact companion pin whose release names no framework version in
-    its metadata (tf-keras 2.15.0): it does not steer the choice, and the user is told."""
+    """A line for each companion pin that recorded releases meet but whose metadata names
+    no framework version (tf-keras 2.14): it does not steer the choice, and the user is
+    told."""
     out = []
     for pin in pins:
-        release = _companion_release(pin, matrix)
-        if release is not None and release.requires is None:
+        releases = _companion_releases(pin, matrix)
+        unknown = [r for r in releases if r.requires is None]
+        if unknown:
             out.append(
-                f"{pin}: its own metadata names no framework version "
-                f"({release.source}): not used to choose the image"
+                f"{pin}: {pin.name} {', '.join(r.version for r in unknown)} names no "
+                f"framework version in its own metadata ({unknown[0].source}): not used to "
+                "choose the image"
             )
     return out
 
 
 def _companion_pin(pin: Pin, matrix: Matrix) -> Pin | None:
-    """The framework pin an exact companion pin implies, from the companion's metadata."""
-    release = _companion_release(pin, matrix)
-    if release is None or release.requires is None:
+    """The framework pin a companion pin implies, from the metadata of each recorded
+    release the pin allows: torchvision==0.16.0 -> torch==2.1.0; torchvision>=0.16,<0.17
+    (Poetry's ^0.16.0) -> torch ==2.1.0, ==2.1.1 or ==2.1.2, so a range steers as an
+    exact pin does. None where no recorded release meets it, or one of those names no
+    framework version (then any framework version could do)."""
+    releases = _companion_releases(pin, matrix)
+    if not releases or any(r.requires is None for r in releases):
         return None
-    requirement = Requirement(release.requires)
+    required = [Requirement(r.requires) for r in releases if r.requires]
+    specifiers = tuple(dict.fromkeys(str(r.specifier) for r in required))
+    shown = (
+        f"{pin.name}=={releases[0].version}"
+        if len(releases) == 1
+        else f"{pin.name} {releases[0].version} to {releases[-1].version}"
+    )
     return Pin(
-        requirement.name,
-        str(requirement.specifier),
-        f"{pin.where}, through {pin.name}=={release.version}'s Requires-Dist",
+        required[0].name,
+        specifiers[0],
+        f"{pin.where}, through {shown}'s Requires-Dist",
+        alternatives=specifiers if len(specifiers) > 1 else (),
     )
 
 
-def _companion_release(pin: Pin, matrix: Matrix) -> Companion | None:
-    """The recorded companion release an exact pin (``==0.16.0``, build label ignored)
-    names; None for any other pin."""
-    if not pin.specifier.startswith("==") or "," in pin.specifier or "*" in pin.specifier:
-        return None
-    return matrix.companion(pin.name, pin.specifier[2:].strip().split("+")[0])
+def _companion_releases(pin: Pin, matrix: Matrix) -> list[Companion]:
+    """The recorded releases of the companion `pin` names that its specifier allows
+    (build labels ignored: ==0.16.0+cu121 is 0.16.0), oldest first; none for a package
+    that is no companion, or an unpinned one."""
+    if not pin.specifier:
+        return []
+    try:
+        allowed = SpecifierSet(re.sub(r"\+[\w.]+", "", pin.specifier))
+    except InvalidSpecifier:
+        return []
+    found = [
+        c
+        for c in matrix.companions
+        if c.package == pin.name and allowed.contains(c.version, prereleases=True)
+    ]
+    return sorted(found, key=lambda c: parse_version(c.version))

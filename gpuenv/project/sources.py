@@ -203,6 +203,12 @@ def parse_requirement(text: str) -> Requirement:
     cleaned = re.sub(r"\s--?[a-z][a-z-]*(=\S+|\s+\S+)?", "", f" {text}").strip()
     if not cleaned:
         raise InvalidRequirement(f"'{text}' names no package")
+    egg = _EGG.match(cleaned)
+    if egg:
+        raise InvalidRequirement(
+            "it names its package the legacy way (#egg=), which gpuenv does not read: "
+            f"write it as PEP 508 has it, '{egg['name']} @ {egg['url']}'"
+        )
     return Requirement(cleaned)
 
 
@@ -262,15 +268,6 @@ def _read(
             continue
         if _is_local_path(line):
             _local(project_dir, relative, number, line, into)
-            continue
-        egg = _EGG.match(line)
-        if egg:
-            into.problem(
-                relative,
-                number,
-                f"'{line}' names its package the legacy way (#egg=), which gpuenv does not "
-                f"read: write it as PEP 508 has it, '{egg['name']} @ {egg['url']}'",
-            )
             continue
         try:
             requirement = parse_requirement(line)

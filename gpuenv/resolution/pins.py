@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import combinations
 
 from gpuenv.common.versions import matches, parse_version
@@ -20,14 +19,26 @@ from gpuenv.resolution.verdicts import Candidate
 
 @dataclass(frozen=True)
 class Pin:
-    """``torchvision==0.20.1`` from ``requirements.txt:2``."""
+    """``torchvision==0.20.1`` from ``requirements.txt:2``. A pin implied by a range of a
+    companion package (torchvision>=0.16,<0.17) may allow several specifiers, any of
+    which will do (`alternatives`: torch==2.1.0, ==2.1.1 or ==2.1.2)."""
 
     name: str
     specifier: str
     where: str
+    alternatives: tuple[str, ...] = ()
 
     def __str__(self) -> str:
+        if self.alternatives:
+            return f"{self.name} {' or '.join(self.alternatives)} ({self.where})"
         return f"{self.name}{self.specifier} ({self.where})"
+
+    def allows(self, version: str) -> bool:
+        """Whether an image's `version` of the package meets the pin (NVIDIA's builds
+        count as the release they precede)."""
+        if self.alternatives:
+            return any(ngc_satisfies(one, version) for one in self.alternatives)
+        return ngc_satisfies(self.specifier, version)
 
 
 def pin_reasons(row: ImageRow, pins: Sequence[Pin]) -> list[str]:
@@ -38,8 +49,8 @@ def pin_reasons(row: ImageRow, pins: Sequence[Pin]) -> list[str]:
         shipped = row.shipped(pin.name)
         if shipped is None and FRAMEWORK_PACKAGES.get(pin.name) == row.framework:
             out.append(f"its {pin.name} version is not recorded in the matrix ({pin})")
-        elif shipped is not None and not ngc_satisfies(pin.specifier, shipped):
-            out.append(f"ships {pin.name} {shipped}, not {pin.name}{pin.specifier} ({pin.where})")
+        elif shipped is not None and not pin.allows(shipped):
+            out.append(f"ships {pin.name} {shipped}, not {pin}")
     return out
 
 
@@ -90,7 +101,7 @@ def conflicting_pins(
         claims.append((f"gpuenv.yaml's version: '{spec.version}'", lambda v: matches(wanted, v)))
     for pin in pins:
         if FRAMEWORK_PACKAGES.get(pin.name) == spec.framework and pin.specifier:
-            claims.append((str(pin), partial(ngc_satisfies, pin.specifier)))
+            claims.append((str(pin), pin.allows))
     name = FRAMEWORK_NAMES.get(spec.framework, spec.framework)
     for (first, holds_first), (second, holds_second) in combinations(claims, 2):
         one = {v for v in versions if holds_first(v)}

@@ -256,7 +256,10 @@ def test_a_url_named_by_egg_is_answered_with_its_pep_508_rewrite(
     (tmp_path / "requirements.txt").write_text(f"torch==2.3.1\n{line}\n")
     result = invoke(tmp_path, "init", *A100)
     assert result.exit_code == 3, result.output
-    assert f"requirements.txt:2: '{line}' names its package the legacy way (#egg=)" in said(result)
+    assert (
+        f"requirements.txt:2: '{line}' is not a valid requirement: it names its package the legacy way (#egg=)"
+        in said(result)
+    )
     assert f"write it as PEP 508 has it, '{rewrite}'" in said(result)
 
 

@@ -87,6 +87,11 @@ def test_a_cuda_build_label_is_read_as_the_plain_pin(
         ("torchaudio==2.3.1\n", "nvcr.io/nvidia/pytorch:24.04-py3", "PyTorch 2.3"),
         # tf_keras-2.15.1 METADATA: Requires-Dist tensorflow <2.16,>=2.15
         ("tf-keras==2.15.1\n", "nvcr.io/nvidia/tensorflow:24.05-tf2-py3", "TensorFlow 2.15"),
+        # tf_keras-2.15.0 METADATA names no tensorflow; its maintainers' rule (tf-keras
+        # PR #758, #759): tf-keras X.Y follows TensorFlow X.Y. It got TF 2.16.1 before.
+        ("tf-keras==2.15.0\n", "nvcr.io/nvidia/tensorflow:24.05-tf2-py3", "TensorFlow 2.15"),
+        # Ranges steer as exact pins do (Poetry's ^0.16.0 locked torch 2.14 before)
+        ("torchvision>=0.16.0,<0.17.0\n", "nvcr.io/nvidia/pytorch:23.10-py3", "PyTorch 2.1"),
     ],
 )
 def test_a_companion_pin_steers_to_its_framework_version(
@@ -99,11 +104,14 @@ def test_a_companion_pin_steers_to_its_framework_version(
 
 
 def test_a_companion_release_without_a_framework_version_is_named(tmp_path: Path) -> None:
-    """tf_keras-2.15.0's METADATA has no Requires-Dist on tensorflow: unknown, said."""
-    result = init(tmp_path, "tf-keras==2.15.0\n")
+    """torchaudio-2.11.0's METADATA has no Requires-Dist on torch: unknown, said."""
+    result = init(tmp_path, "torchaudio==2.11.0\n")
     assert result.exit_code == 0, result.output
     said = " ".join(result.stderr.split())
-    assert "tf-keras==2.15.0 (requirements.txt:1): its own metadata names no framework" in said
+    assert (
+        "torchaudio==2.11.0 (requirements.txt:1): torchaudio 2.11.0 names no framework "
+        "version in its own metadata"
+    ) in said
 
 
 def test_every_companion_row_names_the_wheel_it_was_read_from() -> None:
@@ -112,8 +120,10 @@ def test_every_companion_row_names_the_wheel_it_was_read_from() -> None:
     companions = load_matrix().companions
     assert {c.package for c in companions} == {"torchvision", "torchaudio", "tf-keras"}
     for row in companions:
-        assert row.source.endswith(".whl METADATA Requires-Dist"), row
+        by_rule = row.source.startswith("tf-keras maintainers' rule (keras-team/tf-keras PR")
+        assert row.source.endswith(".whl METADATA Requires-Dist") or by_rule, row
         assert row.source.replace("_", "-").startswith(row.package.replace("_", "-")), row
+        assert not by_rule or row.source.endswith(".whl METADATA names none"), row
 
 
 @pytest.mark.parametrize(

@@ -72,3 +72,34 @@ def test_closest_means_nearest_by_version_not_newest(
     after = lines[lines.index(next(x for x in lines if x.endswith("the closest:"))) + 1 :]
     assert after[0].startswith(first_closest), result.stderr
     assert "26." not in " ".join(after[:3])  # never the newest images for an old version
+
+
+POETRY = """[tool.poetry]
+name = "p"
+version = "0.1.0"
+
+[tool.poetry.dependencies]
+python = "^3.10"
+torch = "^2.1.0"
+torchvision = "^0.16.0"
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pyproject.toml", POETRY),
+        ("requirements.txt", "torch>=2.1\ntorchvision~=0.16.0\n"),
+        ("environment.yml", "dependencies:\n  - pytorch>=2.1\n  - torchvision=0.16\n"),
+    ],
+)
+def test_a_companion_range_steers_as_an_exact_pin_in_every_layout(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    """torchvision 0.16.x requires torch 2.1.x (its own metadata): the lock takes a
+    PyTorch 2.1 image, never the newest (torch 2.14), and `check` agrees."""
+    (tmp_path / name).write_text(text)
+    result = invoke(tmp_path, "init", "--driver", "550.54.15", "--gpu", "A100")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:23.10-py3"
+    assert invoke(tmp_path, "check").exit_code == 0
