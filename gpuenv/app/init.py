@@ -8,7 +8,9 @@ from gpuenv.app.lock import Note, Notify, no_notes, project_pins, unknown_compan
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.files import atomic_write
 from gpuenv.errors import (
+    Problem,
     ResolutionError,
+    SpecError,
     UsageError,
 )
 from gpuenv.lock.lockfile import (
@@ -17,9 +19,11 @@ from gpuenv.lock.lockfile import (
     write_lock,
 )
 from gpuenv.matrix.load import load_matrix
-from gpuenv.project.detect import detect_project, render_spec
+from gpuenv.matrix.model import FRAMEWORK_NAMES
+from gpuenv.project.detect import detect_project, render_spec, version_from_specifier
 from gpuenv.project.overrides import Overrides
 from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
+from gpuenv.project.unread import FIXES, unread_pins
 from gpuenv.project.validate import parse_spec_text
 from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.resolution.resolve import resolve
@@ -74,6 +78,7 @@ def _init_project(
     matrix = load_matrix()
     host = plan.host(matrix)
     detected = detect_project(directory, overrides.framework)
+    _refuse_unread_pins(directory, overrides, detected.version)
     chosen_framework = overrides.framework or detected.framework
     if chosen_framework is None:
         chosen_framework = "pytorch"
@@ -123,3 +128,40 @@ def _init_project(
     atomic_write(spec_path, text)
     write_lock(lock_path, lock_from_resolution(resolution, matrix.version))
     return resolution
+
+
+def _refuse_unread_pins(directory: str, overrides: Overrides, read_version: str | None) -> None:
+    """A framework pinned only in a file gpuenv does not read (Pipfile, setup.cfg,
+    pixi.toml) is refused with the fix (exit 3): locked on the newest image instead, the
+    project would run another framework version than the one its team pinned. A version
+    from the files gpuenv reads, or --version, decides; then nothing is refused."""
+    if overrides.version or read_version:
+        return
+    pins = [
+        pin
+        for pin in unread_pins(directory)
+        if overrides.framework is None or pin.framework == overrides.framework
+    ]
+    if not pins:
+        return
+    files = list(dict.fromkeys(pin.file for pin in pins))
+    raise SpecError(
+        [
+            Problem(
+                pin.file,
+                pin.line,
+                None,
+                None,
+                f"{pin} pins {FRAMEWORK_NAMES[pin.framework]}, but gpuenv does not read "
+                f"{pin.file}: the lock would not follow it",
+            )
+            for pin in pins
+        ],
+        hint=f"write it where gpuenv reads it: {'; '.join(FIXES[f] for f in files)}; then "
+        f"`gpuenv init` again (or pass the version: `gpuenv init --framework "
+        f"{pins[0].framework} --version {_series(pins[0].specifier)}`)",
+    )
+
+
+def _series(specifier: str) -> str:
+    return version_from_specifier(specifier) or specifier

@@ -249,8 +249,9 @@ def init(
 
     Reads the project's dependency sources (requirements.txt with its includes, or a
     requirements/ folder's base.txt; pyproject.toml with uv.lock; environment.yml) and
-    names them in `requirements:`; what it finds and does not read (Pipfile, other
-    requirements files, optional groups, Poetry sources) is named with what to do.
+    names them in `requirements:`; what it finds and does not read (Pipfile, setup.cfg,
+    pixi.toml, other requirements files, optional groups, Poetry sources) is named with
+    what to do, and a framework pinned only there is refused (exit 3) with the fix.
     The framework is what they need (torch==2.3.1 → pytorch "2.3"; a [build-system]
     pin; tf-keras → tensorflow; torchvision==0.16.0 → torch 2.1 by its metadata);
     several frameworks fail and ask for --framework. Python from .python-version,

@@ -345,6 +345,16 @@ def _unused(root: Path, sources: list[str]) -> list[str]:
             "pyproject.toml with uv.lock, and environment.yml): write them out with "
             "`pipenv requirements > requirements.txt`, then run `gpuenv init --force`"
         )
+    if (root / "setup.cfg").is_file():
+        out.append(
+            "setup.cfg: its [options] install_requires are not read (list them in "
+            "requirements.txt or pyproject.toml's [project] dependencies)"
+        )
+    if (root / "pixi.toml").is_file():
+        out.append(
+            "pixi.toml: not read (gpuenv reads environment.yml): export it with `pixi "
+            "project export conda-environment environment.yml`, then run `gpuenv init --force`"
+        )
     if (root / "setup.py").is_file():
         out.append(
             "setup.py: dependencies declared in code are not read (list them in "

@@ -41,8 +41,9 @@ CASES = [
         ["found requirements/base.txt:1: torch==2.3.1", "not installed: requirements/dev.txt"],
     ),
     (
+        # a Pipfile that pins the framework is refused (test_verdicts.py); unpinned, named
         "Pipfile and Pipfile.lock: named as not read, with the export command",
-        {"Pipfile": '[packages]\ntorch = "==2.3.1"\n', "Pipfile.lock": "{}\n"},
+        {"Pipfile": '[packages]\ntorch = "*"\n', "Pipfile.lock": "{}\n"},
         [
             "Pipfile and Pipfile.lock: not read",
             "pipenv requirements > requirements.txt",

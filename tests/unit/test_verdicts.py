@@ -103,3 +103,46 @@ def test_a_companion_range_steers_as_an_exact_pin_in_every_layout(
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "nvcr.io/nvidia/pytorch:23.10-py3"
     assert invoke(tmp_path, "check").exit_code == 0
+
+
+# (a layout gpuenv does not read, its text, the line of the pin, the fix named)
+UNREAD = [
+    ("Pipfile", '[packages]\nrequests = "*"\ntorch = "==2.1.2"\n', 3, "pipenv requirements"),
+    ("Pipfile", '[packages]\ntorch = {version = "==2.1.2", index = "pytorch"}\n', 2, "pipenv"),
+    (
+        "setup.cfg",
+        "[metadata]\nname = p\n[options]\ninstall_requires =\n    numpy\n    torch==2.1.2\n",
+        6,
+        "move [options] install_requires",
+    ),
+    (
+        "pixi.toml",
+        '[project]\nname = "p"\n[dependencies]\npytorch = "2.1.*"\n',
+        4,
+        "pixi project export",
+    ),
+    ("pixi.toml", '[pypi-dependencies]\ntorch = "==2.1.2"\n', 2, "pixi project export"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "line", "fix"), UNREAD)
+def test_a_framework_pinned_only_in_an_unread_layout_is_refused_with_the_fix(
+    tmp_path: Path, name: str, text: str, line: int, fix: str
+) -> None:
+    """A Pipfile-only project with torch==2.1.2 was warned about, then locked on torch
+    2.14 with exit 0. Now exit 3, the pin located, and how to write it where gpuenv reads
+    it; nothing written. --version decides, and then init goes on."""
+    (tmp_path / name).write_text(text)
+    result = invoke(tmp_path, "init", "--driver", "550.54.15", "--gpu", "A100")
+    assert result.exit_code == 3, result.output
+    assert f"{name}:{line}: torch" in result.stderr and f"gpuenv does not read {name}" in said(
+        result
+    )
+    assert fix in said(result) and "--framework pytorch --version 2.1" in said(result)
+    assert not (tmp_path / "gpuenv.yaml").exists() and not (tmp_path / "gpuenv.lock").exists()
+    chosen = invoke(
+        tmp_path, "init", "--framework", "pytorch", "--version", "2.1", "--driver", "550.54.15"
+    )
+    assert chosen.exit_code == 0, chosen.output
+    assert chosen.stdout.strip() == "nvcr.io/nvidia/pytorch:23.10-py3"
+    assert f"{name}: not read" in said(chosen) or f"{name}: its [options]" in said(chosen)
