@@ -20,6 +20,7 @@ from gpuenv.lock.lockfile import (
 )
 from gpuenv.matrix.load import load_matrix
 from gpuenv.matrix.model import FRAMEWORK_NAMES
+from gpuenv.project.dependencies import check_installable
 from gpuenv.project.detect import detect_project, render_spec, version_from_specifier
 from gpuenv.project.overrides import Overrides
 from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
@@ -125,6 +126,8 @@ def _init_project(
             )
         )
         raise
+    row = resolution.row
+    check_installable(spec, row.image, row.python, row.framework_version)
     atomic_write(spec_path, text)
     write_lock(lock_path, lock_from_resolution(resolution, matrix.version))
     return resolution

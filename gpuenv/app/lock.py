@@ -33,7 +33,7 @@ from gpuenv.lock.lockfile import (
 )
 from gpuenv.matrix.load import Matrix, load_matrix
 from gpuenv.matrix.model import Companion
-from gpuenv.project.dependencies import read_dependencies
+from gpuenv.project.dependencies import check_installable, read_dependencies
 from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.project.sources import environment
 from gpuenv.project.spec import Spec
@@ -163,6 +163,8 @@ def _update_lock(
     for note in unknown_companions(pins, matrix):
         notify(Note("warn", note))
     resolution = resolve(spec, matrix, host, prefer=prefer, pins=pins, newest=newest)
+    row = resolution.row
+    check_installable(spec, row.image, row.python, row.framework_version)
     same_image = existing is not None and existing.image == resolution.row.image
     digest = existing.digest if existing is not None and same_image else ""
     new_lock = _carried(lock_from_resolution(resolution, matrix.version, digest), existing)

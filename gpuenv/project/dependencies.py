@@ -261,3 +261,17 @@ def needs_python(spec: Spec, image: str, python: str | None, framework: str) -> 
         "`requirements:` and `packages:` (apt: [python3-pip] adds Debian's Python, which "
         "gpuenv does not manage)",
     )
+
+
+def check_installable(
+    spec: Spec, image: str, python: str | None, framework_version: str | None
+) -> None:
+    """What `gpuenv check` refuses of the dependencies on an image, refused the same way
+    before a lock is written (`lock`, `init`): one validator, so a lock `check` would
+    reject is never written. SpecError (exit 3)."""
+    if not (spec.requirements or spec.packages):
+        return
+    collected = read_dependencies(spec, python)
+    plan = plan_install(collected, spec.framework, framework_version, python)
+    if not plan.empty:
+        needs_python(spec, image, python, spec.framework)

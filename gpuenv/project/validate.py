@@ -307,10 +307,13 @@ def _mig_request(check: SpecChecker, value: dict[Any, Any]) -> GpuRequest | None
             "(`gpuenv doctor` lists this host's)",
         )
         ok = False
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GPUS:
         check.add((*path, "count"), f"{describe(count)} is not a count of at least 1")
         ok = False
     return GpuRequest("mig", count=count, profile=profile) if ok else None
+
+
+MAX_GPUS = 4096  # far more than one host has: a larger number is a typo
 
 
 def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
@@ -324,6 +327,13 @@ def parse_gpus_value(check: SpecChecker, value: Any) -> GpuRequest | None:
                 ("gpus",),
                 "a GPU count must be at least 1 (use 'none' for no GPU, or [0] for the GPU "
                 "with index 0)",
+            )
+            return None
+        if value > MAX_GPUS:
+            check.add(
+                ("gpus",),
+                f"{value} GPUs: a count is at most {MAX_GPUS} (no host has more); "
+                "use 'all' for every GPU of the host",
             )
             return None
         return GpuRequest("count", count=value)
@@ -353,7 +363,8 @@ def _gpu_devices(check: SpecChecker, items: list[Any], *, listed: bool) -> GpuRe
         if device is None:
             check.add(
                 item_path,
-                f"{describe(item)} is not a GPU index (0, 1, ...) or UUID (GPU-... or MIG-...); "
+                f"{describe(item)} is not a GPU index (0 to {MAX_GPUS - 1}) or UUID (GPU-... or "
+                "MIG-...); "
                 "use all, none, optional, a count or {mig: PROFILE, count: N} for the whole field",
             )
         elif device in devices:
@@ -367,9 +378,11 @@ def _gpu_devices(check: SpecChecker, items: list[Any], *, listed: bool) -> GpuRe
 
 def _gpu_device(item: Any) -> str | None:
     """A GPU index (a number, or digits) or a GPU or MIG UUID, as text; else None."""
-    if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+    if isinstance(item, int) and not isinstance(item, bool) and 0 <= item < MAX_GPUS:
         return str(item)
-    if isinstance(item, str) and (item.isdigit() or re.match(_GPU_UUID, item)):
+    if isinstance(item, str) and item.isdigit() and int(item) < MAX_GPUS:
+        return str(int(item))
+    if isinstance(item, str) and re.match(_GPU_UUID, item):
         return item
     return None
 

@@ -389,8 +389,56 @@ def resolve(
         )
         error.candidates = candidates
         raise error
-    warnings = (*notes, *warnings_for(chosen, host, gpus))
+    warnings = (
+        *notes,
+        *host_lacks(spec, host, all_gpus),
+        *driver_unheard_of(host, matrix),
+        *warnings_for(chosen, host, gpus),
+    )
     return Resolution(spec, host, chosen, candidates, gpus, warnings)
+
+
+def driver_unheard_of(host: Host, matrix: Matrix) -> list[str]:
+    """A driver far newer than any toolkit's in the matrix (`--driver 9999.1`): every
+    image counts as native on it, which is true only if the version is; said."""
+    if host.driver is None:
+        return []
+    newest = max((t.min_driver for t in matrix.toolkits), key=driver_tuple, default=None)
+    if newest is None or driver_tuple(host.driver)[0] < driver_tuple(newest)[0] + 100:
+        return []
+    return [
+        f"driver {host.driver} is far newer than any driver the matrix knows (the newest "
+        f"CUDA toolkit needs {newest}): every image counts as native on it; check the "
+        "version (`nvidia-smi --query-gpu=driver_version --format=csv`)"
+    ]
+
+
+def host_lacks(spec: Spec, host: Host, gpus: Sequence[HostGpu]) -> list[str]:
+    """What the spec's `gpus:` asks that the host (known or described) does not have: a
+    GPU index or UUID it lacks, more GPUs than it has. Said, with the fix; the image is
+    then checked against all its GPUs (a lock may be made for another machine)."""
+    if not gpus:
+        return []
+    request = spec.gpus
+    where = host.describe()
+    if request.mode == "devices":
+        known = {str(g.gpu.index) for g in gpus} | {g.gpu.uuid for g in gpus if g.gpu.uuid}
+        known |= {m.uuid for g in gpus for m in g.gpu.mig_devices}
+        missing = [d for d in request.devices if d not in known]
+        if missing:
+            has = ", ".join(str(g.gpu.index) for g in gpus)
+            return [
+                f"gpuenv.yaml's gpus names GPU {', '.join(missing)}, which this host does not "
+                f"have (GPU {has}; {where}): the image was checked against all its GPUs; "
+                "fix `gpus:`, or plan for the host that has it (--gpu, GPUENV_HOST_FILE)"
+            ]
+    if request.mode == "count" and request.count and request.count > len(gpus):
+        return [
+            f"gpuenv.yaml asks for {request.count} GPUs; this host has {len(gpus)} ({where}): "
+            "a run here waits for ever or fails; ask for fewer, or plan for the host that "
+            "has them"
+        ]
+    return []
 
 
 def _newest(

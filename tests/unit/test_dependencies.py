@@ -224,10 +224,10 @@ def test_why_framework_none_with_requirements_needs_python(tmp_path: Path) -> No
     locked = runner.invoke(
         main, ["-C", str(tmp_path), "lock", "--driver", "580.95.05", "--gpu", "RTX 4090"]
     )
-    assert locked.exit_code == 0, locked.output
-    result = runner.invoke(main, ["-C", str(tmp_path), "check"])
-    assert result.exit_code == 3
-    assert "has no Python" in result.stderr and "choose a framework image" in result.stderr
+    # lock refuses it as check does (issue 31: one validator), and writes nothing
+    assert locked.exit_code == 3, locked.output
+    assert "has no Python" in locked.stderr and "choose a framework image" in locked.stderr
+    assert not (tmp_path / "gpuenv.lock").exists()
 
 
 def fake_image(root: Path, dists: dict[str, str], constraint: str) -> dict[str, str]:

@@ -146,3 +146,50 @@ def test_a_framework_pinned_only_in_an_unread_layout_is_refused_with_the_fix(
     assert chosen.exit_code == 0, chosen.output
     assert chosen.stdout.strip() == "nvcr.io/nvidia/pytorch:23.10-py3"
     assert f"{name}: not read" in said(chosen) or f"{name}: its [options]" in said(chosen)
+
+
+def test_lock_refuses_what_check_refuses(tmp_path: Path) -> None:
+    """`framework: none` (a plain CUDA image, no Python) with requirements: `lock` wrote
+    the lock, then `check` rejected it. One validator: `lock` refuses it too, and writes
+    nothing."""
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "gpuenv.yaml").write_text("name: n\nframework: none\n")
+    assert invoke(tmp_path, "lock", "--driver", "550.54.15").exit_code == 0
+    lock = (tmp_path / "gpuenv.lock").read_text()
+    (tmp_path / "gpuenv.yaml").write_text(
+        "name: n\nframework: none\nrequirements: [requirements.txt]\n"
+    )
+    checked = invoke(tmp_path, "check")
+    locked = invoke(tmp_path, "lock", "--driver", "550.54.15")
+    assert locked.exit_code == checked.exit_code == 3, locked.output + checked.output
+    why = "field 'framework': is none, and"
+    assert why in said(locked) and why in said(checked)
+    assert (tmp_path / "gpuenv.lock").read_text() == lock  # not rewritten
+
+
+# (gpus: in gpuenv.yaml, exit code, what is said) on a described one-A100 host
+GPU_REQUESTS = [
+    ("[3]", 0, "gpuenv.yaml's gpus names GPU 3, which this host does not have (GPU 0;"),
+    ("5", 0, "gpuenv.yaml asks for 5 GPUs; this host has 1"),
+    ("99999999999999999999999", 3, "a count is at most 4096 (no host has more)"),
+    ("[99999]", 3, "is not a GPU index (0 to 4095)"),
+    ("{mig: 1g.10gb, count: 100000}", 3, "is not a count of at least 1"),
+]
+
+
+@pytest.mark.parametrize(("gpus", "code", "message"), GPU_REQUESTS)
+def test_a_gpu_request_the_host_cannot_meet_is_said(
+    tmp_path: Path, gpus: str, code: int, message: str
+) -> None:
+    (tmp_path / "gpuenv.yaml").write_text(f"name: g\nframework: pytorch\ngpus: {gpus}\n")
+    result = invoke(tmp_path, "resolve", "--driver", "550.54.15", "--gpu", "A100")
+    assert result.exit_code == code, result.output
+    assert message in said(result)
+
+
+def test_a_driver_newer_than_any_known_is_said(tmp_path: Path) -> None:
+    result = invoke(tmp_path, "resolve", "--framework", "pytorch", "--driver", "9999.1")
+    assert result.exit_code == 0, result.output
+    assert "driver 9999.1 is far newer than any driver the matrix knows" in said(result)
+    sane = invoke(tmp_path, "resolve", "--framework", "pytorch", "--driver", "580.65.06")
+    assert "far newer" not in sane.stderr
