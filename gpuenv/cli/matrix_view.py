@@ -12,7 +12,7 @@ from rich.table import Table
 from gpuenv.cli import output, ui
 from gpuenv.matrix.load import FRAMEWORK_NAMES, Matrix
 from gpuenv.matrix.overlay import OverlayRow, disagreements, origin, overlay_path
-from gpuenv.matrix.sync import SyncReport
+from gpuenv.matrix.sync import SyncReport, how_to_record
 
 EVIDENCE_STYLE = {"primary": "green", "image": "cyan", "secondary": "yellow", "unverified": "red"}
 
@@ -183,6 +183,14 @@ def show_matrix(
     notice = matrix.notice(table)
     if notice:
         ui.warn(notice)  # on stderr: the JSON on stdout keeps its shape
+    rows = [] if table in ("gpus", "none") else matrix.images_for(table)
+    unknown = [row.tag for row in rows if not row.framework_version]
+    if unknown:
+        ui.warn(
+            f"? = not recorded: {len(unknown)} {FRAMEWORK_NAMES[table]} images have no "
+            "framework version in the matrix (why, per row: `framework_version_unknown` in "
+            f"--json); {how_to_record(table)}"
+        )
 
 
 def _origins(origins: Counter[str], conflicts: Sequence[object]) -> None:

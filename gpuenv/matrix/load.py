@@ -132,6 +132,12 @@ def _image_row(
         source=_where(doc, path),
         platforms=_platforms(rows, path, entry.get("platforms", [])),
         ships=_ships(rows, path, entry.get("ships", {})),
+        framework_version_unknown=rows.text(
+            (*path, "framework_version_unknown"),
+            entry.get("framework_version_unknown"),
+            nullable=True,
+        )
+        or "",
     )
 
 

@@ -34,7 +34,7 @@ IMAGE_FIELDS = (
     "note",
 )
 # Fields a row may leave out (older files, rows whose value nobody knows).
-OPTIONAL_IMAGE_FIELDS = ("platforms", "ships")
+OPTIONAL_IMAGE_FIELDS = ("platforms", "ships", "framework_version_unknown")
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ class ImageRow:
     # (distribution, version) of packages NVIDIA builds into the image besides the
     # framework (torchvision, triton, flash-attn...); absent ones are not known.
     ships: tuple[tuple[str, ...], ...] = ()
+    # Why framework_version is null: where it was looked for, and not found
+    framework_version_unknown: str = ""
 
     def shipped(self, name: str) -> str | None:
         """The version of `name` the image ships: the framework's own, or from `ships`."""

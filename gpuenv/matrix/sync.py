@@ -34,6 +34,25 @@ VERSION_ENV = {
     "none": (),
 }
 RELEASE_ENV = {"pytorch": "NVIDIA_PYTORCH_VERSION", "tensorflow": "NVIDIA_TENSORFLOW_VERSION"}
+IMPORT_NAMES = {"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
+
+
+def how_to_record(framework: str) -> str:
+    """How a user records a framework version the matrix lacks, for messages.
+
+    >>> how_to_record("pytorch")
+    "`gpuenv matrix sync pytorch` reads it from the images' own environment"
+    """
+    if VERSION_ENV.get(framework):
+        return f"`gpuenv matrix sync {framework}` reads it from the images' own environment"
+    module = IMPORT_NAMES.get(framework, framework)
+    return (
+        f"`gpuenv matrix sync {framework}` cannot (NGC {framework} images state no version "
+        f"variable): `docker run --rm IMAGE python -c 'import {module}; "
+        f"print({module}.__version__)'` says it, for your matrix overlay"
+    )
+
+
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",

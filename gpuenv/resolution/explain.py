@@ -10,6 +10,7 @@ from gpuenv.common.versions import driver_branch, driver_tuple, parse_version, s
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Host
 from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow
+from gpuenv.matrix.sync import how_to_record
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.verdicts import Candidate, HostGpu
 
@@ -253,6 +254,25 @@ def _release_number(text: str) -> int:
     return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
 
 
+def _could_have(version: str, rows: Sequence[ImageRow]) -> list[str]:
+    """The tags of the rows without a recorded framework version that could have
+    `version`: NGC releases never go back in version, so an unrecorded row's version
+    lies between its recorded neighbours' (26.10 after 26.09's torch 2.14 cannot be
+    torch 1.9). Rows are newest first."""
+    wanted = _release_number(version)
+    out = []
+    for index, row in enumerate(rows):
+        if row.framework_version:
+            continue
+        newer = next((r for r in reversed(rows[:index]) if r.framework_version), None)
+        older = next((r for r in rows[index + 1 :] if r.framework_version), None)
+        low = _release_number(older.framework_version or "") if older else None
+        high = _release_number(newer.framework_version or "") if newer else None
+        if (low is None or wanted >= low) and (high is None or wanted <= high):
+            out.append(row.tag)
+    return out
+
+
 def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
     """When the framework version pin is what nothing satisfies: drop it where no image
     records a version, else name the nearest versions NVIDIA shipped."""
@@ -262,10 +282,18 @@ def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
         return []
     label = FRAMEWORK_NAMES[spec.framework]
     known = [c.row for c in candidates if c.row.framework_version]
+    unknown = _could_have(spec.version, [c.row for c in candidates])
+    gap = (
+        f" (the {label} version of {len(unknown)} of {len(candidates)} images is not "
+        f"recorded: {', '.join(unknown[:4])}{', …' if len(unknown) > 4 else ''}; "
+        f"{how_to_record(spec.framework)})"
+        if unknown
+        else ""
+    )
     if not known:
         return [
             f"drop the {label} version pin (version: '{spec.version}'): no {label} image in "
-            f"the matrix records its {label} version (`gpuenv matrix {spec.framework}`)"
+            f"the matrix records its {label} version (`gpuenv matrix {spec.framework}`){gap}"
         ]
     wanted = _release_number(spec.version)
     by_release: dict[str, str] = {}
@@ -277,6 +305,11 @@ def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
 
     nearest = sorted(by_release.items(), key=distance)[:3]
     shown = ", ".join(f"{version} ({tag})" for version, tag in nearest)
+    if unknown:
+        return [
+            f"no {label} image whose version the matrix records has {label} {spec.version}; "
+            f"the nearest recorded: {shown}{gap}"
+        ]
     return [f"no {label} image has {label} {spec.version}; the nearest NVIDIA shipped: {shown}"]
 
 

@@ -32,6 +32,7 @@ from gpuenv.common.versions import (
 )
 from gpuenv.host.machine import Host
 from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow, Matrix
+from gpuenv.matrix.sync import how_to_record
 from gpuenv.project.spec import Spec
 from gpuenv.resolution.explain import (
     SPEC_FIELDS,
@@ -455,7 +456,7 @@ def _newest(
 
     def doubt(candidate: Candidate) -> str | None:
         if spec.framework != "none" and not candidate.row.framework_version:
-            return f"the matrix does not record their {name} version"
+            return f"their {name} version is not recorded in the matrix"
         if not candidate.route_verified:
             return "they run here only by a forward compatibility NVIDIA's documents disagree on"
         return None
@@ -467,13 +468,14 @@ def _newest(
         passed.setdefault(doubt(candidate) or "", []).append(candidate.row.tag)
     for why, tags in passed.items():
         listed = ", ".join(tags[:4]) + (", …" if len(tags) > 4 else "")
+        record = f" ({how_to_record(spec.framework)})" if "not recorded" in why else ""
         notes.append(
             f"newer images fit but {why} ({listed}): not chosen, so the lock says what it "
-            "runs; `--newest` takes the newest of them"
+            f"runs; `--newest` takes the newest of them{record}"
         )
     if spec.framework != "none" and not chosen.row.framework_version:
         notes.append(
             f"the {name} version of {chosen.row.image} is not recorded in the matrix: "
-            "the lock says unknown; the image itself says which (its NGC environment)"
+            f"the lock says unknown; {how_to_record(spec.framework)}"
         )
     return chosen

@@ -93,8 +93,8 @@ def test_resolves(matrix: Matrix, fields: dict[str, str], host: Host, tag: str, 
     [
         ("tensorflow", {}, "nvcr.io/nvidia/tensorflow:25.02-tf2-py3"),
         # The newest JAX tag whose JAX version the matrix records (26.07's, the newest
-        # tag in use per matrix-audit 3, is not).
-        ("jax", {}, "nvcr.io/nvidia/jax:25.04-py3"),
+        # tag in use per matrix-audit 3, is not; 26.05's was found for issue 31).
+        ("jax", {}, "nvcr.io/nvidia/jax:26.05-py3"),
         ("none", {"cuda": "12.4"}, "nvcr.io/nvidia/cuda:12.4.1-cudnn-devel-ubuntu22.04"),
     ],
 )
@@ -332,7 +332,11 @@ def test_an_unrecorded_framework_version_is_named_not_chosen(matrix: Matrix) -> 
     host = make_host("580.95.05", "NVIDIA GeForce RTX 5090")
     chosen = resolve(spec(), matrix, host)
     assert chosen.row.tag == "26.09-py3" and chosen.row.framework_version
-    assert any("does not record their PyTorch version (26.10-py3)" in w for w in chosen.warnings)
+    assert any(
+        "their PyTorch version is not recorded in the matrix (26.10-py3)" in w
+        and "`gpuenv matrix sync pytorch` reads it" in w
+        for w in chosen.warnings
+    )
     newest = resolve(spec(), matrix, host, newest=True)
     assert newest.row.tag == "26.10-py3" and newest.row.framework_version is None
     assert any(
