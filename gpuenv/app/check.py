@@ -119,7 +119,25 @@ def check_project(
     lock_ok = all(i.error is None for i in items if i.subject == LOCK_FILENAME)
     if existing is not None and lock_ok and host_ok and matrix is not None:
         items.append(_runs_here_item(existing, matrix, detect()))
-    return CheckReport(tuple(items))
+    return CheckReport(_no_tick_for_a_faulty_file(items))
+
+
+def _no_tick_for_a_faulty_file(items: list[CheckItem]) -> tuple[CheckItem, ...]:
+    """No ✓ for a file another item then reports a problem in (`✓ gpuenv.yaml: valid`,
+    then the dependencies' error at gpuenv.yaml's `framework`): its line is dropped, the
+    problem is what is said of it."""
+    faulty = {
+        problem.file
+        for item in items
+        if item.error is not None
+        for problem in getattr(item.error, "problems", ())
+    }
+    return tuple(
+        CheckItem(item.subject, None, item.error, item.warnings)
+        if item.ok is not None and item.subject in faulty
+        else item
+        for item in items
+    )
 
 
 def _runs_here_item(lock: Lock, matrix: Matrix, host: Host) -> CheckItem:

@@ -18,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.versions import parse_version
 from gpuenv.errors import GpuenvError, LockError
+from gpuenv.host.machine import Host
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
     Lock,
@@ -197,6 +198,18 @@ def _carried(new_lock: Lock, existing: Lock | None) -> Lock:
         return replace(new_lock, overlay=existing.overlay)
     dated = replace(new_lock.overlay, exclude_newer=existing.overlay.exclude_newer)
     return replace(new_lock, overlay=dated)
+
+
+def resolve_project(spec: Spec, matrix: Matrix, host: Host, *, newest: bool = False) -> Resolution:
+    """What `gpuenv lock` would choose, without writing: the project's pins steer it the
+    same way, and what `check` and `lock` refuse is refused the same way (a dependency
+    file pip could not read is exit 3 here too, never another answer)."""
+    pins = project_pins(spec, matrix)
+    notes = unknown_companions(pins, matrix)
+    resolution = resolve(spec, matrix, host, pins=pins, newest=newest)
+    row = resolution.row
+    check_installable(spec, row.image, row.python, row.framework_version)
+    return replace(resolution, warnings=(*notes, *resolution.warnings))
 
 
 def project_pins(spec: Spec, matrix: Matrix | None = None) -> list[Pin]:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import click
 
+from gpuenv.app.lock import resolve_project
 from gpuenv.cli import output
 from gpuenv.cli.app import Context, host_options, json_option, spec_options
 from gpuenv.errors import ResolutionError
@@ -16,7 +17,6 @@ from gpuenv.lock.locked import LOCK_FILENAME
 from gpuenv.matrix.load import load_matrix
 from gpuenv.project.overrides import checked_overrides, spec_for
 from gpuenv.resolution.hostplan import HostPlan
-from gpuenv.resolution.resolve import resolve as do_resolve
 
 
 @click.command()
@@ -56,7 +56,9 @@ def resolve(
     """Choose the image for the spec on this host (or a described one).
 
     Uses gpuenv.yaml when present; flags override its fields, and with --framework
-    no spec file is needed. Prints the image reference; details go to stderr.
+    no spec file is needed. The project's dependency files steer it as they steer
+    `gpuenv lock` (torch==2.1.2 takes a PyTorch 2.1 image), and a file `check` refuses
+    is refused here too. Prints the image reference; details go to stderr.
     Nothing is written: `gpuenv lock` pins the result. Where gpuenv.lock pins another
     image, a warning says so. A data-center GPU below an image's minimum driver runs it
     by forward compatibility only on a branch NVIDIA supports; where NVIDIA's documents
@@ -74,7 +76,7 @@ def resolve(
     matrix = load_matrix()
     host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
-        resolution = do_resolve(spec, matrix, host, newest=newest)
+        resolution = resolve_project(spec, matrix, host, newest=newest)
         if os.path.exists(os.path.join(obj.directory, LOCK_FILENAME)):
             from gpuenv.app.lock import differs_from_lock  # the lock reader: ~60 ms
 

@@ -299,3 +299,43 @@ def test_conda_specs_with_operators_are_mapped_to_pip(
     (tmp_path / "environment.yml").write_text(f"dependencies:\n  - jax==0.4.26\n  - {line}\n")
     result = invoke(tmp_path, "init", *A100)
     assert said_of_it in said(result), result.output
+
+
+def test_check_never_ticks_a_file_it_then_reports_a_problem_in(tmp_path: Path) -> None:
+    """`✓ gpuenv.yaml: valid`, then an error at gpuenv.yaml's `framework`: no more."""
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    (tmp_path / "gpuenv.yaml").write_text("name: n\nframework: none\n")
+    assert invoke(tmp_path, "lock", *A100).exit_code == 0
+    (tmp_path / "gpuenv.yaml").write_text(
+        "name: n\nframework: none\nrequirements: [requirements.txt]\n"
+    )
+    result = invoke(tmp_path, "check")
+    assert result.exit_code == 3, result.output
+    assert "error: gpuenv.yaml: field 'framework'" in result.stderr
+    assert "✓ gpuenv.yaml" not in result.output
+
+
+@pytest.mark.parametrize("command", [("check",), ("resolve", *A100), ("lock", *A100)])
+def test_check_resolve_and_lock_describe_a_bad_file_the_same_way(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """`resolve` read no dependency file: a requirement pip could not read was exit 3 for
+    `check` and `lock`, and an image with exit 0 for `resolve`."""
+    (tmp_path / "requirements.txt").write_text("torch==\n")
+    (tmp_path / "gpuenv.yaml").write_text(SPEC + "requirements: [requirements.txt]\n")
+    result = invoke(tmp_path, *command)
+    assert result.exit_code == 3, result.output
+    assert "error: requirements.txt:1: 'torch==' is not a valid requirement" in result.stderr
+
+
+def test_resolve_answers_what_lock_locks(tmp_path: Path) -> None:
+    """The project's pins steer `resolve` as they steer `lock`: torch==2.1.2 is 23.10."""
+    (tmp_path / "requirements.txt").write_text("torch==2.1.2\n")
+    (tmp_path / "gpuenv.yaml").write_text(
+        "name: p\nframework: pytorch\nrequirements: [requirements.txt]\n"
+    )
+    resolved = invoke(tmp_path, "resolve", *A100)
+    locked = invoke(tmp_path, "lock", *A100)
+    assert resolved.exit_code == locked.exit_code == 0, resolved.output + locked.output
+    assert resolved.stdout.strip() == "nvcr.io/nvidia/pytorch:23.10-py3"
+    assert "nvcr.io/nvidia/pytorch:23.10-py3" in (tmp_path / "gpuenv.lock").read_text()
