@@ -130,7 +130,50 @@ def _init_project(
     check_installable(spec, row.image, row.python, row.framework_version)
     atomic_write(spec_path, text)
     write_lock(lock_path, lock_from_resolution(resolution, matrix.version))
+    ignored = ignore_own_files(directory)
+    if ignored:
+        notify(Note("info", f"added {', '.join(ignored)} to .gitignore (gpuenv's own files)"))
     return resolution
+
+
+# What gpuenv writes in a project that is not the team's: the lock of gpuenv.lock (held
+# while it is written), and .gpuenv/ (Slurm job scripts and their output).
+OWN_FILES = (f".{LOCK_FILENAME}.lock", ".gpuenv/")
+
+
+def ignore_own_files(directory: str) -> list[str]:
+    """Add gpuenv's own files to the project's .gitignore, where the project is in git (a
+    .gitignore there, or a .git at or above it): the lines it lacks, appended; never
+    gpuenv.yaml or gpuenv.lock, which are committed. Returns the lines added."""
+    path = os.path.join(directory, ".gitignore")
+    if not os.path.isfile(path) and not _in_git(directory):
+        return []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError):
+        return []  # a .gitignore gpuenv cannot read is left as it is
+    present = {line.strip().lstrip("/") for line in text.splitlines()}
+    missing = [name for name in OWN_FILES if name not in present]
+    if missing:
+        block = "# gpuenv's own files (commit gpuenv.yaml and gpuenv.lock, not these)\n"
+        block += "".join(f"{name}\n" for name in missing)
+        separator = "\n" if text and not text.endswith("\n") else ""
+        atomic_write(path, text + separator + ("\n" if text else "") + block)
+    return missing
+
+
+def _in_git(directory: str) -> bool:
+    folder = os.path.abspath(directory)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return True
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
 
 
 def _refuse_unread_pins(directory: str, overrides: Overrides, read_version: str | None) -> None:

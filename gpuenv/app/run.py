@@ -68,6 +68,7 @@ class RunRequest:
     detach: bool = False  # -d: start, hand the GPU claims to the container, return
     name: str | None = None
     freshness: Freshness = "update"  # --locked refuses a stale lock, --frozen uses it as is
+    workdir: str = ""  # the folder of the project it was started in ("src"): /workspace/src
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,7 @@ def configure(run: RunContext, plan: RunPlan, reservation: Reservation) -> dict[
         stdin=run.terminal.stdin,
         binds=plan.binds,
         device_requests=requests,
+        workdir=request.workdir,
     )
     if plan.memory is not None:
         config["HostConfig"]["Memory"] = plan.memory

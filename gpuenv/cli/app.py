@@ -49,6 +49,9 @@ FRAMEWORK_CHOICE = click.Choice(["pytorch", "tensorflow", "jax", "none"])
 class Context(NamedTuple):
     directory: str
     debug: bool
+    # Where the command was started, relative to `directory`, when gpuenv.yaml was found
+    # in a folder above it ("src/models"); "" otherwise. A run starts there in /workspace.
+    subfolder: str = ""
 
 
 def _debug(ctx: click.Context) -> bool:

@@ -82,7 +82,7 @@ run_options = apply(
 
 
 def _launch(obj: Context, quiet: bool, **options: Any) -> None:
-    launch_run(obj.directory, quiet, **options)
+    launch_run(obj.directory, quiet, workdir=obj.subfolder, **options)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

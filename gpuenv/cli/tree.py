@@ -13,6 +13,7 @@ import click
 from gpuenv import __version__
 from gpuenv.cli.app import Context, LazyGroup
 from gpuenv.errors import exit_codes_help
+from gpuenv.project.spec import find_project_dir
 
 COMMANDS = {
     "init": "gpuenv.cli.project.init",
@@ -86,7 +87,13 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Script:  --json on check, lock, init, resolve, matrix, doctor, ps, top,
              images, jobs (failures too); piped tables are tab-separated
     """
-    ctx.obj = Context(directory=os.path.abspath(directory), debug=debug)
+    folder, subfolder = os.path.abspath(directory), ""
+    given = ctx.get_parameter_source("directory") is not click.core.ParameterSource.DEFAULT
+    if not given and ctx.invoked_subcommand != "init":
+        found = find_project_dir(folder)  # as git, uv and Compose find theirs
+        if found is not None and found != folder:
+            folder, subfolder = found, os.path.relpath(folder, found)
+    ctx.obj = Context(directory=folder, debug=debug, subfolder=subfolder)
 
 
 if __name__ == "__main__":  # pragma: no cover

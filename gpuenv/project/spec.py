@@ -286,3 +286,20 @@ def parse_size(text: str) -> int | None:
     if suffix.lower() == "i":
         return None
     return int(float(number) * _SIZE_UNITS[unit.lower()])
+
+
+def find_project_dir(start: str) -> str | None:
+    """The nearest folder at or above `start` that holds a gpuenv.yaml, as git, uv and
+    Compose find theirs; None when no folder up to the root has one.
+
+    >>> find_project_dir("/nonexistent/place") is None
+    True
+    """
+    folder = os.path.abspath(start)
+    while True:
+        if os.path.isfile(os.path.join(folder, SPEC_FILENAME)):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent

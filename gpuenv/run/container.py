@@ -7,6 +7,7 @@ talks to the engine.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import resource
 import socket
@@ -157,15 +158,17 @@ def container_config(
     stdin: bool,
     binds: Sequence[Bind] = (),
     device_requests: Sequence[Mapping[str, Any]] | None = None,
+    workdir: str = "",
 ) -> dict[str, Any]:
     """The Engine API body for POST /containers/create. `binds`: the extra mounts, as
     gpuenv.project.mounts decided them (the spec's, under the user's rules, and --mount);
     the GPUs as `device_requests` (`run.devices`: legacy or CDI), the legacy request for
-    the grant without them."""
+    the grant without them. `workdir`: the project's subfolder the user started in,
+    where the command starts (a path inside the project, relative)."""
     return {
         "Image": image,
         "Cmd": list(command),
-        "WorkingDir": WORKSPACE,
+        "WorkingDir": posixpath.join(WORKSPACE, workdir) if workdir else WORKSPACE,
         "User": f"{identity.uid}:{identity.gid}" if identity else "",
         "Env": [f"{key}={value}" for key, value in _container_env(env, grant, identity).items()],
         "Tty": tty,

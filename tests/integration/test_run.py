@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import Installed, Project, containers, docker, gpuenv_failed
+from .conftest import GPUENV, Installed, Project, containers, docker, gpuenv_failed
 
 pytestmark = pytest.mark.integration
 
@@ -428,3 +428,20 @@ def test_spec_env_refers_to_the_images_own_variables(make_project) -> None:
     (service,) = compose["services"].values()
     assert service["environment"]["PATH"] == f"/opt/tools/bin:{image_path}"
     assert service["environment"]["LITERAL"] == "costs $$5"
+
+
+def test_started_in_a_subfolder_finds_the_project_and_starts_there(project: Project) -> None:
+    """gpuenv.yaml is found in a folder above (as git, uv and Compose find theirs), and
+    the command starts in the same subfolder of /workspace."""
+    sub = project.path / "src" / "models"
+    sub.mkdir(parents=True)
+    result = subprocess.run(
+        [*GPUENV, "run", "--", "pwd"],
+        capture_output=True,
+        text=True,
+        env=project.env,
+        cwd=sub,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "/workspace/src/models"
