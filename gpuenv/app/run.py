@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,7 +24,13 @@ from typing import Any
 from gpuenv.app.image import RunImage, image_for_run
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import GpuenvError, GpuPathBroken, GpuRuntimeMissing, UsageError
+from gpuenv.errors import (
+    EngineRefused,
+    GpuenvError,
+    GpuPathBroken,
+    GpuRuntimeMissing,
+    UsageError,
+)
 from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity
 from gpuenv.images.progress import ViewFactory
@@ -175,12 +182,21 @@ def launch(
     return outcome
 
 
+RUN_NAME = r"[a-zA-Z0-9][a-zA-Z0-9_.-]+"  # the names Docker and Podman take
+
+
 def checked_terminal(request: RunRequest, terminal: Terminal) -> Terminal:
     """The terminal the run gets: none for a detached run, which nobody types into."""
     if request.shell and not terminal.tty:
         raise UsageError("gpuenv shell needs a terminal", hint="use `gpuenv run -- CMD` instead")
     if request.name and not request.detach:
         raise UsageError("--name names a detached run: use it with -d")
+    if request.name and not re.fullmatch(RUN_NAME, request.name):
+        raise UsageError(
+            f"--name {request.name!r} is not a name the engine takes",
+            hint="use letters, digits and . _ - (starting with a letter or digit), at "
+            "least two, as `docker run --name` does",
+        )
     if request.detach:
         return Terminal(tty=False, stdin=False, uid=terminal.uid)
     return terminal
@@ -409,14 +425,25 @@ def _start(
     run: RunContext, plan: RunPlan, config: dict[str, Any], reservation: Reservation
 ) -> Outcome:
     if run.request.detach:
-        container = start_detached(
-            run.engine,
-            config,
-            name=run.request.name,
-            identity=plan.upload_identity,
-            accounts=plan.image.accounts,
-            after_start=reservation.hand_over,
-        )
+        try:
+            container = start_detached(
+                run.engine,
+                config,
+                name=run.request.name,
+                identity=plan.upload_identity,
+                accounts=plan.image.accounts,
+                after_start=reservation.hand_over,
+            )
+        except EngineRefused as exc:
+            name = run.request.name
+            if name and exc.status == 409 and "already in use" in exc.message:
+                raise EngineRefused(
+                    409,
+                    f"the name {name} is taken: a container of that name exists",
+                    hint=f"`gpuenv rm {name}` removes an ended run of that name (`gpuenv ps "
+                    "-a` lists them), or choose another --name",
+                ) from None
+            raise
         return Outcome(0, oom_killed=False, container=container)
     return run_container(
         run.engine,

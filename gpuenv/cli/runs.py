@@ -12,13 +12,14 @@ import click
 
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import engine
+from gpuenv.cli.base import report
 from gpuenv.cli.views import health_lines, runs_table
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.run.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
 from gpuenv.sharing.claims import ClaimStore
 from gpuenv.sharing.idle import known_state, run_idle
-from gpuenv.sharing.monitor import RunInfo, find_run, list_runs, run_health, stop_run
+from gpuenv.sharing.monitor import ENDED_STATES, RunInfo, find_run, list_runs, run_health, stop_run
 from gpuenv.sharing.statedir import state_dir
 from gpuenv.sharing.usage import UsageLog
 
@@ -51,7 +52,11 @@ def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
 
 @click.command()
 @click.option(
-    "--all", "show_all", is_flag=True, help="Also runs that have stopped but not been removed."
+    "-a",
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also runs that have stopped but not been removed (as `docker ps -a`).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
 def ps(show_all: bool, as_json: bool) -> None:
@@ -84,6 +89,12 @@ def stop(run_name: str) -> None:
     has stopped; its container stays (`gpuenv logs`, `gpuenv rm`).
     """
     run = stop_run(engine(), _runs(True), run_name, os.getuid())
+    if run.state in ENDED_STATES:
+        ui.info(
+            f"{run.name} has already ended ({run.state}): nothing to stop; `gpuenv logs "
+            f"{run.name}` shows its output, `gpuenv rm {run.name}` removes it"
+        )
+        return
     ui.success(f"stopped {run.name} ({run.project}, {run.user})")
 
 
@@ -135,11 +146,25 @@ def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
 
 
 @click.command()
-@click.argument("run_name", metavar="RUN")
-def rm(run_name: str) -> None:
-    """Remove a detached run that has ended, with its output: its owner, or root.
+@click.argument("run_names", metavar="RUN...", nargs=-1, required=True)
+def rm(run_names: tuple[str, ...]) -> None:
+    """Remove detached runs that have ended, with their output: their owner, or root.
 
-    Its end goes into the GPU-hours records (`gpuenv usage`)."""
-    run = owned_run(_runs(True), run_name, os.getuid(), "remove")
-    remove_run(engine(), run, _record_end)
-    ui.success(f"removed {run.name}")
+    Several may be named (`gpuenv rm a b c`, as `docker rm`): each is removed or its
+    error said, and the exit code is the first error's. Each end goes into the GPU-hours
+    records (`gpuenv usage`)."""
+    runs, connected = _runs(True), engine()
+    failed: GpuenvError | None = None
+    for run_name in dict.fromkeys(run_names):
+        try:
+            run = owned_run(runs, run_name, os.getuid(), "remove")
+            remove_run(connected, run, _record_end)
+        except GpuenvError as exc:
+            if len(run_names) == 1:
+                raise
+            report(exc)
+            failed = failed or exc
+            continue
+        ui.success(f"removed {run.name}")
+    if failed is not None:
+        raise click.exceptions.Exit(failed.exit_code)

@@ -13,7 +13,7 @@ import click
 from gpuenv import __version__
 from gpuenv.cli.app import Context, LazyGroup
 from gpuenv.errors import exit_codes_help
-from gpuenv.project.spec import find_project_dir
+from gpuenv.project.location import find_project_dir
 
 COMMANDS = {
     "init": "gpuenv.cli.project.init",

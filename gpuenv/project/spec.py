@@ -18,6 +18,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from gpuenv.common.versions import parse_constraint
+from gpuenv.project.location import SPEC_FILENAME as SPEC_FILENAME  # re-exported
 
 # The YAML and version parsers are imported where they are used: `gpuenv run` rebuilds an
 # already-validated Spec from its build stamp and needs neither.
@@ -27,7 +28,6 @@ def constraint(text: str) -> SpecifierSet:
     return parse_constraint(text)
 
 
-SPEC_FILENAME = "gpuenv.yaml"
 FRAMEWORKS = ("pytorch", "tensorflow", "jax", "none")
 FAMILIES = ("ngc",)
 IPC_MODES = ("host", "private", "shareable")
@@ -286,20 +286,3 @@ def parse_size(text: str) -> int | None:
     if suffix.lower() == "i":
         return None
     return int(float(number) * _SIZE_UNITS[unit.lower()])
-
-
-def find_project_dir(start: str) -> str | None:
-    """The nearest folder at or above `start` that holds a gpuenv.yaml, as git, uv and
-    Compose find theirs; None when no folder up to the root has one.
-
-    >>> find_project_dir("/nonexistent/place") is None
-    True
-    """
-    folder = os.path.abspath(start)
-    while True:
-        if os.path.isfile(os.path.join(folder, SPEC_FILENAME)):
-            return folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent

@@ -71,8 +71,13 @@ def stop_run(engine: ContainerEngine, runs: Sequence[RunInfo], name: str, uid: i
     # A run whose owner its labels do not name is root's to handle, nobody else's.
     if uid != 0 and run.uid != uid:
         raise UsageError(f"{run.name} belongs to {run.user}: only its owner or root can stop it")
+    if run.state in ENDED_STATES:
+        return run  # nothing to stop: the caller says so
     engine.stop(run.id, 10)
     return run
+
+
+ENDED_STATES = frozenset({"exited", "dead", "stopped"})  # Podman says stopped too
 
 
 def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:

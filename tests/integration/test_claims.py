@@ -479,3 +479,31 @@ def _until(condition: Callable[[], object], what: str, seconds: float = 60) -> N
     while not condition():
         assert time.monotonic() < deadline, f"never happened: {what}"
         time.sleep(0.1)
+
+
+def test_ended_runs_as_docker_users_expect(server: Server, engine: str) -> None:
+    """`ps -a` lists ended runs; `rm` takes several, says what it cannot remove and goes
+    on; `stop` of an ended run says so; a name in use names the `gpuenv rm` fix; a name
+    the engine would refuse is a usage error (exit 2) before anything starts."""
+    project = server.alice.project
+    first, second = f"{project.name}-a", f"{project.name}-b"
+    try:
+        for name in (first, second):
+            project.ok("run", "-d", "--name", name, "--", "true", DOCKER_HOST=engine)
+            assert project.gpuenv("wait", name, DOCKER_HOST=engine).returncode == 0
+        listed = json.loads(project.ok("ps", "-a", "--json", DOCKER_HOST=engine).stdout)
+        assert {run["name"] for run in listed} == {first, second}
+        stopped = project.gpuenv("stop", first, DOCKER_HOST=engine)
+        assert f"{first} has already ended" in " ".join(stopped.stderr.split()), stopped.stderr
+        taken = project.gpuenv("run", "-d", "--name", first, "--", "true", DOCKER_HOST=engine)
+        said = " ".join(taken.stderr.split())
+        assert gpuenv_failed(taken, 10) and f"gpuenv rm {first}" in said, said
+        bad = project.gpuenv("run", "-d", "--name", "no/slashes", "--", "true", DOCKER_HOST=engine)
+        assert gpuenv_failed(bad, 2) and "--name" in bad.stderr, bad.stderr
+        removed = project.gpuenv("rm", first, "nosuchrun", second, DOCKER_HOST=engine)
+        assert removed.returncode != 0
+        assert f"removed {first}" in removed.stderr and f"removed {second}" in removed.stderr
+        assert "nosuchrun" in removed.stderr
+        assert json.loads(project.ok("ps", "-a", "--json", DOCKER_HOST=engine).stdout) == []
+    finally:
+        docker("rm", "-f", first, second, check=False)

@@ -262,7 +262,7 @@ def _detached(tmp_path: Path) -> tuple[Any, str, str]:
     engine = FakeEngine(exit_code=5, finished_at="2026-12-01T10:00:00.123456789Z")
     launch(
         str(folder),
-        RunRequest(("train.py",), gpus="1", detach=True, name="d"),
+        RunRequest(("train.py",), gpus="1", detach=True, name="dd"),
         engine,  # type: ignore[arg-type]
         services=Services(
             lambda: HOST,
