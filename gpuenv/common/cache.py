@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from gpuenv.common import nesting
-from gpuenv.common.dirs import user_cache_dir
+from gpuenv.common.dirs import make_user_dir, user_cache_dir
 
 FORMAT = 1
 KEEP = 8  # entries of one kind kept; older ones are removed when a new one is written
@@ -173,7 +173,7 @@ def _decode(raw: bytes, key: str) -> Any | None:
 def _open_folder(path: str, *, create: bool) -> int:
     """A descriptor of the cache folder, which must be ours and writable by us alone."""
     if create:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        make_user_dir(path)
     fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
     try:
         info = os.fstat(fd)

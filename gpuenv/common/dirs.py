@@ -34,3 +34,16 @@ def user_config_file(env: Mapping[str, str] | None = None) -> str:
     return env.get(CONFIG_ENV) or os.path.join(
         platformdirs.user_config_dir("gpuenv", appauthor=False), "config.yaml"
     )
+
+
+def make_user_dir(path: str, mode: int = 0o700) -> None:
+    """`os.makedirs(path)` for one of the user's own folders, except under a HOME that
+    does not exist: a service account or a container with HOME=/nonexistent must not get
+    one made by gpuenv. FileNotFoundError then, which every caller of a cache takes as
+    "no cache"."""
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home) and not os.path.isdir(home):
+        inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(home)])
+        if inside == os.path.abspath(home):
+            raise FileNotFoundError(2, "HOME does not exist: not created", home)
+    os.makedirs(path, mode=mode, exist_ok=True)

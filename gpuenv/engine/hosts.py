@@ -43,6 +43,8 @@ def engine_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     chosen = env.get(ENGINE_ENV, "").strip().lower()
     if chosen not in ("", "docker", "podman"):
         raise UsageError(f"{ENGINE_ENV}={chosen}: not docker or podman")
+    for name in ("DOCKER_HOST", "CONTAINER_HOST"):
+        _known_scheme(name, env.get(name, ""))
     if chosen == "podman":
         return "podman", podman_socket(env)
     if chosen == "docker":
@@ -53,6 +55,29 @@ def engine_choice(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     if env.get("CONTAINER_HOST"):
         return "podman", env["CONTAINER_HOST"]
     return "docker", DEFAULT_HOST
+
+
+SCHEMES = ("unix", "tcp", "ssh", "http", "https")  # what docker-py and the docker CLI take
+
+
+def _known_scheme(name: str, address: str) -> None:
+    """UsageError (exit 2) for an engine address gpuenv cannot use, before any call.
+
+    >>> _known_scheme("DOCKER_HOST", "foo://bar")
+    Traceback (most recent call last):
+    ...
+    gpuenv.errors.UsageError: DOCKER_HOST=foo://bar: 'foo' is not an engine address gpuenv can use
+    """
+    if not address:
+        return
+    scheme, found, _ = address.partition("://")
+    if not found or scheme.lower() not in SCHEMES:
+        shown = scheme if found else address
+        raise UsageError(
+            f"{name}={address}: {shown!r} is not an engine address gpuenv can use",
+            hint="write unix:///path/to/docker.sock, tcp://HOST:2376 or ssh://USER@HOST, as "
+            "the docker CLI takes them (or unset it for the local engine)",
+        )
 
 
 def not_running(host: str, product: str = "Docker") -> EngineError:

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from gpuenv.common.checker import Checker
+from gpuenv.common.dirs import make_user_dir
 from gpuenv.common.files import atomic_write
 from gpuenv.common.platforms import PLATFORMS
 from gpuenv.common.versions import compute_capability, driver_branch
@@ -195,7 +196,7 @@ def overlay_text(registry: str, synced: str, rows: Sequence[OverlayRow]) -> str:
 
 def write(path: str, text: str) -> None:
     """Atomically, in a folder of this user's (0700), the file readable by this user only."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    make_user_dir(os.path.dirname(path))
     atomic_write(path, text, mode=0o600)
 
 

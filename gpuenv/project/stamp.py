@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuenv import __version__
 from gpuenv.common import nesting
-from gpuenv.common.dirs import user_cache_dir
+from gpuenv.common.dirs import make_user_dir, user_cache_dir
 
 STAMP_FORMAT = 2
 # The bytes a stamp's file name keeps as they are; any other is written %XX.
@@ -102,7 +102,7 @@ def record(
     }
     path = _path(project_dir, bake)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_user_dir(os.path.dirname(path), 0o755)
         temp = f"{path}.{os.getpid()}"
         with open(temp, "w", encoding="utf-8") as handle:
             json.dump(stamp, handle)

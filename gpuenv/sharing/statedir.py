@@ -66,6 +66,15 @@ class Folder:
 
 
 def user_state_dir() -> str:
+    """This user's own state folder (~/.local/state/gpuenv), where no shared one is set
+    up; UsageError with the fix under a HOME that does not exist (never created)."""
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home) and not os.path.isdir(home):
+        raise UsageError(
+            f"HOME ({home}) does not exist, and gpuenv does not create it for its state "
+            f"folder (no shared {SHARED_STATE_DIR} on this host)",
+            hint=f"set {STATE_ENV} to a folder you can write; {CREATE_HINT}",
+        )
     return platformdirs.user_state_dir("gpuenv")
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpuenv.common import nesting
-from gpuenv.common.dirs import user_cache_dir
+from gpuenv.common.dirs import make_user_dir, user_cache_dir
 from gpuenv.sharing.usage_files import MAX_FILE
 
 SCHEMA = """
@@ -68,7 +68,7 @@ def opened(state_directory: str) -> Iterator[sqlite3.Connection | None]:
     records are then read whole, as before)."""
     path = index_path(state_directory)
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        make_user_dir(os.path.dirname(path))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         info = os.fstat(fd)
         os.close(fd)

@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from gpuenv.cli import main
 from gpuenv.sharing.claims import CLAIM_PREFIX, ClaimStore
+from gpuenv.sharing.statedir import SHARED_STATE_DIR
 
 A100 = ["--driver", "550.54.15", "--gpu", "A100"]
 SPEC = "name: p\nframework: pytorch\nversion: '2.3'\n"
@@ -339,3 +340,30 @@ def test_resolve_answers_what_lock_locks(tmp_path: Path) -> None:
     assert resolved.exit_code == locked.exit_code == 0, resolved.output + locked.output
     assert resolved.stdout.strip() == "nvcr.io/nvidia/pytorch:23.10-py3"
     assert "nvcr.io/nvidia/pytorch:23.10-py3" in (tmp_path / "gpuenv.lock").read_text()
+
+
+@pytest.mark.parametrize("address", ["foo://bar", "/var/run/docker.sock", "npipe:////./pipe/x"])
+def test_an_engine_address_gpuenv_cannot_use_is_said_in_its_words(
+    tmp_path: Path, address: str
+) -> None:
+    """It was "cannot reach the Docker engine at foo://bar: is it running?" (exit 10)."""
+    result = invoke(tmp_path, "ps", env={"DOCKER_HOST": address})
+    assert result.exit_code == 2, result.output
+    assert f"DOCKER_HOST={address}:" in result.stderr and "is it running" not in result.stderr
+    assert "unix:///path/to/docker.sock" in said(result)
+
+
+def test_a_home_that_does_not_exist_is_never_created(tmp_path: Path) -> None:
+    """A service account's HOME=/nonexistent: gpuenv works without its caches and makes
+    no folder there; what needs a folder of the user's says so, with the fix."""
+    home = tmp_path / "nonexistent"
+    locked(tmp_path)
+    env = {"HOME": str(home), "XDG_CACHE_HOME": "", "XDG_STATE_HOME": "", "XDG_DATA_HOME": ""}
+    for command in (("matrix", "pytorch"), ("check",), ("resolve", *A100)):
+        result = invoke(tmp_path, *command, env=env)
+        assert result.exit_code == 0, result.output
+    usage = invoke(tmp_path, "usage", env=env)
+    if not os.path.exists(SHARED_STATE_DIR):  # else the shared folder serves, no HOME needed
+        assert usage.exit_code == 2 and "does not exist" in usage.stderr
+        assert "GPUENV_STATE_DIR" in usage.stderr
+    assert not home.exists()
