@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from typing import Any
 
 import click
 import yaml
@@ -30,13 +31,35 @@ from gpuenv.project.mounts import run_binds
 from gpuenv.project.validate import load_spec
 from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
+count_option = click.option(
+    "--gpus",
+    type=click.IntRange(min=0),
+    help="GPUs per job (default: the spec's count, or 1).",
+)
+
+
+def _compose_gpus(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """`--gpus 2` (a count) or `--gpus 0,2` (device ids, as Compose's device_ids)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    ids = [part.strip() for part in text.split(",")]
+    if not all(ids) or len(set(ids)) != len(ids):
+        raise click.BadParameter(f"{value!r}: a count (2) or device ids (0,2 or GPU-…)")
+    return tuple(ids)
+
+
+compose_gpus_option = click.option(
+    "--gpus",
+    callback=_compose_gpus,
+    metavar="N|IDS",
+    help="GPUs: a count (2), or device ids as `0,2` or GPU UUIDs (Compose's device_ids); "
+    "default: the spec's.",
+)
 cluster_options = apply(
     [
-        click.option(
-            "--gpus",
-            type=click.IntRange(min=0),
-            help="GPUs per job (default: the spec's count, or 1).",
-        ),
         click.option(
             "-e", "--env", multiple=True, metavar="KEY[=VALUE]", help="A variable for the job."
         ),
@@ -58,6 +81,7 @@ rendezvous_option = click.option(
 
 
 @click.command(context_settings=PASS_THROUGH)
+@count_option
 @cluster_options
 @click.option("--time", "time_limit", metavar="TIME", help="Slurm time limit, e.g. 04:00:00.")
 @click.option("--partition", help="Slurm partition.")
@@ -219,6 +243,7 @@ def export_pylock(obj: Context, target: str | None) -> None:
 
 
 @export.command("kubernetes", context_settings=PASS_THROUGH)
+@count_option
 @cluster_options
 @click.option("--queue", metavar="NAME", help="Kueue LocalQueue: labelled, created suspended.")
 @click.option(
@@ -294,6 +319,7 @@ def export_kubernetes(
 
 
 @export.command("compose", context_settings=PASS_THROUGH)
+@compose_gpus_option
 @cluster_options
 @click.option(
     "--mount",
@@ -314,7 +340,7 @@ def export_kubernetes(
 @click.pass_obj
 def export_compose(
     obj: Context,
-    gpus: int | None,
+    gpus: int | tuple[str, ...] | None,
     env: tuple[str, ...],
     env_files: tuple[str, ...],
     mounts: tuple[str, ...],
@@ -340,6 +366,8 @@ def export_compose(
     variables = exported_environment(spec, env, env_files, write_values=write_values)
     request = project.spec.gpus
     devices = list(request.devices) if request.mode == "devices" and gpus is None else []
+    if isinstance(gpus, tuple):
+        devices, gpus = list(gpus), None
     manifest = compose_file(
         project.spec,
         image,

@@ -174,8 +174,10 @@ def _pod(
     platform: str | None,
     subdomain: str | None,
 ) -> dict[str, Any]:
-    """The pod spec: a non-root user (1000 for root), /dev/shm in memory, the pull
-    secrets, the image's platform, and the headless Service's subdomain on several nodes."""
+    """The pod spec: a non-root user (1000 for root) with a HOME and a working folder it
+    can write (the baked project copied there by an init container), /dev/shm in memory,
+    the pull secrets, the image's platform, and the headless Service's subdomain on
+    several nodes."""
     user = uid if uid != 0 else 1000
     group = gid if uid != 0 else 1000
     pod: dict[str, Any] = {
@@ -194,6 +196,25 @@ def _pod(
             }
         ],
     }
+    # As `gpuenv run` gives: a HOME of the user's, and a working folder it can write.
+    # The project baked into the image belongs to whoever built it, so an init container
+    # (the same image, the same user) copies it into a folder of the pod's own.
+    container["env"] = [*_home_env(container["env"]), *container["env"]]
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": "home", "mountPath": POD_HOME},
+    ]
+    pod["initContainers"] = [
+        {
+            "name": "workspace",
+            "image": container["image"],
+            "command": ["cp", "-R", f"{WORKSPACE}/.", "/work/"],  # GNU and busybox alike
+            "volumeMounts": [{"name": "workspace", "mountPath": "/work"}],
+            "securityContext": {"allowPrivilegeEscalation": False},
+        }
+    ]
+    pod["volumes"] += [{"name": "workspace", "emptyDir": {}}, {"name": "home", "emptyDir": {}}]
     if pull_secrets:
         pod["imagePullSecrets"] = [{"name": secret} for secret in pull_secrets]
     if platform:
@@ -250,6 +271,18 @@ def _headless_service(name: str, labels: Mapping[str, str]) -> dict[str, Any]:
             "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
         },
     }
+
+
+POD_HOME = "/home/gpuenv"  # the Job's user has no passwd entry in the image: HOME is given
+
+
+def _home_env(env: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """HOME for the Job's user, unless the spec's env sets one."""
+    return (
+        []
+        if any(item.get("name") == "HOME" for item in env)
+        else [{"name": "HOME", "value": POD_HOME}]
+    )
 
 
 def _env_list(

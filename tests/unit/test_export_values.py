@@ -172,3 +172,24 @@ def test_the_jobs_device_order_is_given_once(env: dict[str, str], referenced: li
     names = [e["name"] for e in listed]
     assert names.count("CUDA_DEVICE_ORDER") == 1 and len(names) == len(set(names))
     assert {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"} in listed
+
+
+@pytest.mark.parametrize(
+    ("gpus", "reservation"),
+    [
+        ("0,2", {"driver": "nvidia", "capabilities": ["gpu"], "device_ids": ["0", "2"]}),
+        ("2", {"driver": "nvidia", "capabilities": ["gpu"], "count": 2}),
+    ],
+)
+def test_compose_takes_a_count_or_device_ids(
+    pushed_project: Path, gpus: str, reservation: dict[str, object]
+) -> None:
+    """`export compose --gpus 0,2` (issue 31): device ids, as `gpuenv run --gpus 0,2`."""
+    result = run(pushed_project, "export", "compose", "--gpus", gpus, "job.py")
+    assert result.exit_code == 0, result.output
+    (service,) = yaml.safe_load(result.stdout)["services"].values()
+    assert service["deploy"]["resources"]["reservations"]["devices"] == [reservation]
+    bad = CliRunner().invoke(
+        main, ["-C", str(pushed_project), "export", "compose", "--gpus", "0,,2", "job.py"]
+    )
+    assert bad.exit_code == 2 and "a count (2) or device ids" in bad.stderr

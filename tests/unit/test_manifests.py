@@ -230,3 +230,34 @@ def test_finished_jobs_from_sacct(
     else:
         assert [(r["job"], r["exit_code"]) for r in finished.rows or []] == rows
     assert "--name=gpuenv-demo" in (tmp_path / "args").read_text()
+
+
+def test_the_jobs_user_has_a_home_and_a_working_folder_it_can_write() -> None:
+    """As `gpuenv run` gives (issue 31): the baked project belongs to whoever built it,
+    so an init container copies it into the pod's own folder; HOME is an emptyDir."""
+    from gpuenv.cluster.manifests import KubernetesOptions, kubernetes_manifests
+    from gpuenv.project.spec import default_spec
+
+    (job,) = kubernetes_manifests(
+        default_spec("/p", "pytorch"),
+        "r/x@sha256:" + "a" * 64,
+        ["python", "train.py"],
+        {},
+        gpus=1,
+        shm_size=2**30,
+        uid=1234,
+        gid=1234,
+        platform=None,
+        options=KubernetesOptions(None, 1, None, (), 600, None),
+        referenced=[],
+    )
+    pod = job["spec"]["template"]["spec"]
+    (main,) = pod["containers"]
+    (copy,) = pod["initContainers"]
+    assert {"name": "HOME", "value": "/home/gpuenv"} in main["env"]
+    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
+    assert mounts["/workspace"] == "workspace" and mounts["/home/gpuenv"] == "home"
+    assert copy["command"] == ["cp", "-R", "/workspace/.", "/work/"]
+    assert copy["image"] == main["image"]
+    assert pod["securityContext"]["runAsUser"] == 1234 and pod["securityContext"]["fsGroup"] == 1234
+    assert {"name": "workspace", "emptyDir": {}} in pod["volumes"]
