@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from gpuenv.cli import output
 from gpuenv.cli.base import (
@@ -218,6 +219,20 @@ def _said_own(reason: int, code: int) -> None:
     sys.stderr.write(f"gpuenv failed, not the command: exit {code} (reason {reason}: {meaning})\n")
 
 
+def _complete_gpu_models(
+    _ctx: click.Context, _param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The GPU models the matrix knows, for `--gpu <TAB>` (`A1` -> A100, A10, ...)."""
+    from gpuenv.matrix.load import load_matrix  # only when completing
+
+    try:
+        names = [model.name for model in load_matrix().gpus]
+    except GpuenvError:
+        return []
+    wanted = incomplete.lower()
+    return [CompletionItem(name) for name in names if name.lower().startswith(wanted)]
+
+
 def apply(options: Sequence[Callable[[F], F]]) -> Callable[[F], F]:
     """Several click options as one decorator, in the order listed."""
 
@@ -241,6 +256,7 @@ host_options = apply(
             "gpu_models",
             multiple=True,
             metavar="MODEL",
+            shell_complete=_complete_gpu_models,
             help="Plan for a host with this GPU (repeat per GPU), e.g. 'A100' or 'RTX 4090'.",
         ),
         click.option(

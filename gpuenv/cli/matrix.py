@@ -6,6 +6,7 @@ import datetime
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from gpuenv.cli import ui
 from gpuenv.cli.matrix_view import show_matrix, show_sync
@@ -31,6 +32,11 @@ class _TableOrCommand(click.Group):
             args.remove(words[0])
             ctx.meta["gpuenv.matrix.table"] = words[0]
         return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """The tables as well as `sync`: `gpuenv matrix py<TAB>` completes pytorch."""
+        tables = [CompletionItem(name) for name in TABLES if name.startswith(incomplete)]
+        return [*tables, *super().shell_complete(ctx, incomplete)]
 
 
 @click.group(

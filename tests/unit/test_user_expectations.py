@@ -76,3 +76,36 @@ def test_init_outside_git_writes_no_gitignore(tmp_path: Path) -> None:
     assert CliRunner().invoke(main, ["-C", str(project), "init", *A100]).exit_code == 0
     assert not any((parent / ".git").exists() for parent in project.parents)  # the premise
     assert not (project / ".gitignore").exists()
+
+
+@pytest.mark.parametrize(
+    ("words", "cword", "expected"),
+    [
+        ("gpuenv matrix py", 2, {"pytorch"}),
+        ("gpuenv matrix ", 2, {"pytorch", "tensorflow", "jax", "none", "cuda", "gpus", "sync"}),
+        ("gpuenv resolve --gpu A10", 3, {"A100", "A10", "A10G"}),
+        ("gpuenv init --gpu h1", 3, {"H100"}),  # any case
+    ],
+)
+def test_completion_names_matrix_subjects_and_gpu_models(
+    words: str, cword: int, expected: set[str]
+) -> None:
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "_GPUENV_COMPLETE": "bash_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(cword),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", "from gpuenv.cli import main; main(prog_name='gpuenv')"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    offered = {line.split(",", 1)[1] for line in result.stdout.splitlines() if "," in line}
+    assert expected <= offered, result.stdout + result.stderr
