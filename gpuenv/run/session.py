@@ -127,7 +127,9 @@ def _raw_terminal(enabled: bool) -> Iterator[None]:
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
     try:
-        tty.setraw(fd)
+        # TCSANOW, not setraw's default TCSAFLUSH, which would drop what the user typed
+        # while the image was checked and the GPUs claimed: those keys reach the command.
+        tty.setraw(fd, termios.TCSANOW)
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)

@@ -227,3 +227,25 @@ def test_ctrl_c_detaches_from_a_run_and_leaves_it_running() -> None:
     assert (code, written) == (None, [(1, b"some\n")])
     assert notices == ["detached from d: it goes on running (`gpuenv attach d`)"]
     assert "wait" not in engine.names()
+
+
+def test_keys_typed_before_the_terminal_goes_raw_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpuenv shell`, and keys typed while the image is checked and the GPUs claimed:
+    making the terminal raw must not flush them (tty.setraw's default TCSAFLUSH does)."""
+    import os
+    import pty
+    import select
+
+    from gpuenv.run import session
+
+    master, slave = pty.openpty()
+    try:
+        os.write(master, b"ls -la")  # typed ahead, no newline yet: in the line buffer
+        monkeypatch.setattr(session.sys, "stdin", type("In", (), {"fileno": lambda self: slave})())
+        with session._raw_terminal(True):
+            ready, _, _ = select.select([slave], [], [], 5)
+            assert ready, "the typed-ahead keys were flushed"
+            assert os.read(slave, 100) == b"ls -la"
+    finally:
+        os.close(master)
+        os.close(slave)
