@@ -21,7 +21,7 @@ from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.cli import ui
 from gpuenv.cli.app import engine
 from gpuenv.cli.listen import bind_hint, parse_listen
-from gpuenv.errors import ExporterError, GpuenvError
+from gpuenv.errors import ExporterError, GpuenvError, UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
@@ -179,6 +179,14 @@ def exporter(listen: str, names: str, print_alert_rules: bool, history: bool) ->
     load into Prometheus (see the monitoring reference).
     """
     if print_alert_rules:
+        if names == "dcgm":
+            raise UsageError(
+                "gpuenv's alert rules are written on its own metric names (gpuenv_gpu_*), "
+                "which --names dcgm does not serve: loaded into Prometheus, they would "
+                "never fire",
+                hint="serve both with `gpuenv exporter --names both` (the rules then fire, "
+                "and DCGM's dashboards work), and print them with --names both",
+            )
         click.echo(ALERT_RULES.read_text(encoding="utf-8"), nl=False)
         return
     address, port = parse_listen(listen, DEFAULT_LISTEN)

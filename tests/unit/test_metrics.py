@@ -221,3 +221,17 @@ def test_bind_hints_by_reason(number: int, said: str) -> None:
     from gpuenv.cli.listen import bind_hint
 
     assert said in bind_hint(OSError(number, os.strerror(number)), 9478, 9478)
+
+
+def test_alert_rules_are_refused_for_names_they_are_not_written_on() -> None:
+    """Issue 31: rules on gpuenv_gpu_* would never fire on an exporter serving only
+    DCGM_FI_* names: refused with the fix; printed for gpuenv's names or both."""
+    from click.testing import CliRunner
+
+    from gpuenv.cli import main
+
+    refused = CliRunner().invoke(main, ["exporter", "--print-alert-rules", "--names", "dcgm"])
+    assert refused.exit_code == 2 and "--names both" in refused.stderr
+    for names in ("gpuenv", "both"):
+        printed = CliRunner().invoke(main, ["exporter", "--print-alert-rules", "--names", names])
+        assert printed.exit_code == 0 and "gpuenv_gpu_" in printed.stdout
