@@ -75,8 +75,14 @@ class Sampler:
             return
         self.note = None if host.gpus else (host.note or "no NVIDIA GPU")
         by_index = {gpu.index: gpu.key for gpu in host.gpus}
-        if host.source != "nvml":  # a host file lists the XIDs it saw: each counts once
+        if host.source != "nvml":  # a host file lists the XIDs it saw: each counts once,
             counts = dict.fromkeys(((g.index, x) for g in host.gpus for x in g.xids), 1)
+            for index, xid in counts:  # across samplers too: never again at each start
+                key = by_index.get(index, str(index))
+                if (index, xid) not in self._seen and self.history.has_xid(
+                    key, xid, now - self.settings.retention
+                ):
+                    self._seen[(index, xid)] = 1
         xids = []
         for (index, xid), count in counts.items():
             for _ in range(count - self._seen.get((index, xid), 0)):

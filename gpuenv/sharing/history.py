@@ -292,6 +292,13 @@ class History:
             os.close(fd)
         os.replace(temp, XIDS_FILE, src_dir_fd=self._directory, dst_dir_fd=self._directory)
 
+    def has_xid(self, gpu: str, xid: int, since: float) -> bool:
+        """Whether `xid` of `gpu` is recorded since `since`."""
+        cursor = self.connection.execute(
+            "SELECT 1 FROM xids WHERE gpu = ? AND xid = ? AND t >= ? LIMIT 1", (gpu, xid, since)
+        )
+        return cursor.fetchone() is not None
+
     def xids(self, since: float, limit: int = 200) -> list[Xid]:
         cursor = self.connection.execute(
             "SELECT t, gpu, idx, xid FROM xids WHERE t >= ? ORDER BY t DESC LIMIT ?",

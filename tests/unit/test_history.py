@@ -185,6 +185,10 @@ def test_a_host_files_xids_count_once(folder: Folder) -> None:
     sampler.round(100.0)
     sampler.round(200.0)
     assert [(x.at, x.xid) for x in history.xids(0)] == [(100.0, 48)]
+    # A new sampler (the dashboard started again) on the same history: still once.
+    again = Sampler(history, HistorySettings(), lambda _: host, Listener())  # type: ignore[arg-type]
+    again.round(300.0)
+    assert [(x.at, x.xid) for x in history.xids(0)] == [(100.0, 48)]
     history.close()
 
 
