@@ -270,7 +270,7 @@ class Reservation:
         while not self._done.wait(HEARTBEAT_INTERVAL):
             self.store.touch(list(self.claims))
 
-    def hand_over(self, container: str) -> None:
+    def hand_over(self, container: str, run: str = "") -> None:
         """The detached run's keeper holds the claims from now on: a process started in a
         session of its own that inherits their locks and lives as long as `container`
         (`gpuenv.app.keeper`)."""
@@ -279,7 +279,7 @@ class Reservation:
         if self.store is None or not self.claims:
             return
         with self.store.locked():
-            self.claims = self.store.transfer(self.claims, container)
+            self.claims = self.store.transfer(self.claims, container, run)
         descriptors = self.store.held_descriptors(self.claims)
         spawn_keeper(container, descriptors, self.claims, self.store.directory)
         self.store.forget(self.claims)
@@ -432,7 +432,9 @@ def _start(
                 name=run.request.name,
                 identity=plan.upload_identity,
                 accounts=plan.image.accounts,
-                after_start=reservation.hand_over,
+                after_start=lambda container: reservation.hand_over(
+                    container, run.request.name or _name_of(run.engine, container)
+                ),
             )
         except EngineRefused as exc:
             name = run.request.name
@@ -456,6 +458,14 @@ def _start(
         second_interrupt_kills=not run.request.shell,
         ended=reservation.free_gpus,
     )
+
+
+def _name_of(engine: Engine, container: str) -> str:
+    """The name the engine gave a container, as `gpuenv ps` shows it ("" if unknown)."""
+    try:
+        return str(engine.inspect(container).get("Name") or "").lstrip("/")
+    except GpuenvError:
+        return ""
 
 
 def _without_gpus_notice(exc: GpuRuntimeMissing) -> str:

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuenv.common import nesting
+from gpuenv.common.text import visible
 from gpuenv.errors import GpuenvError, LockHeld
 from gpuenv.host.detect import detect_host
 from gpuenv.sharing.jobmap import keep_claims, open_job_map, slots
@@ -73,10 +74,14 @@ class Claim:
     project: str
     since: float
     container: str = ""  # a detached run's container (its keeper holds the claim)
+    run: str = ""  # that run's name, as `gpuenv ps` shows it
 
     def describe(self) -> str:
         held = time.strftime("%H:%M", time.localtime(self.since))
-        holder = f"container {self.container[:12]}" if self.container else f"pid {self.pid}"
+        if self.run:
+            holder = f"run {visible(self.run)}"
+        else:
+            holder = f"container {self.container[:12]}" if self.container else f"pid {self.pid}"
         return f"{self.user} ({self.project}, {holder}, since {held})"
 
 
@@ -356,6 +361,7 @@ class ClaimStore:
                     project=_text(data, "project"),
                     since=float(data.get("since") or info.st_mtime),
                     container=str(data.get("container") or ""),
+                    run=str(data.get("run") or "")[:128],
                 )
             except (ValueError, TypeError) as exc:
                 self._problem(name, info, f"is not a gpuenv claim ({exc})")
@@ -382,18 +388,20 @@ class ClaimStore:
         self._reread_job_map()
         return names
 
-    def _add(self, gpus: Sequence[str], project: str, container: str) -> list[str]:
+    def _add(self, gpus: Sequence[str], project: str, container: str, run: str = "") -> list[str]:
         me = _me()
         if container:
             me.update(pid=0, pid_start="")
         names = []
         for gpu in gpus:
-            claim = Claim(gpu=gpu, project=project, since=time.time(), container=container, **me)
+            claim = Claim(
+                gpu=gpu, project=project, since=time.time(), container=container, run=run, **me
+            )
             name = f"{CLAIM_PREFIX}{_safe(gpu)}.{me['uid']}.{os.urandom(6).hex()}.json"
             names.append(self._write(name, asdict(claim), held=True))
         return names
 
-    def transfer(self, names: Sequence[str], container: str) -> list[str]:
+    def transfer(self, names: Sequence[str], container: str, run: str = "") -> list[str]:
         """Our claims `names` made a detached run's (call under `locked`): new claims that
         name `container`, held by this process until a keeper inherits them
         (`held_descriptors`, then `forget`), are written before the old ones go."""
@@ -404,7 +412,7 @@ class ClaimStore:
             if read is not None and read[1].st_uid == os.getuid() and name in self._held:
                 gpus.append(str(read[0].get("gpu")))
                 project = str(read[0].get("project") or "")
-        handed = self._add(gpus, project, container)
+        handed = self._add(gpus, project, container, run)
         for name in names:
             self._delete(name)
         self._reread_job_map()

@@ -172,3 +172,18 @@ def test_a_queued_run_wakes_when_a_claim_is_released(tmp_path: Path) -> None:
     started = time.monotonic()
     store.wait_for_change(timeout=0.1)  # nothing changes: the timeout ends it
     assert time.monotonic() - started >= 0.1
+
+
+def test_a_detached_runs_claim_is_named_as_ps_names_the_run(tmp_path: Path) -> None:
+    """Who holds a GPU, in a refusal or a queue message, is the run `gpuenv ps` lists
+    (issue 31), not a container id; a name with control characters is shown escaped."""
+    store = ClaimStore(str(tmp_path / "state"))
+    with store.locked():
+        names = store.add(["GPU-0"], "vision")
+        handed = store.transfer(names, "3b9a72b27ac49d11", "train-a")
+        second = store.add(["GPU-1"], "vision")
+        odd = store.transfer(second, "4c0b83c38bd5", "x\x1b[2Jy")
+    described = sorted(claim.describe() for claim in store.claims())
+    assert any("(vision, run train-a, since" in text for text in described), described
+    assert not any("\x1b" in text for text in described)
+    store.release([*handed, *odd])

@@ -263,12 +263,13 @@ def test_a_detached_run_hands_its_claims_to_its_keeper(
     store = ClaimStore(state)
     (claim,) = store.claims()
     assert claim.container == "c1" and claim.pid == 0  # no gpuenv process holds it
+    assert claim.run == "long"  # named as `gpuenv ps` names the run
     # No orphan: the launching process is gone, but a started detached run is left alone.
     engine.listed = [
         {"Id": "c1", "State": "running", "Labels": {**config["Labels"], "io.gpuenv.pid": "1"}}
     ]
     assert reap_orphans(engine) == []  # type: ignore[arg-type]
-    with pytest.raises(GpusBusy, match="container c1"):
+    with pytest.raises(GpusBusy, match="run long"):
         _launch(project, engine, state, RunRequest(("train.py",), gpus="device=" + "0"))
     keepers.end("c1")  # its command ends: the keeper lets the claims go
     assert store.claims() == []
