@@ -13,3 +13,4 @@ daemon_threads  # noqa: B018  - socketserver.ThreadingMixIn reads it
 address_family  # noqa: B018  - socketserver reads it (cli/dashboard_server.py)
 send_error  # noqa: B018  - http.server calls it for the errors it answers itself (400, 414, 501)
 trust_env  # noqa: B018  - requests.Session reads it (engine/distribution.py: no ~/.netrc)
+framework_version_unknown  # noqa: B018  - written in `gpuenv matrix --json` (asdict) and read by tests

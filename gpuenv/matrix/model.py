@@ -185,13 +185,6 @@ class Matrix:
         minor = ".".join(str(p) for p in parse_version(cuda).release[:2])
         return next((s for s in self.forward_support if s.cuda == minor), None)
 
-    def companion(self, package: str, version: str) -> Companion | None:
-        """The recorded release `version` of a companion package, if any."""
-        for item in self.companions:
-            if item.package == package and parse_version(item.version) == parse_version(version):
-                return item
-        return None
-
     def notice(self, framework: str) -> str | None:
         return next((text for name, text in self.notices if name == framework), None)
 

@@ -47,8 +47,10 @@ def test_a_version_no_recorded_image_has_is_not_shown_as_nvidias_fact(tmp_path: 
     with most JAX versions unrecorded, that is a gap in gpuenv's data, and said so."""
     result = CliRunner().invoke(
         main,
-        ["-C", str(tmp_path), "resolve", "--framework", "jax", "--version", ">=0.11"]
-        + ["--driver", "580.95.05", "--gpu", "H100"],
+        [
+            *("-C", str(tmp_path), "resolve", "--framework", "jax", "--version", ">=0.11"),
+            *("--driver", "580.95.05", "--gpu", "H100"),
+        ],
     )
     assert result.exit_code == 4, result.output
     said = " ".join(result.stderr.split())
