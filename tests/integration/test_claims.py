@@ -398,7 +398,7 @@ def test_a_detached_run_outlives_its_shell_and_holds_its_gpu(server: Server) -> 
         # Another user's run cannot take its GPU; a run of theirs reaps orphans, not it.
         busy = mallory.gpuenv("run", "--gpus", "device=1", "--", "true")
         assert gpuenv_failed(busy, 16), busy.stderr
-        assert f"GPU 1: held by {alice.name}" in busy.stderr and "container" in busy.stderr
+        assert f"GPU 1: held by {alice.name}" in busy.stderr and f"run {name}" in busy.stderr
         assert mallory.gpuenv("run", "--gpus", "none", "--", "true").returncode == 0
         assert _state(container) == "running"
         (run,) = [r for r in json.loads(alice.gpuenv("ps", "--json").stdout) if r["name"] == name]
