@@ -415,7 +415,8 @@ def test_two_users_with_their_own_rootless_engines_never_share_a_gpu(
         assert sorted(held) == sorted(UUIDS), held  # one each, never the same one
         busy = alice("run", "--", "true")
         assert gpuenv_failed(busy, 16), busy.stderr
-        assert "container" in busy.stderr  # bob's detached run, named by its claim
+        # the detached runs holding the GPUs, named by their claims as `gpuenv ps` names them
+        assert any(f"run {name}" in busy.stderr for name in containers), busy.stderr
 
         # Bob's run ends (killed through his own engine): its keeper frees the GPU, and
         # Alice's next command gets it, without Bob running gpuenv.
