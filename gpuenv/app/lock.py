@@ -6,6 +6,7 @@ Pure policy over files: no terminal, no engine. Each function returns what happe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Literal
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from gpuenv.app.own_base import BaseReader, own_base_notes, with_own_base
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.versions import parse_version
 from gpuenv.errors import GpuenvError, LockError
@@ -37,7 +39,7 @@ from gpuenv.matrix.model import Companion
 from gpuenv.project.dependencies import check_installable, read_dependencies
 from gpuenv.project.overrides import Overrides, spec_for
 from gpuenv.project.sources import environment
-from gpuenv.project.spec import Spec
+from gpuenv.project.spec import Spec, is_image_base
 from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.resolution.pins import Pin
 from gpuenv.resolution.resolve import resolve
@@ -116,16 +118,27 @@ def update_lock(
     upgrade: bool = False,
     newest: bool = False,
     notify: Notify = no_notes,
+    read_base: BaseReader | None = None,
 ) -> LockUpdate:
     """`gpuenv lock`: keep an up-to-date lock; on a change keep the locked image while it
     still fits (newest otherwise, always with `upgrade`); without a driver here, plan for
-    the host the lock recorded. One writer at a time (LockHeld, exit 9, names another)."""
+    the host the lock recorded. One writer at a time (LockHeld, exit 9, names another).
+    A base of the team's own is read with `read_base` where the lock has not read it
+    (and again with `upgrade`: its tag may have moved)."""
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
-        return _update_lock(directory, plan, upgrade=upgrade, newest=newest, notify=notify)
+        return _update_lock(
+            directory, plan, upgrade=upgrade, newest=newest, notify=notify, read_base=read_base
+        )
 
 
 def _update_lock(
-    directory: str, plan: HostPlan, *, upgrade: bool, newest: bool, notify: Notify
+    directory: str,
+    plan: HostPlan,
+    *,
+    upgrade: bool,
+    newest: bool,
+    notify: Notify,
+    read_base: BaseReader | None,
 ) -> LockUpdate:
     spec = spec_for(directory, Overrides(), need_file=True)
     path = os.path.join(directory, LOCK_FILENAME)
@@ -160,14 +173,18 @@ def _update_lock(
             )
     prefer = existing.image if existing is not None and not upgrade else None
 
+    based = with_own_base(spec, matrix, read_base, existing, again=upgrade)
+    matrix = based.matrix
     pins = project_pins(spec, matrix)
     for note in unknown_companions(pins, matrix):
         notify(Note("warn", note))
     resolution = resolve(spec, matrix, host, prefer=prefer, pins=pins, newest=newest)
     row = resolution.row
+    for note in own_base_notes(row, spec):
+        notify(Note("warn", note))
     check_installable(spec, row.image, row.python, row.framework_version)
     same_image = existing is not None and existing.image == resolution.row.image
-    digest = existing.digest if existing is not None and same_image else ""
+    digest = based.digest or (existing.digest if existing is not None and same_image else "")
     new_lock = _carried(lock_from_resolution(resolution, matrix.version, digest), existing)
     if existing is not None and same_image and not lock_differences(existing, spec):
         # Same spec, same image (a re-resolve for another host): the pushed image holds.
@@ -200,14 +217,28 @@ def _carried(new_lock: Lock, existing: Lock | None) -> Lock:
     return replace(new_lock, overlay=dated)
 
 
-def resolve_project(spec: Spec, matrix: Matrix, host: Host, *, newest: bool = False) -> Resolution:
+def resolve_project(
+    spec: Spec,
+    matrix: Matrix,
+    host: Host,
+    *,
+    newest: bool = False,
+    read_base: BaseReader | None = None,
+) -> Resolution:
     """What `gpuenv lock` would choose, without writing: the project's pins steer it the
     same way, and what `check` and `lock` refuse is refused the same way (a dependency
-    file pip could not read is exit 3 here too, never another answer)."""
+    file pip could not read is exit 3 here too, never another answer). A base of the
+    team's own is the row the lock recorded for it, else read with `read_base`."""
+    existing = None
+    if is_image_base(spec.base):
+        with contextlib.suppress(GpuenvError, OSError):
+            existing = read_lock(os.path.join(spec.project_dir, LOCK_FILENAME))
+    matrix = with_own_base(spec, matrix, read_base, existing).matrix
     pins = project_pins(spec, matrix)
     notes = unknown_companions(pins, matrix)
     resolution = resolve(spec, matrix, host, pins=pins, newest=newest)
     row = resolution.row
+    notes += own_base_notes(row, spec)
     check_installable(spec, row.image, row.python, row.framework_version)
     return replace(resolution, warnings=(*notes, *resolution.warnings))
 

@@ -10,6 +10,7 @@ import click
 from gpuenv.app.check import check_project
 from gpuenv.app.init import init_project
 from gpuenv.app.lock import Note, update_lock, verify_lock
+from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, host_options, json_option, report, spec_options
 from gpuenv.cli.base import engine, view_factory
@@ -146,6 +147,7 @@ def lock(
         upgrade=upgrade,
         newest=newest,
         notify=_notify,
+        read_base=engine_reader(engine, view_factory(as_json)),
     )
     if update.resolution is None:
         ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")

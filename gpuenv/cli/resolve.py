@@ -10,8 +10,10 @@ from dataclasses import replace
 import click
 
 from gpuenv.app.lock import resolve_project
+from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output
 from gpuenv.cli.app import Context, host_options, json_option, spec_options
+from gpuenv.cli.base import engine, view_factory
 from gpuenv.errors import ResolutionError
 from gpuenv.lock.locked import LOCK_FILENAME
 from gpuenv.matrix.load import load_matrix
@@ -76,7 +78,8 @@ def resolve(
     matrix = load_matrix()
     host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
-        resolution = resolve_project(spec, matrix, host, newest=newest)
+        reader = engine_reader(engine, view_factory(as_json))
+        resolution = resolve_project(spec, matrix, host, newest=newest, read_base=reader)
         if os.path.exists(os.path.join(obj.directory, LOCK_FILENAME)):
             from gpuenv.app.lock import differs_from_lock  # the lock reader: ~60 ms
 

@@ -37,7 +37,7 @@ from gpuenv.lock.project import Project, load_project
 PROJECT_LABEL = f"{LABEL_PREFIX}.project"
 
 
-def _consume_pull(events: Iterator[Event], reference: str, view: PullView) -> PullProgress:
+def consume_pull(events: Iterator[Event], reference: str, view: PullView) -> PullProgress:
     progress = PullProgress()
     view.pull_started(reference)
     for event in events:
@@ -93,7 +93,7 @@ def ensure_base(
         local = f"{repository}@{lock.digest}"
         if not engine.has_image(local):
             with_retries(
-                lambda: _consume_pull(engine.pull(repository, lock.digest, auth), local, view),
+                lambda: consume_pull(engine.pull(repository, lock.digest, auth), local, view),
                 f"pull of {local}",
             )
             if not engine.has_image(local):
@@ -103,7 +103,7 @@ def ensure_base(
     assert tag is not None
     reference = f"{repository}:{tag}"
     progress = with_retries(
-        lambda: _consume_pull(engine.pull(repository, tag, auth), reference, view),
+        lambda: consume_pull(engine.pull(repository, tag, auth), reference, view),
         f"pull of {reference}",
     )
     digests = [d for d in engine.repo_digests(reference) if d.startswith(f"{repository}@")]

@@ -27,9 +27,10 @@ from gpuenv.lock.locked import LOCK_FILENAME as LOCK_FILENAME
 from gpuenv.lock.locked import Locked
 from gpuenv.lock.overlay import NOTHING, UNRESOLVED, Overlay, overlay_from_data
 from gpuenv.matrix.load import Matrix
+from gpuenv.matrix.model import ImageRow
 from gpuenv.project.dependencies import read_dependencies
 from gpuenv.project.sources import Collected
-from gpuenv.project.spec import Spec
+from gpuenv.project.spec import Spec, is_image_base
 from gpuenv.resolution.resolve import classify_gpus, evaluate, selected_gpus
 from gpuenv.resolution.verdicts import Resolution
 
@@ -121,6 +122,8 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
             "evidence": row.evidence,
             "unverified": list(row.unverified),
             "platforms": list(row.platforms),
+            # An image of the team's own: what was read from it, and from where
+            **({"read_from": row.note} if is_image_base(row.family) else {}),
         },
         requires={
             "min_driver": resolution.candidate.min_driver,
@@ -343,11 +346,53 @@ def recorded_host(lock: Lock) -> Host | None:
     )
 
 
+def own_row_from_lock(lock: Lock, base: str) -> ImageRow | None:
+    """The row of an own base (`base:` naming an image) as the lock recorded it when it
+    read the image; None when the lock pins another image."""
+    if lock.image != base.partition("@")[0] or "read_from" not in lock.resolved:
+        return None
+    resolved, requires = lock.resolved, lock.requires
+
+    def text(data: dict[str, Any], key: str) -> str | None:
+        value = data.get(key)
+        return value if isinstance(value, str) and value else None
+
+    repository, _, tag = lock.image.rpartition(":")
+    branches = requires.get("forward_compat") or []
+    platforms = resolved.get("platforms") or []
+    return ImageRow(
+        framework=text(resolved, "framework") or "none",
+        family=base,
+        repository=repository,
+        tag=tag,
+        release=None,
+        framework_version=text(resolved, "framework_version"),
+        cuda=text(resolved, "cuda"),
+        cudnn=text(resolved, "cudnn"),
+        python=text(resolved, "python"),
+        ubuntu=text(resolved, "ubuntu"),
+        min_driver=text(requires, "min_driver"),
+        forward_compat=tuple(str(b) for b in branches if isinstance(b, str)),
+        min_compute_capability=text(requires, "min_compute_capability"),
+        evidence="image",
+        unverified=(),
+        note=text(resolved, "read_from") or "",
+        source=base,
+        platforms=tuple(str(p) for p in platforms if isinstance(p, str)),
+    )
+
+
 def locked_row_problems(lock: Lock, spec: Spec, matrix: Matrix) -> list[str]:
     """Why the locked image is not one gpuenv would pin for this spec: it is in no
     matrix (shipped or synced), or it fails the spec or the host the lock was resolved
-    for. Empty when the lock is honest."""
-    row = next((r for r in matrix.images if r.image == lock.image), None)
+    for. Empty when the lock is honest. An own base's row is the one the lock recorded
+    when it read the image."""
+    if is_image_base(spec.base):
+        row = own_row_from_lock(lock, spec.base)
+        if row is None:
+            return [f"{lock.image} is not the image gpuenv.yaml's base names ({spec.base})"]
+    else:
+        row = next((r for r in matrix.images if r.image == lock.image), None)
     if row is None:
         return [f"{lock.image} is in no matrix (shipped, or synced with `gpuenv matrix sync`)"]
     host = recorded_host(lock) or Host(None, (), "none")

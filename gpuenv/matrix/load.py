@@ -138,6 +138,7 @@ def _image_row(
             nullable=True,
         )
         or "",
+        caveat=rows.text((*path, "caveat"), entry.get("caveat"), nullable=True) or "",
     )
 
 

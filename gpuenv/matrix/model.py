@@ -34,7 +34,7 @@ IMAGE_FIELDS = (
     "note",
 )
 # Fields a row may leave out (older files, rows whose value nobody knows).
-OPTIONAL_IMAGE_FIELDS = ("platforms", "ships", "framework_version_unknown")
+OPTIONAL_IMAGE_FIELDS = ("platforms", "ships", "framework_version_unknown", "caveat")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ class ImageRow:
     ships: tuple[tuple[str, ...], ...] = ()
     # Why framework_version is null: where it was looked for, and not found
     framework_version_unknown: str = ""
+    # What a user of the image must know and do, said whenever the row is chosen (a
+    # Docker Hub TensorFlow image whose CUDA is older than its TensorFlow's)
+    caveat: str = ""
 
     def shipped(self, name: str) -> str | None:
         """The version of `name` the image ships: the framework's own, or from `ships`."""
@@ -77,14 +80,22 @@ class ImageRow:
 
     @property
     def label(self) -> str:
-        """How people name the row: ``PyTorch 24.05`` or the tag."""
-        return f"{FRAMEWORK_NAMES[self.framework]} {self.release or self.tag}"
+        """How people name the row: ``PyTorch 24.05``, or an image without a release by
+        its reference (``tensorflow/tensorflow:2.18.0-gpu``)."""
+        if self.release:
+            return f"{FRAMEWORK_NAMES[self.framework]} {self.release}"
+        return self.image.removeprefix("docker.io/")
 
     def sort_key(self) -> tuple[Any, ...]:
+        """Newest last: by NGC release, then (for images without one, Docker Hub's) by
+        framework version, CUDA, Ubuntu and tag (a -runtime tag after its -devel twin,
+        so the smaller image is taken first)."""
         release = tuple(int(p) for p in self.release.split(".")) if self.release else (0,)
-        cuda = parse_version(self.cuda) if self.cuda else parse_version("0")
-        ubuntu = parse_version(self.ubuntu) if self.ubuntu else parse_version("0")
-        return (release, cuda, ubuntu, self.tag)
+        zero = parse_version("0")
+        framework = parse_version(self.framework_version) if self.framework_version else zero
+        cuda = parse_version(self.cuda) if self.cuda else zero
+        ubuntu = parse_version(self.ubuntu) if self.ubuntu else zero
+        return (release, framework, cuda, ubuntu, self.tag)
 
 
 @dataclass(frozen=True)

@@ -409,7 +409,8 @@ framework: {framework}
 # Only images the host's driver runs natively (no minor-version or forward compatibility).
 {"strict_driver: true" if strict_driver else "# strict_driver: true"}
 
-# Image family: ngc (NVIDIA NGC containers).
+# Base image: ngc (NVIDIA NGC containers), dockerhub (Docker Hub's official pytorch and
+# tensorflow images) or an image of your own (registry/path:tag), read when locked.
 base: ngc
 
 # pip requirements files installed into the image (paths inside this folder).

@@ -29,7 +29,24 @@ def constraint(text: str) -> SpecifierSet:
 
 
 FRAMEWORKS = ("pytorch", "tensorflow", "jax", "none")
-FAMILIES = ("ngc",)
+FAMILIES = ("ngc", "dockerhub")
+# An image reference a team's own base is named by (Docker's grammar, a tag or a digest
+# required): [registry[:port]/]path[:tag][@sha256:hex], path components lowercase.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+IMAGE_REFERENCE = (
+    rf"^(?:(?P<registry>localhost(?::[0-9]+)?|{_LABEL}(?:\.{_LABEL})+(?::[0-9]+)?"
+    rf"|{_LABEL}:[0-9]+)/)?"
+    rf"(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+def is_image_base(base: str) -> bool:
+    """Whether `base` names an image of its own rather than a family of the matrix."""
+    return base not in FAMILIES
+
+
 IPC_MODES = ("host", "private", "shareable")
 GPU_KEYWORDS = ("all", "none", "optional")
 # A MIG profile is NVIDIA's name for an instance's size: 1g.10gb (one GPU slice, 10 GB),

@@ -26,6 +26,7 @@ from gpuenv.project.spec import (
     FIELDS,
     FRAMEWORKS,
     GPU_KEYWORDS,
+    IMAGE_REFERENCE,
     INSTALLERS,
     IPC_MODES,
     SPEC_FILENAME,
@@ -146,7 +147,7 @@ def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
         ("version", lambda v: check.constraint(("version",), v)),
         ("python", lambda v: check.constraint(("python",), v)),
         ("cuda", lambda v: check.constraint(("cuda",), v)),
-        ("base", lambda v: check.choice(("base",), v, FAMILIES, ALIASES)),
+        ("base", lambda v: _base(check, v)),
         ("requirements", lambda v: _requirements(check, v)),
         ("extras", lambda v: _extras(check, v)),
         ("packages", lambda v: _packages(check, v)),
@@ -184,6 +185,32 @@ def _name(check: SpecChecker, value: Any) -> str | None:
             ("name",),
             f"'{text}' is not a valid name: use lowercase letters, digits and . _ - "
             f"(for example '{default_name(text) if text else 'my-project'}')",
+        )
+        return None
+    return text
+
+
+def _base(check: SpecChecker, value: Any) -> str | None:
+    """A family of the matrix (ngc, dockerhub), or an image reference with a tag or a
+    digest (``registry.example.com/team/train:2025.03``)."""
+    text = check.text(("base",), value, "ngc, dockerhub or an image reference")
+    if text is None or text in FAMILIES:
+        return text
+    if "/" not in text and ":" not in text and "@" not in text:
+        return check.choice(("base",), text, FAMILIES, ALIASES)
+    match = re.match(IMAGE_REFERENCE, text)
+    if match is None:
+        check.add(
+            ("base",),
+            f"'{text}' is not an image reference (registry/path:tag, lowercase path, "
+            "for example 'registry.example.com/team/train:2025.03')",
+        )
+        return None
+    if not match.group("tag"):
+        check.add(
+            ("base",),
+            f"'{text}' names no tag: add one (`{text.partition('@')[0]}:2025.03`); a digest "
+            "may follow it, and gpuenv.lock pins the digest either way",
         )
         return None
     return text

@@ -72,15 +72,16 @@ def _listed(names: Sequence[str]) -> str:
 
 def warnings_for(chosen: Candidate, host: Host, gpus: Sequence[HostGpu]) -> list[str]:
     row = chosen.row
-    out = []
+    out = [f"{row.image}: {row.caveat}"] if row.caveat else []
     relied = [f for f in RELEVANT_FIELDS if f in row.unverified]
     if "platforms" in row.unverified and row.platforms and host.platform:
         relied.append("platforms")  # the platform check relied on them
     if row.evidence == "unverified" or relied:
         what = _listed(relied) if relied else "its data"
         verb = "is" if len(relied) <= 1 else "are"
+        whose = "NVIDIA's documents" if row.family == "ngc" else "its publisher's documents"
         out.append(
-            f"{row.label}: {what} {verb} unverified (not confirmed by NVIDIA's documents); "
+            f"{row.label}: {what} {verb} unverified (not confirmed by {whose}); "
             "check the image's release notes before relying on it"
         )
     if host.driver is None:
@@ -310,7 +311,8 @@ def _version_fixes(spec: Spec, candidates: Sequence[Candidate]) -> list[str]:
             f"no {label} image whose version the matrix records has {label} {spec.version}; "
             f"the nearest recorded: {shown}{gap}"
         ]
-    return [f"no {label} image has {label} {spec.version}; the nearest NVIDIA shipped: {shown}"]
+    who = "NVIDIA" if spec.base == "ngc" else "its publisher"
+    return [f"no {label} image has {label} {spec.version}; the nearest {who} shipped: {shown}"]
 
 
 def _change_text(spec: Spec, row: ImageRow, check: str) -> str:

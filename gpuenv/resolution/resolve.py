@@ -388,6 +388,11 @@ def resolve(
             or pins_unsatisfiable(pins, candidates)
             or unresolvable(spec, host, candidates, gpus, matrix.notice(spec.framework))
         )
+        elsewhere = other_family_has(spec, matrix)
+        if elsewhere and not error.hint:
+            error.hint = elsewhere
+        elif elsewhere:
+            error.hint = f"{error.hint}; or {elsewhere}"
         error.candidates = candidates
         raise error
     warnings = (
@@ -397,6 +402,30 @@ def resolve(
         *warnings_for(chosen, host, gpus),
     )
     return Resolution(spec, host, chosen, candidates, gpus, warnings)
+
+
+FAMILY_NAMES = {"ngc": "NVIDIA's NGC images", "dockerhub": "Docker Hub's official images"}
+
+
+def other_family_has(spec: Spec, matrix: Matrix) -> str | None:
+    """Where the framework version the spec asks for is in another family's images
+    (TensorFlow 2.20 on Docker Hub, not NGC): the `base:` that reaches it, or None."""
+    if spec.version_spec is None:
+        return None
+    for family, name in FAMILY_NAMES.items():
+        if family == spec.base:
+            continue
+        rows = [
+            row
+            for row in matrix.images_for(spec.framework, family)
+            if row.framework_version and matches(spec.version_spec, row.framework_version)
+        ]
+        if rows:
+            return (
+                f"{name} have {FRAMEWORK_NAMES[spec.framework]} {spec.version}: "
+                f"`base: {family}` in gpuenv.yaml (such as {rows[0].label})"
+            )
+    return None
 
 
 def driver_unheard_of(host: Host, matrix: Matrix) -> list[str]:

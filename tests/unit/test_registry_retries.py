@@ -16,7 +16,7 @@ FAILING = "received unexpected HTTP status: 503 Service Unavailable"
 
 def pull(engine: FakeEngine) -> object:
     return service.with_retries(
-        lambda: service._consume_pull(engine.pull("r/x", "1", None), "r/x:1", _NoView()),
+        lambda: service.consume_pull(engine.pull("r/x", "1", None), "r/x:1", _NoView()),
         "pull of r/x:1",
     )
 
