@@ -97,8 +97,9 @@ def own_base_notes(row: ImageRow, spec: Spec) -> list[str]:
     missing = unknowns(row)
     if not missing:
         return []
+    said = "; ".join(what for what, _ in missing)
+    fixes = ", ".join(fix for _, fix in missing)
     return [
-        f"{spec.base} does not say {'; '.join(missing)}: set them in the image "
-        "(ENV CUDA_VERSION, a framework that imports with its Python) and run "
+        f"{spec.base} does not say {said}: give the image {fixes}, then run "
         "`gpuenv lock --upgrade` to read it again"
     ]

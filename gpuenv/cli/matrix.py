@@ -17,6 +17,7 @@ from gpuenv.matrix import overlay
 from gpuenv.matrix.load import load_matrix
 from gpuenv.matrix.sync import repositories_of
 from gpuenv.matrix.sync import sync as do_sync
+from gpuenv.project.spec import FAMILIES
 
 TABLES = ("pytorch", "tensorflow", "jax", "none", "cuda", "gpus")
 
@@ -44,14 +45,23 @@ class _TableOrCommand(click.Group):
     invoke_without_command=True,
     subcommand_metavar=f"[{'|'.join(TABLES)}] | sync [REPOSITORY]...",
 )
+@click.option(
+    "--base",
+    type=click.Choice(FAMILIES),
+    default="ngc",
+    show_default=True,
+    help="Which images a framework table lists: NGC's, or Docker Hub's official ones.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @click.pass_context
-def matrix(ctx: click.Context, as_json: bool) -> None:
+def matrix(ctx: click.Context, base: str, as_json: bool) -> None:
     """Show the compatibility matrix gpuenv resolves against.
 
     \b
     gpuenv matrix             what the matrix holds, and where its rows came from
     gpuenv matrix pytorch     NGC PyTorch images (also tensorflow, jax, none)
+    gpuenv matrix tensorflow --base dockerhub
+                              Docker Hub's official TensorFlow GPU images
     gpuenv matrix cuda        CUDA toolkits, driver floors, compute capabilities
     gpuenv matrix gpus        GPU models, compute capability and class
     gpuenv matrix sync        add what NGC images say about themselves (registry)
@@ -62,7 +72,7 @@ def matrix(ctx: click.Context, as_json: bool) -> None:
     loaded = load_matrix()
     source = overlay.read_source()
     rows = overlay.parse_rows(source[1], source[0]) if source else ()
-    show_matrix(loaded, ctx.meta.get("gpuenv.matrix.table"), as_json, rows)
+    show_matrix(loaded, ctx.meta.get("gpuenv.matrix.table"), as_json, rows, base)
 
 
 @matrix.command()

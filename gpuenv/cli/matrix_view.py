@@ -24,13 +24,17 @@ def _evidence(level: str, unverified: tuple[str, ...] = ()) -> str:
     return text
 
 
+FAMILY_TITLES = {"ngc": "NGC", "dockerhub": "Docker Hub"}
+
+
 def _images(
-    matrix: Matrix, framework: str, overlay: Sequence[OverlayRow]
+    matrix: Matrix, framework: str, overlay: Sequence[OverlayRow], family: str = "ngc"
 ) -> tuple[list[dict[str, Any]], Table]:
-    rows = matrix.images_for(framework)
+    rows = matrix.images_for(framework, family)
     platforms = {(found.repository, found.tag): list(found.platforms) for found in overlay}
     table = Table(
-        title=f"NGC {FRAMEWORK_NAMES[framework]} images ({len(rows)})", title_justify="left"
+        title=f"{FAMILY_TITLES[family]} {FRAMEWORK_NAMES[framework]} images ({len(rows)})",
+        title_justify="left",
     )
     for column in (
         "image",
@@ -133,7 +137,11 @@ def _gpus(matrix: Matrix) -> tuple[list[dict[str, Any]], Table]:
 
 
 def show_matrix(
-    matrix: Matrix, table: str | None, as_json: bool, overlay: Sequence[OverlayRow] = ()
+    matrix: Matrix,
+    table: str | None,
+    as_json: bool,
+    overlay: Sequence[OverlayRow] = (),
+    family: str = "ngc",
 ) -> None:
     if table is None:
         counts = {fw: len(matrix.images_for(fw)) for fw in FRAMEWORK_NAMES}
@@ -175,15 +183,17 @@ def show_matrix(
             for item in tables:
                 ui.table(item)
         return
-    payload, rendered = _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay)
+    payload, rendered = (
+        _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay, family)
+    )
     if as_json:
         output.data(payload)
     else:
         ui.table(rendered)
-    notice = matrix.notice(table)
+    notice = matrix.notice(table) if family == "ngc" else None
     if notice:
         ui.warn(notice)  # on stderr: the JSON on stdout keeps its shape
-    rows = [] if table in ("gpus", "none") else matrix.images_for(table)
+    rows = [] if table in ("gpus", "none") else matrix.images_for(table, family)
     unknown = [row.tag for row in rows if not row.framework_version]
     if unknown:
         ui.warn(

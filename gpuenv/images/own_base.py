@@ -51,10 +51,17 @@ def read_own_base(engine: Engine, reference: str, framework: str, view: PullView
     auth = credentials(repository)
     wanted = parsed.digest or parsed.tag or "latest"
     local = f"{repository}@{wanted}" if parsed.digest else f"{repository}:{wanted}"
-    progress = with_retries(
-        lambda: consume_pull(engine.pull(repository, wanted, auth), local, view),
-        f"pull of {local}",
-    )
+    try:
+        progress = with_retries(
+            lambda: consume_pull(engine.pull(repository, wanted, auth), local, view),
+            f"pull of {local}",
+        )
+    except PullError as exc:
+        raise PullError(
+            exc.message,
+            hint="check `base:` in gpuenv.yaml (registry, path and tag), and that this "
+            "engine may pull from that registry (`docker login`, or its credentials file)",
+        ) from None
     digest = parsed.digest or progress.digest
     if not digest:
         found = [d for d in engine.repo_digests(local) if d.startswith(f"{repository}@")]

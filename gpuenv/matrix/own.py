@@ -259,15 +259,27 @@ def own_row(
     )
 
 
-def unknowns(row: ImageRow) -> list[str]:
-    """What gpuenv could not read from an own base, and what that leaves unchecked."""
+def unknowns(row: ImageRow) -> list[tuple[str, str]]:
+    """What gpuenv could not read from an own base: (what, and what that leaves
+    unchecked; how the image can say it)."""
+    module = PROBE_MODULES.get(row.framework, "")
     out = []
     if row.cuda is None:
-        out.append("its CUDA version (so no driver check was made)")
-    if row.framework != "none" and row.framework_version is None:
-        out.append("its framework version (so `version:` and the project's pins went unchecked)")
+        out.append(("its CUDA version (no driver check was made)", "ENV CUDA_VERSION=12.4.1"))
+    if module and row.framework_version is None:
+        out.append(
+            (
+                "its framework version (`version:` and the project's pins went unchecked)",
+                f"a {module} that python3 imports",
+            )
+        )
     if row.python is None:
-        out.append("its Python version")
+        out.append(("its Python version", "python3 on PATH"))
     if row.min_compute_capability is None:
-        out.append("the GPU architectures its code is built for (only its CUDA's were checked)")
+        out.append(
+            (
+                "the GPU architectures its code is built for (only its CUDA's were checked)",
+                'ENV CUDA_ARCH_LIST="8.0 9.0" (the compute capabilities it is built for)',
+            )
+        )
     return out

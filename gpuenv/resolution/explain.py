@@ -62,6 +62,8 @@ def evidence_text(row: ImageRow) -> str:
     words = EVIDENCE_WORDS.get(row.evidence, row.evidence)
     if not words.startswith(row.evidence):
         words = f"{row.evidence}: {words}"
+    if row.source == row.family:  # a base of the team's own: no matrix file has it
+        return f"{words} ({row.note})" if row.note else words
     return f"{words} (matrix row {row.source})"
 
 
