@@ -107,6 +107,25 @@ def pull_repository(repository: str, mirror: str | None) -> str:
     return repository
 
 
+def local_references(image: str, digest: str, mirror: str | None) -> list[str]:
+    """The names an engine holds a locked base under once gpuenv pulled it: by digest
+    from the mirror (nvcr.io images, where one is set) and from the image's own
+    registry; by tag while the lock has no digest yet.
+
+    >>> local_references("nvcr.io/nvidia/pytorch:24.05-py3", "sha256:ab", "127.0.0.1:5000")
+    ['127.0.0.1:5000/nvidia/pytorch@sha256:ab', 'nvcr.io/nvidia/pytorch@sha256:ab']
+    >>> local_references("nvcr.io/nvidia/pytorch:24.05-py3", "", None)
+    ['nvcr.io/nvidia/pytorch:24.05-py3']
+    """
+    canonical = parse_reference(image)
+    repositories = dict.fromkeys(
+        [pull_repository(canonical.repository, mirror), canonical.repository]
+    )
+    if digest:
+        return [f"{repository}@{digest}" for repository in repositories]
+    return [f"{repository}:{canonical.tag}" for repository in repositories if canonical.tag]
+
+
 def credentials(repository: str, env: Mapping[str, str] | None = None) -> dict[str, str] | None:
     """NGC's API key as nvcr.io credentials, for nvcr.io only; None lets Docker's own
     stored credentials (docker login) apply."""

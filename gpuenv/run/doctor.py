@@ -16,6 +16,7 @@ from gpuenv.engine.protocol import Engine
 from gpuenv.errors import EngineRefused, GpuenvError, UsageError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
+from gpuenv.images.registry import InvalidMirror, local_references, registry_mirror
 from gpuenv.lock.project import load_project
 from gpuenv.matrix.load import load_matrix
 from gpuenv.run.devices import (
@@ -253,11 +254,22 @@ def _disk(
     missing = 0
     if os.path.exists(os.path.join(directory, "gpuenv.lock")):
         try:
-            missing = 0 if api.has_image(load_project(directory).lock.image) else 1
+            lock = load_project(directory).lock
+            names = local_references(lock.image, lock.digest, _mirror())
+            missing = 0 if any(api.has_image(name) for name in names) else 1
         except GpuenvError:
             missing = 0  # the lock check says what is wrong with it
     checks.append(Check("disk", *disk_finding(root, missing, settings)))
     checks.append(Check("storage", *storage_finding(root, storage_kind(root))))
+
+
+def _mirror() -> str | None:
+    """The nvcr.io mirror pulls go through; None where none is set (a bad one: its own
+    check says so)."""
+    try:
+        return registry_mirror()[0]
+    except InvalidMirror:
+        return None
 
 
 def _driver(checks: list[Check], settings: SizingSettings) -> object:

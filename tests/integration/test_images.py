@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import re
 import shutil
@@ -442,3 +443,16 @@ def test_the_pull_reconciles_the_lock_with_what_the_image_says(make_project) -> 
     assert "is not the image gpuenv.lock describes: framework_version: the lock says " in said
     assert "2.8.0a0+5228986c39, the image 2.9.0a0+145a3a7" in said
     assert "digest: ''" in project.lock_text()  # nothing pinned to an image it does not describe
+
+
+def test_doctor_sees_the_locked_image_pulled_through_the_mirror(make_project) -> None:
+    """The base is pulled as <mirror>/nvidia/pytorch@digest, never under its nvcr.io
+    name: doctor looks for it where gpuenv put it, and does not ask for room for it."""
+    project = make_project()
+    project.ok("pull", "-q")
+    lock = yaml.safe_load(project.lock_text())
+    assert lock["image"]["reference"].startswith("nvcr.io/") and lock["image"]["digest"]
+    doctor = project.gpuenv("doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert "free" in checks["disk"]["detail"]
+    assert "not here yet" not in checks["disk"]["detail"], checks["disk"]
