@@ -70,7 +70,8 @@ def prepare_job(
         raise UsageError(
             "-e KEY=VALUE and --env-file values travel in sbatch's environment, which "
             "--sbatch-arg --export=... would not pass on",
-            hint="drop the --export option, or pass the values another way",
+            hint="drop `--sbatch-arg --export=…` (sbatch passes the environment on by "
+            "default), or drop the -e/--env-file values",
         )
     if pushed_is_stale(project):
         notice(STALE_PUSH)

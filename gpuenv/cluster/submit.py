@@ -128,10 +128,14 @@ def submit_script(
     except FileNotFoundError:
         raise UsageError(
             "sbatch is not on PATH: this is not a Slurm login node",
-            hint=f"the script is ready at {path}; or use --dry-run",
+            hint=f"run `sbatch {path}` on a Slurm login node (the script is written)",
         ) from None
     if result.returncode != 0:
-        raise UsageError(f"sbatch refused the job: {result.stderr.strip()}", hint=f"script: {path}")
+        raise UsageError(
+            f"sbatch refused the job ({path}): {result.stderr.strip()}",
+            hint="fix what sbatch names (an --sbatch-arg, or the cluster's limits), then "
+            "submit again",
+        )
     return Submitted(result.stdout.strip().split(";")[0], path)
 
 

@@ -40,29 +40,45 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     return text.replace(key, "***") if key and len(key) >= 4 else text
 
 
+def _registry(reference: str) -> str:
+    """The registry host of a reference, as Docker reads it (``docker.io`` by default)."""
+    first, _, rest = reference.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
 def pull_error(
     reference: str, explanation: str, status: int | None = None, verb: str = "pull"
 ) -> PullError:
-    """One message per way a pull (or push) fails: unknown image, refused, unreachable."""
+    """One message per way a pull (or push) fails: unknown image, refused, unreachable;
+    each with the fix for that case (the registry it is, by tag or by digest)."""
     text = redact(explanation)
     lowered = text.lower()
+    registry = _registry(reference)
     refused = ("unauthorized", "denied", "authentication required", "forbidden", "no basic auth")
     if any(word in lowered for word in refused) or status in (401, 403):
-        registry = reference.split("/", 1)[0]
-        hint = (
+        login = (
             "set NGC_API_KEY to your NGC API key (https://ngc.nvidia.com/setup/api-key)"
             if registry == "nvcr.io"
             else f"log in first: `docker login {registry}`"
         )
         if "does not exist" in lowered or "not found" in lowered:
             return PullError(
-                f"{reference} was not found, or {registry} refused access to it: {text}", hint=hint
+                f"{reference} was not found, or {registry} refused access to it: {text}",
+                hint=f"check the image's name; if it is private, {login}",
             )
-        return PullError(f"{registry} refused the {verb} of {reference}: {text}", hint=hint)
+        return PullError(f"{registry} refused the {verb} of {reference}: {text}", hint=login)
     if status == 404 or "not found" in lowered or "manifest unknown" in lowered:
         return PullError(
             f"{reference} does not exist in its registry: {text}",
-            hint="check the tag (`gpuenv matrix`), or the mirror (GPUENV_REGISTRY_MIRROR)",
+            hint=_missing(reference, registry, verb),
+        )
+    if any(word in lowered for word in ("x509", "certificate")):
+        return PullError(
+            f"the engine does not trust {registry}'s certificate ({reference}): {text}",
+            hint=f"give the engine its CA: /etc/docker/certs.d/{registry}/ca.crt (Docker), "
+            f"or /etc/containers/certs.d/{registry}/ca.crt (Podman)",
         )
     if any(
         word in lowered
@@ -76,11 +92,31 @@ def pull_error(
             "network is unreachable",
         )
     ):
-        return PullError(
-            f"cannot reach the registry for {reference}: {text}",
-            hint="check the network, or pull through a mirror: GPUENV_REGISTRY_MIRROR=host:port",
+        hint = (
+            "pull through a mirror your network reaches: GPUENV_REGISTRY_MIRROR=host:port"
+            if registry == "nvcr.io"
+            else f"start {registry}, or fix the engine host's route to it (DNS, proxy, "
+            "firewall); for an nvcr.io mirror, fix or unset GPUENV_REGISTRY_MIRROR"
         )
+        return PullError(f"cannot reach the registry for {reference}: {text}", hint=hint)
     return PullError(f"{verb}ing {reference} failed: {text}")
+
+
+def _missing(reference: str, registry: str, verb: str) -> str:
+    """The fix for an image the registry does not have."""
+    if verb == "push":
+        return f"push to a repository {registry} accepts (create it there first if it must)"
+    if "@sha256:" in reference:
+        return (
+            "the registry no longer serves the digest gpuenv.lock pins: `gpuenv lock "
+            "--upgrade` pins what it serves now (or restore the image)"
+        )
+    if registry == "nvcr.io":
+        return "pick a tag `gpuenv matrix` lists, then `gpuenv lock --upgrade`"
+    return (
+        f"if {registry} is your nvcr.io mirror, copy the image there (or unset "
+        "GPUENV_REGISTRY_MIRROR); else fix the name or tag (`base:` in gpuenv.yaml)"
+    )
 
 
 def removal_done(refusal: EngineRefused) -> bool:

@@ -112,11 +112,17 @@ def engine_error(exc: BaseException, host: str) -> GpuenvError:
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
             "in again), or use rootless Docker",
         )
-    product, cli = ("Podman service", "podman") if podman else ("Docker engine", "docker")
+    product = "Podman service" if podman else "Docker engine"
     if "timed out" in text.lower():
         return EngineError(
             f"the {product} at {host} did not answer in time",
-            hint=f"it may be overloaded or stuck: check it (`{cli} info`), then try again",
+            hint=(
+                "restart it (`systemctl --user restart podman.socket`, or the system's "
+                "`sudo systemctl restart podman.socket`)"
+                if podman
+                else "restart it (`sudo systemctl restart docker`)"
+            )
+            + ", or give it more time: GPUENV_ENGINE_TIMEOUT=SECONDS",
         )
     if any(word in text for word in ("SSL", "TLS", "certificate")):
         return EngineError(

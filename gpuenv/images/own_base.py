@@ -57,10 +57,12 @@ def read_own_base(engine: Engine, reference: str, framework: str, view: PullView
             f"pull of {local}",
         )
     except PullError as exc:
+        if "does not exist" not in exc.message and "was not found" not in exc.message:
+            raise  # refused, unreachable, untrusted: their own fix
         raise PullError(
             exc.message,
-            hint="check `base:` in gpuenv.yaml (registry, path and tag), and that this "
-            "engine may pull from that registry (`docker login`, or its credentials file)",
+            hint=f"fix `base:` in gpuenv.yaml (registry/path:tag); if {parsed.registry} "
+            f"keeps it private, `docker login {parsed.registry}` first",
         ) from None
     digest = parsed.digest or progress.digest
     if not digest:

@@ -130,9 +130,13 @@ def _checked_against_image(
     if contradictions:
         raise LockError(
             f"{local} is not the image {LOCK_FILENAME} describes: " + "; ".join(contradictions),
-            hint="the registry's image differs from the matrix's record of it: "
-            "`gpuenv matrix sync` records what the registry's images say, then "
-            "`gpuenv lock --upgrade` re-resolves",
+            hint=(
+                "the registry's image differs from the matrix's record of it: "
+                "`gpuenv matrix sync` records what the registry's images say, then "
+                "`gpuenv lock --upgrade` re-resolves"
+                if lock.image.startswith("nvcr.io/")
+                else "`gpuenv lock --upgrade` reads the image again and pins what it says"
+            ),
         )
     if filled:
         lock = replace(lock, resolved=resolved)

@@ -133,7 +133,8 @@ class Collected:
             fix = (
                 "fix the file at that line"
                 if all(p.line for p in self.problems)
-                else ("fix or remove that file")
+                else "make it a readable file, or drop it from `requirements:` in gpuenv.yaml "
+                "(or the -r line that includes it)"
             )
             raise SpecError(
                 self.problems, hint=f"{fix} (gpuenv reads every requirement it installs)"

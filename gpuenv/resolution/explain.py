@@ -241,11 +241,6 @@ def _fixes(
         parts = [_change_text(spec, best.row, check) for check in changed]
         fixes.append(f"allow {' and '.join(parts)} ({best.row.label}, {best.row.image})")
     fixes.extend(_version_fixes(spec, candidates))
-    if not fixes:
-        fixes.append(
-            "no image in the matrix runs on this host as described; "
-            "`gpuenv resolve --explain` lists every image and why"
-        )
     return fixes[:3]
 
 

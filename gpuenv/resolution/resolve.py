@@ -388,7 +388,11 @@ def resolve(
             or pins_unsatisfiable(pins, candidates)
             or unresolvable(spec, host, candidates, gpus, matrix.notice(spec.framework))
         )
-        elsewhere = other_family_has(spec, matrix)
+        elsewhere = (
+            other_family_has(spec, matrix)
+            if candidates and all(c.rejected_by("version") for c in candidates)
+            else None
+        )
         if elsewhere and not error.hint:
             error.hint = elsewhere
         elif elsewhere:

@@ -51,8 +51,13 @@ def preflight(lock: Locked, host: Host, grant: Grant, matrix: Matrix) -> list[st
         raise ResolutionError(
             f"this host cannot run the locked image {lock.image}: {host.describe()}",
             [r.reason for r in candidate.rejections],
-            hint="upgrade the driver, or re-resolve for this host with `gpuenv lock --upgrade`; "
-            "--force tries anyway",
+            hint=(
+                f"upgrade the driver to ≥ {candidate.min_driver}, or "
+                if any(r.check == "driver" for r in candidate.rejections) and candidate.min_driver
+                else ""
+            )
+            + "re-resolve for this host with `gpuenv lock --upgrade` (it picks an image built "
+            "for it); --force tries anyway",
         )
     if candidate.driver_route and candidate.driver_route.startswith("CUDA forward"):
         return [f"runs through {candidate.driver_route}"]

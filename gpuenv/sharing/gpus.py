@@ -252,7 +252,7 @@ def _free_instances(
         taken = "; ".join(h for m in candidates if (h := _instance_not_free(m, held, parents)))
         raise GpusBusy(
             f"{request} requested, {len(open_migs)} free on this host ({taken})",
-            hint="wait for them with --wait, or ask for fewer",
+            hint=f"wait for them with --wait, or ask for at most {len(open_migs)}",
         )
     return [m.uuid for m in open_migs[: request.count]]
 
@@ -278,7 +278,12 @@ def _least_loaded_free_gpus(
         raise GpusBusy(
             f"{request.count} GPU{'s' if request.count > 1 else ''} requested, "
             f"{len(free)} free on this host ({taken})",
-            hint="wait for them with --wait, or ask for fewer",
+            hint=(
+                f"wait for them with --wait, or ask for at most {len(free)}"
+                if len(usable) >= request.count
+                else f"this host has {len(usable)} usable GPUs (the others are drained or "
+                f"unfit): ask for at most {len(usable)} (--gpus, or `gpus:` in gpuenv.yaml)"
+            ),
         )
     # Whole GPUs out of MIG mode first: a MIG GPU given whole is its slices' loss.
     free.sort(key=lambda g: (bool(g.mig_mode), g.utilization or 0, g.memory_used_mib or 0, g.index))

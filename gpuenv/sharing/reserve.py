@@ -72,7 +72,11 @@ def _behind_others(store: ClaimStore, ticket: str, looked: float) -> bool:
 
 def _check_deadline(deadline: float | None, wait: float | None) -> None:
     if deadline is not None and time.monotonic() > deadline:
-        raise GpusBusy(f"no GPUs became free within {wait:g}s", hint="try again later")
+        raise GpusBusy(
+            f"no GPUs became free within {wait:g}s",
+            hint="wait longer (`--wait-timeout SECONDS`, or `--wait` for no limit); "
+            "`gpuenv top` names who holds them",
+        )
 
 
 def _hold_place(store: ClaimStore, ticket: str | None, wait: float | None) -> str | None:

@@ -15,6 +15,8 @@ import yaml
 
 from tests.integration.conftest import RTX4090, docker, registry_digest
 
+pytestmark = pytest.mark.integration
+
 REQUIRE = "cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=tesla,driver>=535,driver<536"
 
 
@@ -100,7 +102,7 @@ def test_an_own_base_the_registry_lacks_is_a_pull_error(make_project, registry: 
     project = make_project(f"base: '{missing}'\n", locks=False)
     assert project.locked is not None and project.locked.returncode == 11, project.locked.stderr
     assert missing in project.locked.stderr
-    assert "`base:` in gpuenv.yaml" in project.locked.stderr
+    assert "fix `base:` in gpuenv.yaml" in project.locked.stderr
     assert "Traceback" not in project.locked.stderr
 
 

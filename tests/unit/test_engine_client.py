@@ -396,13 +396,13 @@ def test_a_socket_without_permission_says_how_to_get_it() -> None:
             TimeoutError("UnixHTTPConnectionPool(host='localhost'): Read timed out."),
             "unix:///var/run/docker.sock",
             "the Docker engine at unix:///var/run/docker.sock did not answer in time",
-            "`docker info`",
+            "`sudo systemctl restart docker`",
         ),
         (
             TimeoutError("Connection to 10.0.0.9 timed out. (connect timeout=600)"),
             "unix:///run/podman/podman.sock",
             "the Podman service at unix:///run/podman/podman.sock did not answer in time",
-            "`podman info`",
+            "podman.socket",
         ),
         (
             OSError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"),

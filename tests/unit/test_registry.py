@@ -89,28 +89,87 @@ def test_ngc_key_only_for_nvcr() -> None:
     assert redact("Get https://x?token=k-123456", env) == "Get https://x?token=***"
 
 
+MISSING = "manifest for x:1 not found: manifest unknown"
+DIGEST = "sha256:" + "a" * 64
+
+
 @pytest.mark.parametrize(
-    ("explanation", "status", "fragment", "hint"),
+    ("reference", "explanation", "status", "verb", "fragment", "hint"),
     [
+        # A hint names the fix for that case, and only that case.
+        ("nvcr.io/nvidia/pytorch:1", MISSING, 404, "pull", "does not exist", "`gpuenv matrix`"),
         (
-            "manifest for x:1 not found: manifest unknown",
+            f"nvcr.io/nvidia/pytorch@{DIGEST}",
+            MISSING,
             404,
-            "does not exist in its registry",
-            "check the tag",
+            "pull",
+            "does not exist",
+            "lock --upgrade",
         ),
-        ("unauthorized: authentication required", 401, "refused the pull", "NGC_API_KEY"),
         (
-            'Head "http://127.0.0.1:9/v2/": dial tcp 127.0.0.1:9: connect: connection refused',
-            500,
-            "cannot reach the registry",
-            "GPUENV_REGISTRY_MIRROR",
+            "127.0.0.1:5000/nvidia/pytorch:1",
+            MISSING,
+            404,
+            "pull",
+            "does not exist",
+            "copy the image there",
         ),
-        ("something else", 500, "failed: something else", None),
+        ("ghcr.io/team/train:1", MISSING, 404, "pull", "does not exist", "`base:` in gpuenv.yaml"),
+        ("127.0.0.1:5000/team/x:1", MISSING, 404, "push", "does not exist", "push to a repository"),
+        (
+            "nvcr.io/nvidia/pytorch:1",
+            "unauthorized: authentication required",
+            401,
+            "pull",
+            "refused the pull",
+            "NGC_API_KEY",
+        ),
+        (
+            "team/train:1",
+            "pull access denied for team/train, repository does not exist or may require 'docker login'",
+            403,
+            "pull",
+            "was not found",
+            "docker login docker.io",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:1",
+            'Head "https://nvcr.io/v2/": dial tcp: i/o timeout',
+            500,
+            "pull",
+            "cannot reach",
+            "GPUENV_REGISTRY_MIRROR=host:port",
+        ),
+        (
+            "registry.example.com/team/x:1",
+            "dial tcp 10.0.0.1:443: connect: connection refused",
+            500,
+            "pull",
+            "cannot reach",
+            "start registry.example.com",
+        ),
+        (
+            "registry.example.com/team/x:1",
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority",
+            500,
+            "pull",
+            "does not trust",
+            "certs.d/registry.example.com/ca.crt",
+        ),
+        ("nvcr.io/nvidia/pytorch:1", "something else", 500, "pull", "failed: something else", None),
     ],
 )
-def test_pull_errors(explanation: str, status: int, fragment: str, hint: str | None) -> None:
-    error = pull_error("nvcr.io/nvidia/pytorch:1", explanation, status)
+def test_pull_errors(
+    reference: str, explanation: str, status: int, verb: str, fragment: str, hint: str | None
+) -> None:
+    error = pull_error(reference, explanation, status, verb)
     assert fragment in error.message
     assert error.exit_code == 11
-    if hint:
-        assert hint in (error.hint or "")
+    if hint is None:
+        assert error.hint is None
+    else:
+        assert hint in (error.hint or ""), error.hint
+        others = ("`gpuenv matrix`", "NGC_API_KEY", "GPUENV_REGISTRY_MIRROR=host:port")
+        for other in others:  # a hint for another case never rides along
+            if other != hint and other not in hint:
+                assert other not in (error.hint or ""), (other, error.hint)
