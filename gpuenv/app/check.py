@@ -233,7 +233,9 @@ def _lock_item(
         f", {count} Python package{'s' if count != 1 else ''}" if lock.overlay.resolved else ""
     )
     warnings = tuple(
-        f"{LOCK_FILENAME}: {line}: `gpuenv lock` locks them again (a build does it too)"
+        f"{LOCK_FILENAME}: {line}"
+        + ("" if "gpuenv lock" in line else ": `gpuenv lock` locks them again")
+        + " (a build does it too)"
         for line in stale
     )
     return CheckItem(

@@ -25,6 +25,16 @@ _KINDS = (
 )
 
 
+def kind_of(path: str) -> str | None:
+    """What `path` is when it is there but no regular file (``a named pipe``, ``a
+    folder``, links followed); None for a file, or nothing there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
 class NotAFile(Exception):
     """A path gpuenv will not read as a file; the message says why, after the path."""
 

@@ -17,6 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from gpuenv.common.checker import Checker, describe, did_you_mean
+from gpuenv.common.files import kind_of
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml, read_yaml
 from gpuenv.errors import Problem, SpecError, file_error
@@ -236,6 +237,9 @@ def _requirements(check: SpecChecker, value: Any) -> tuple[str, ...] | None:
                 f"'{text}' has characters gpuenv does not copy into images "
                 "(use letters, digits, . _ + - and /)",
             )
+        elif kind_of(os.path.join(check.project_dir, text)):
+            what = kind_of(os.path.join(check.project_dir, text))
+            check.add(path, f"'{text}' is {what}, not a file: name a requirements file")
         elif not os.path.isfile(os.path.join(check.project_dir, text)):
             check.add(path, f"'{text}' does not exist in the project folder")
         else:

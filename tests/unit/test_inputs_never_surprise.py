@@ -155,6 +155,22 @@ def test_a_default_dependency_file_that_cannot_be_read_is_exit_3(
     assert not (tmp_path / "gpuenv.yaml").exists() and not (tmp_path / "gpuenv.lock").exists()
 
 
+@pytest.mark.parametrize("command", ["check", "resolve", "lock"])
+@pytest.mark.parametrize(
+    ("kind", "make", "message"), UNREADABLE[:2], ids=[case[0] for case in UNREADABLE[:2]]
+)
+def test_a_named_requirements_file_that_is_no_file_is_said_so(
+    tmp_path: Path, command: str, kind: str, make: Callable[[Path], None], message: str
+) -> None:
+    """`requirements: req.txt` naming a FIFO or a folder: exit 3 saying what it is (not
+    that it does not exist), in every command that reads the spec."""
+    make(tmp_path / "req.txt")
+    (tmp_path / "gpuenv.yaml").write_text("framework: pytorch\nrequirements: req.txt\n")
+    result = invoke(tmp_path, command, *([] if command == "check" else A100))
+    assert result.exit_code == 3, result.output
+    assert f"'req.txt' {message}" in said(result), (kind, said(result))
+
+
 def test_every_json_output_is_strict_json(tmp_path: Path) -> None:
     locked(tmp_path)
     for command in (("check", "--json"), ("resolve", "--json", *A100)):
