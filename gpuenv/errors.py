@@ -81,7 +81,11 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(EXIT_CANNOT_INVOKE, "run, shell: the command cannot be invoked (not executable)"),
     ExitCode(EXIT_NOT_FOUND, "run, shell: the command was not found in the image"),
     ExitCode(EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
-    ExitCode(EXIT_BROKEN_PIPE, "stdout was closed early (its reader, e.g. head, quit): as SIGPIPE"),
+    ExitCode(
+        EXIT_BROKEN_PIPE,
+        "stdout or stderr was closed early (its reader, e.g. head, quit): as SIGPIPE, "
+        "from any command, run and shell included",
+    ),
 )
 COMMAND_EXIT_NOTE = (
     "run, shell, wait and attach exit with the command's own exit code once it has "

@@ -26,10 +26,14 @@ def expanded_spec(spec: Spec, image: str, engine: Callable[[], Engine]) -> Spec:
     else:
         reason = "this engine does not have it"
     if config is None:
+        first = (
+            f"pull it (`docker pull {image}`) and export again"
+            if reason == "this engine does not have it"
+            else "start the engine (or set DOCKER_HOST) and export again"
+        )
         raise UsageError(
             f"gpuenv.yaml's env ({names}) refers to the image's variables, which gpuenv "
             f"reads from {image}: {reason}",
-            hint=f"pull it (`docker pull {image}`) and export again, or write the values "
-            "out in full in gpuenv.yaml",
+            hint=f"{first}, or write the values out in full in gpuenv.yaml",
         )
     return spec_with_image_env(spec, image_environment(config))

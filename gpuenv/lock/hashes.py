@@ -44,8 +44,9 @@ def check_user_hashes(plan: InstallPlan, overlay: Overlay) -> None:
     if problems:
         raise SpecError(
             problems,
-            hint="a hash that differs means another file than the one the project locked: "
-            "check where it came from before you change the hash",
+            hint="pin the version each hash was made for, or, once you trust the new "
+            "file, write the hashes again (`pip-compile --generate-hashes` or `uv pip "
+            "compile --generate-hashes`)",
         )
 
 

@@ -339,7 +339,11 @@ def validate_matrix(directory: str, sources: Sequence[Source]) -> Matrix:
         )
     if problems:
         raise MatrixError(
-            problems, hint="the matrix data is broken: reinstall gpuenv or fix the file"
+            problems,
+            hint="fix the file named above, or unset GPUENV_MATRIX_DIR"
+            if os.environ.get("GPUENV_MATRIX_DIR")
+            else "gpuenv's own matrix files are damaged: reinstall gpuenv "
+            "(`pip install --force-reinstall gpuenv`)",
         )
     parts.images.sort(key=ImageRow.sort_key, reverse=True)
     version = f"{max(parts.updated)}+{digest.hexdigest()[:12]}"

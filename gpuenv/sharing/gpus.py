@@ -143,7 +143,8 @@ def _count_grant(request: GpuRequest, host: Host) -> Grant:
     if request.count > len(host.gpus):
         raise UsageError(
             f"{request.count} GPUs requested, but this host has {len(host.gpus)}",
-            hint="ask for fewer (--gpus N), or `--gpus all`",
+            hint=f"ask for at most {len(host.gpus)} (--gpus, or `gpus:` in gpuenv.yaml), "
+            "or `--gpus all`",
         )
     return Grant("devices", tuple(g.uuid or str(g.index) for g in host.gpus[: request.count]))
 
