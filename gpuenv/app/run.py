@@ -36,6 +36,7 @@ from gpuenv.images.accounts import Identity
 from gpuenv.images.progress import ViewFactory
 from gpuenv.lock.locked import Freshness
 from gpuenv.project.mounts import Bind, run_binds
+from gpuenv.project.ports import Port, engine_ports, merged, parse_port
 from gpuenv.project.spec import GpuRequest, parse_size
 from gpuenv.project.variables import image_environment, refers, spec_with_image_env
 from gpuenv.run.container import (
@@ -47,6 +48,7 @@ from gpuenv.run.container import (
     without_gpus,
 )
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
+from gpuenv.run.publish import check_free, urls
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore
 from gpuenv.sharing.fitness import unfit_gpus
@@ -76,6 +78,7 @@ class RunRequest:
     name: str | None = None
     freshness: Freshness = "update"  # --locked refuses a stale lock, --frozen uses it as is
     workdir: str = ""  # the folder of the project it was started in ("src"): /workspace/src
+    publish: tuple[str, ...] = ()  # -p/--publish [IP:][HOST:]CONTAINER
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class RunPlan:
     gpus: GpuRequest
     host: Host
     memory: int | None
+    ports: tuple[Port, ...] = ()
 
     @property
     def upload_identity(self) -> Identity | None:
@@ -230,9 +234,34 @@ def plan_run(run: RunContext, directory: str) -> RunPlan:
         image.spec, request.mounts, request.allow_mounts, env=run.environ, notice=run.notice
     )
     gpus = parse_gpus_option(request.gpus) if request.gpus else image.spec.gpus
+    ports = run_ports(image.spec.ports, request.publish, run.notice)
     # No GPUs, no need to ask NVML about them.
     host = run.services.detect_host() if gpus.mode != "none" else Host(None, (), "none")
-    return RunPlan(image, identity, command, binds, gpus, host, memory)
+    return RunPlan(image, identity, command, binds, gpus, host, memory, ports)
+
+
+def run_ports(
+    spec_ports: tuple[Port, ...], publish: Sequence[str], notice: Callable[[str], None]
+) -> tuple[Port, ...]:
+    """The spec's ports with -p's over them; a bad -p is a usage error (exit 2), a host
+    port already taken a StartError (exit 14), both before anything is reserved. A port
+    on every interface is said: anyone who reaches the host can connect to it."""
+    asked = []
+    for text in publish:
+        try:
+            asked.append(parse_port(text))
+        except ValueError as exc:
+            raise UsageError(f"-p {text}: {exc}") from None
+    ports = merged(spec_ports, asked)
+    check_free(ports)
+    for port in ports:
+        if port.everywhere:
+            notice(
+                f"port {port.container} is published on every interface ({port.address}): "
+                "anyone who can reach this host can connect to it; leave the address out "
+                "for 127.0.0.1 (reach it with `ssh -L`)"
+            )
+    return ports
 
 
 class Reservation:
@@ -404,6 +433,10 @@ def configure(run: RunContext, plan: RunPlan, reservation: Reservation) -> dict[
     )
     if plan.memory is not None:
         config["HostConfig"]["Memory"] = plan.memory
+    if plan.ports:
+        exposed, bindings = engine_ports(plan.ports)
+        config["ExposedPorts"] = exposed
+        config["HostConfig"]["PortBindings"] = bindings
     return without_gpus(config) if missing else config
 
 
@@ -432,9 +465,7 @@ def _start(
                 name=run.request.name,
                 identity=plan.upload_identity,
                 accounts=plan.image.accounts,
-                after_start=lambda container: reservation.hand_over(
-                    container, run.request.name or _name_of(run.engine, container)
-                ),
+                after_start=lambda container: _detached_started(run, plan, reservation, container),
             )
         except EngineRefused as exc:
             name = run.request.name
@@ -457,7 +488,23 @@ def _start(
         notice=run.notice,
         second_interrupt_kills=not run.request.shell,
         ended=reservation.free_gpus,
+        started=lambda container: _say_urls(run, plan, container),
     )
+
+
+def _detached_started(
+    run: RunContext, plan: RunPlan, reservation: Reservation, container: str
+) -> None:
+    """A detached run runs: its container holds its claims from now on; its URLs said."""
+    reservation.hand_over(container, run.request.name or _name_of(run.engine, container))
+    _say_urls(run, plan, container)
+
+
+def _say_urls(run: RunContext, plan: RunPlan, container: str) -> None:
+    """Where the published ports are, as the engine chose them."""
+    if plan.ports:
+        for line in urls(run.engine, container):
+            run.notice(line)
 
 
 def _name_of(engine: Engine, container: str) -> str:

@@ -50,6 +50,16 @@ run_options = apply(
             help="Let a mount of exactly PATH through although gpuenv refuses it by "
             "default (engine sockets, /etc, /proc, /dev, credentials like ~/.ssh).",
         ),
+        click.option(
+            "-p",
+            "--publish",
+            "publish",
+            multiple=True,
+            metavar="[IP:][HOST:]CONTAINER",
+            help="Publish a container port, on 127.0.0.1 unless IP is given (0.0.0.0: "
+            "every interface); HOST 0 or none takes a free port, whose URL is printed. "
+            "Adds to the spec's ports.",
+        ),
         click.option("--root", is_flag=True, help="Run as root instead of as you."),
         click.option(
             "--wait",
@@ -85,7 +95,7 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
     launch_run(obj.directory, quiet, workdir=obj.subfolder, **options)
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(context_settings={"allow_interspersed_args": False})
 @run_options
 @click.option(
     "-d",
@@ -136,6 +146,10 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
       gpuenv run --gpus 0,2 -e WANDB_API_KEY train.py
       gpuenv run -- bash -lc 'nvidia-smi && python3 -c "import torch"'
       gpuenv run -d --name long-train train.py && gpuenv logs -f long-train
+      gpuenv run -d -p 6006 -- tensorboard --logdir runs --bind_all
+
+    Options go before TARGET (or `--`): what follows is the command's, and an option
+    run does not know is a usage error (exit 2), as in `docker run`.
     """
     _launch(obj, quiet, arguments=arguments, **options)
 

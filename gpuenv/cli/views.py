@@ -94,7 +94,7 @@ def duration(seconds: float) -> str:
 
 def runs_table(runs: Any) -> Table:
     table = Table(title_justify="left")
-    for column in ("run", "project", "user", "GPUs", "command", "image", "up", "state"):
+    for column in ("run", "project", "user", "GPUs", "command", "image", "up", "state", "ports"):
         table.add_column(column, overflow="fold")
     for run in runs:
         # UUIDs are long: their first block is enough to tell GPUs apart on a table.
@@ -115,6 +115,7 @@ def runs_table(runs: Any) -> Table:
             cell(run.image),
             cell(run.uptime),
             state,
+            cell(" ".join(f"{p.address}:{p.host}→{p.container}" for p in run.ports) or "-"),
         )
     return table
 

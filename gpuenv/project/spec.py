@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 
 from gpuenv.common.versions import parse_constraint
 from gpuenv.project.location import SPEC_FILENAME as SPEC_FILENAME  # re-exported
+from gpuenv.project.ports import Port, parse_port
 
 # The YAML and version parsers are imported where they are used: `gpuenv run` rebuilds an
 # already-validated Spec from its build stamp and needs neither.
@@ -86,6 +87,7 @@ FIELDS = (
     "mounts",
     "installer",
     "strict_driver",
+    "ports",
 )
 INSTALLERS = ("uv", "pip")  # what installs the Python requirements in a build
 # Names people reach for first, mapped to ours, so did-you-mean finds them.
@@ -105,6 +107,9 @@ ALIASES = {
     "gpu": "gpus",
     "shm": "shm_size",
     "volumes": "mounts",
+    "port": "ports",
+    "publish": "ports",
+    "expose": "ports",
 }
 
 _SIZE = r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$"
@@ -170,6 +175,7 @@ class Spec:
     mounts: tuple[Mount, ...] = ()
     installer: str = "uv"
     strict_driver: bool = False  # only the CUDA toolkit's own driver (no minor-version compat)
+    ports: tuple[Port, ...] = ()  # published by run and shell (`-p` adds to them)
     path: str | None = None
 
     @property
@@ -211,14 +217,18 @@ class Spec:
             data["installer"] = self.installer
         if self.strict_driver:  # only when set: specs without it keep their digest
             data["strict_driver"] = True
+        if self.ports:
+            data["ports"] = [str(port) for port in self.ports]
         return data
 
     def digest(self) -> str:
         """A hash of the spec's meaning for the lock: reformatting or comments do not
         change it, nor does how the build installs (`installer`), which the lock does
         not decide, nor the project's name (by default the folder's: a clone into
-        another folder must find its lock current)."""
-        meaning = {k: v for k, v in self.to_data().items() if k not in ("installer", "name")}
+        another folder must find its lock current), nor the ports a run publishes."""
+        meaning = {
+            k: v for k, v in self.to_data().items() if k not in ("installer", "name", "ports")
+        }
         blob = json.dumps(meaning, sort_keys=True, separators=(",", ":"))
 
         return "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
@@ -260,6 +270,7 @@ def spec_from_data(data: Mapping[str, Any], project_dir: str, path: str | None) 
         mounts=tuple(Mount(**m) for m in data["mounts"]),
         installer=data.get("installer", "uv"),
         strict_driver=bool(data.get("strict_driver", False)),
+        ports=tuple(parse_port(text) for text in data.get("ports", ())),
     )
 
 

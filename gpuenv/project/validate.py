@@ -21,6 +21,7 @@ from gpuenv.common.files import kind_of
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml, read_yaml
 from gpuenv.errors import Problem, SpecError, file_error
+from gpuenv.project.ports import Port, parse_port
 from gpuenv.project.spec import (
     ALIASES,
     FAMILIES,
@@ -158,6 +159,7 @@ def _field_values(check: SpecChecker, data: dict[Any, Any]) -> dict[str, Any]:
         ("shm_size", lambda v: _size(check, v)),
         ("ipc", lambda v: check.choice(("ipc",), v, IPC_MODES, ALIASES)),
         ("mounts", lambda v: _mounts(check, v)),
+        ("ports", lambda v: _ports(check, v)),
         ("installer", lambda v: check.choice(("installer",), v, INSTALLERS)),
         ("strict_driver", lambda v: _flag(check, "strict_driver", v)),
     )
@@ -433,6 +435,25 @@ def _size(check: SpecChecker, value: Any) -> int | None:
         )
         return None
     return size
+
+
+def _ports(check: SpecChecker, value: Any) -> tuple[Port, ...] | None:
+    """`ports: [8888, "0:6006", "0.0.0.0:9000:8000"]`: each as `-p` takes it, each
+    container port once."""
+    items = value if isinstance(value, list) else [value]
+    out: list[Port] = []
+    for index, item in enumerate(items):
+        path: YamlPath = ("ports", index) if isinstance(value, list) else ("ports",)
+        try:
+            port = parse_port(item)
+        except ValueError as exc:
+            check.add(path, str(exc))
+            continue
+        if any(p.key == port.key for p in out):
+            check.add(path, f"the container's port {port.key} is listed twice")
+            continue
+        out.append(port)
+    return tuple(out)
 
 
 def _mounts(check: SpecChecker, value: Any) -> tuple[Mount, ...] | None:

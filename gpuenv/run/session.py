@@ -27,6 +27,7 @@ from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
 from gpuenv.run.container import Identity, accounts_archive, merge_accounts
+from gpuenv.run.publish import port_taken
 from gpuenv.sharing.procfs import process_gone
 
 _NO_DRIVER = "could not select device driver"
@@ -188,6 +189,12 @@ def _no_driver(exc: EngineRefused) -> GpuRuntimeMissing | GpuPathBroken | StartE
         )
     if "CDI" in exc.message:
         return _cdi_refused(exc)
+    if port_taken(exc.message):
+        return StartError(
+            f"the container did not start: a port it publishes is taken ({exc.message})",
+            hint="choose another host port, or 0 for a free one (-p 0:PORT); `gpuenv ps` "
+            "shows the ports of runs",
+        )
     return StartError(f"the container did not start: {exc.message}")
 
 
@@ -256,11 +263,13 @@ def run_container(
     second_interrupt_kills: bool = True,
     notice: Callable[[str], None] = lambda text: None,
     ended: Callable[[], None] = lambda: None,
+    started: Callable[[str], None] = lambda container: None,
 ) -> Outcome:
     """Create, attach, start, stream, wait, remove: the container as a local process.
     `ended` is called once its command has ended, before the removal (the GPUs are free
-    then: a queued run need not wait for the cleanup). Raises GpuRuntimeMissing (after
-    removing the container) when the engine cannot give the container GPUs."""
+    then: a queued run need not wait for the cleanup); `started` once it runs. Raises
+    GpuRuntimeMissing (after removing the container) when the engine cannot give the
+    container GPUs."""
     container = create_container(api, config)
     try:
         if identity is not None:
@@ -268,6 +277,7 @@ def run_container(
         sock, ahead = _attach(api, container, stdin)
         with contextlib.closing(sock):
             start_container(api, container)
+            started(container)
             interrupt = Interrupt(api, container, notice)
             with _signals(_handlers(api, container, interrupt, tty)), _raw_terminal(tty):
                 if stdin:

@@ -12,6 +12,7 @@ from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import GpuProcess, Host, MigDevice
+from gpuenv.project.ports import Port, listed
 from gpuenv.sharing.claims import Claim
 from gpuenv.sharing.health import Finding, assess
 from gpuenv.sharing.holders import user_uid as user_uid
@@ -34,6 +35,7 @@ class RunInfo:
     detached: bool = False
     idle_seconds: float | None = None  # its GPUs below the idle threshold (gpuenv idle)
     idle_warned: bool = False  # the idle policy warned it: it is stopped unless it works
+    ports: tuple[Port, ...] = ()  # what it publishes on the host (-p, the spec's ports)
 
     @property
     def uptime(self) -> str:
@@ -46,7 +48,12 @@ class RunInfo:
         return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
     def to_data(self) -> dict[str, Any]:
-        return {**asdict(self), "uptime": self.uptime}
+        data = {**asdict(self), "uptime": self.uptime}
+        data["ports"] = [
+            {**asdict(port), "url": port.url() if port.protocol == "tcp" else None}
+            for port in self.ports
+        ]
+        return data
 
 
 def list_runs(engine: ContainerEngine, *, show_all: bool = False) -> list[RunInfo]:
@@ -102,6 +109,7 @@ def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
                 state=str(container.get("State", "")),
                 pid=int(pid) if pid.isdigit() else None,
                 detached=labels.get(DETACHED_LABEL) == "1",
+                ports=tuple(listed(container.get("Ports"))),
             )
         )
     return sorted(out, key=lambda r: r.started)
