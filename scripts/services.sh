@@ -7,7 +7,9 @@
 #                  Docker engine stay untouched)
 #   engine-gpu     a Docker engine with a stand-in NVIDIA hook on its PATH (`--gpus` works)
 #   engine-nogpu   one without the hook, as on a host without the NVIDIA Container Toolkit
-#   engine-claims  one with the hook, for the shared-server tests alone (all in engine.sh)
+#   engine-claims  one with the hook, for the shared-server tests alone
+#   engine-ports   one whose containers have a bridge network, for published ports (all
+#                  in engine.sh)
 #   registry       an OCI registry, reached as 127.0.0.1:5000 from the engines and the host
 #   pypi           a package index of real wheels from PyPI, reached as 127.0.0.1:8099 from
 #                  the engines' builds and the host, with a log of each request
@@ -61,7 +63,7 @@ ENV_FILE=.cache/services.env
 . scripts/services/podman.sh
 
 # In the order `up` starts them: each after those it needs.
-SERVICES=(netns engine-gpu engine-nogpu engine-claims registry pypi docker-tcp images munge
+SERVICES=(netns engine-gpu engine-nogpu engine-claims engine-ports registry pypi docker-tcp images munge
   slurm slurm-multi tester podman)
 # What `up` makes rather than starts: nothing of theirs runs and `down` keeps it. The
 # status of every service leaves them out: it says whether there is anything for `down`
@@ -133,6 +135,7 @@ GPUENV_BUILD_NETWORK=host
 DOCKER_HOST=unix://$RUN/gpu.sock
 GPUENV_TEST_DOCKER_NOGPU=unix://$RUN/nogpu.sock
 GPUENV_TEST_DOCKER_CLAIMS=unix://$RUN/claims.sock
+GPUENV_TEST_DOCKER_PORTS=unix://$RUN/ports.sock
 GPUENV_TEST_DOCKER_TCP=tcp://$DOCKER_TCP
 GPUENV_TEST_REGISTRY=$REGISTRY
 GPUENV_TEST_INDEX=http://$PYPI/simple/

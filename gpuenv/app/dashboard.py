@@ -166,6 +166,8 @@ def _holder(
         "detached": bool(claim.container),
         "since": claim.since,
         "idle_seconds": idle_for(idle, gpu_key, time.time()),
+        # where the run is reached (`-p`, the spec's ports): the host side -> the container
+        "ports": [f"{p.address}:{p.host}→{p.container}" for p in run.ports] if run else [],
     }
 
 

@@ -10,7 +10,7 @@
 # in $NETNS_PID); everything else enters them with nsenter.
 NETNS_PID=$RUN/netns.pid
 # The services that run inside them, in the order they stop.
-NETNS_RESIDENTS=(podman pypi registry engine-claims engine-nogpu engine-gpu)
+NETNS_RESIDENTS=(podman pypi registry engine-ports engine-claims engine-nogpu engine-gpu)
 
 netns_packages() { echo ip:iproute2 nsenter:util-linux; }
 netns_needs() { :; }

@@ -61,7 +61,8 @@ function holderLine(gpu, now) {
   }
   const idle = h.idle_seconds === null ? "" : `, idle ${duration(h.idle_seconds)}`;
   const run = h.run ? ` run ${h.run}` : "";
-  return el("p", { class: "holder" }, `held by ${h.user} (${h.project}${run}${h.detached ? ", detached" : ""}) since ${clock(h.since)} — ${duration(now - h.since)}${idle}`);
+  const ports = h.ports && h.ports.length ? `, ports ${h.ports.join(" ")}` : "";
+  return el("p", { class: "holder" }, `held by ${h.user} (${h.project}${run}${h.detached ? ", detached" : ""}${ports}) since ${clock(h.since)} — ${duration(now - h.since)}${idle}`);
 }
 
 function gpuCard(gpu, now) {
