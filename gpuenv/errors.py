@@ -76,7 +76,8 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ),
     ExitCode(
         EXIT_RUN_FAILED,
-        "run, shell, wait, attach: gpuenv itself failed (the reason's code is in the message)",
+        "run, shell, notebook, wait, attach: gpuenv itself failed "
+        "(the reason's code is in the message)",
     ),
     ExitCode(EXIT_CANNOT_INVOKE, "run, shell: the command cannot be invoked (not executable)"),
     ExitCode(EXIT_NOT_FOUND, "run, shell: the command was not found in the image"),
@@ -88,14 +89,14 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ),
 )
 COMMAND_EXIT_NOTE = (
-    "run, shell, wait and attach exit with the command's own exit code once it has "
+    "run, shell, notebook, wait and attach exit with the command's own exit code once it has "
     "started; their own failures are 125-127, as docker run's."
 )
 
 # The commands whose exit code is their container command's: gpuenv's own failures there
 # are Docker's 125 (126, 127: the command cannot be invoked, is not found), so that CI can
 # tell them from the command's codes (pytest's 5 is not gpuenv's 5).
-PASS_THROUGH_COMMANDS = frozenset({"run", "shell", "wait", "attach"})
+PASS_THROUGH_COMMANDS = frozenset({"run", "shell", "notebook", "wait", "attach"})
 
 
 def exit_codes_help() -> str:

@@ -48,7 +48,8 @@ from gpuenv.run.container import (
     without_gpus,
 )
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
-from gpuenv.run.publish import check_free, urls
+from gpuenv.run.probe import can_import
+from gpuenv.run.publish import check_free, ssh_tunnel, urls
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore
 from gpuenv.sharing.fitness import unfit_gpus
@@ -79,6 +80,10 @@ class RunRequest:
     freshness: Freshness = "update"  # --locked refuses a stale lock, --frozen uses it as is
     workdir: str = ""  # the folder of the project it was started in ("src"): /workspace/src
     publish: tuple[str, ...] = ()  # -p/--publish [IP:][HOST:]CONTAINER
+    # (container port, the path its URL opens at): `gpuenv notebook`'s lab?token=...
+    url_paths: tuple[tuple[int, str], ...] = ()
+    needs_module: str = ""  # a module python3 in the image must import (jupyterlab)
+    interactive: bool = True  # False: no terminal, whatever this process has
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ def checked_terminal(request: RunRequest, terminal: Terminal) -> Terminal:
             hint="use letters, digits and . _ - (starting with a letter or digit), at "
             "least two, as `docker run --name` does",
         )
-    if request.detach:
+    if request.detach or not request.interactive:
         return Terminal(tty=False, stdin=False, uid=terminal.uid)
     return terminal
 
@@ -233,6 +238,13 @@ def plan_run(run: RunContext, directory: str) -> RunPlan:
     binds = run_binds(
         image.spec, request.mounts, request.allow_mounts, env=run.environ, notice=run.notice
     )
+    if request.needs_module and not can_import(run.engine, image.tag, request.needs_module):
+        raise UsageError(
+            f"the project's image has no {request.needs_module} (its python3 cannot import "
+            "it), and gpuenv installs nothing on its own",
+            hint=f"add it to gpuenv.yaml (`packages: [{request.needs_module}]`, or a line "
+            "in your requirements file), then `gpuenv lock`; NGC's framework images ship it",
+        )
     gpus = parse_gpus_option(request.gpus) if request.gpus else image.spec.gpus
     ports = run_ports(image.spec.ports, request.publish, run.notice)
     # No GPUs, no need to ask NVML about them.
@@ -501,10 +513,17 @@ def _detached_started(
 
 
 def _say_urls(run: RunContext, plan: RunPlan, container: str) -> None:
-    """Where the published ports are, as the engine chose them."""
-    if plan.ports:
-        for line in urls(run.engine, container):
-            run.notice(line)
+    """Where the published ports are, as the engine chose them; over SSH, the `ssh -L`
+    line that brings a loopback port to the user's computer."""
+    if not plan.ports:
+        return
+    paths = dict(run.request.url_paths)
+    for port in urls(run.engine, container):
+        where = port.url() + paths.get(port.container, "") if port.protocol == "tcp" else ""
+        run.notice(f"port {port.container}: {where or port}")
+        tunnel = ssh_tunnel(port, run.environ)
+        if tunnel:
+            run.notice(f"from your computer: `{tunnel}`, then open {where}")
 
 
 def _name_of(engine: Engine, container: str) -> str:

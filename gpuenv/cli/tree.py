@@ -29,6 +29,7 @@ COMMANDS = {
     "push": "gpuenv.cli.images.push",
     "run": "gpuenv.cli.run.run",
     "shell": "gpuenv.cli.run.shell",
+    "notebook": "gpuenv.cli.notebook.notebook",
     "ps": "gpuenv.cli.runs.ps",
     "stop": "gpuenv.cli.runs.stop",
     "logs": "gpuenv.cli.runs.logs",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from gpuenv.common.labels import LABEL_PREFIX
+from gpuenv.common.labels import PROBE_LABEL
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError, PullError
 from gpuenv.images.progress import PullView
@@ -24,7 +24,6 @@ from gpuenv.matrix.own import (
     probe_answer,
 )
 
-PROBE_LABEL = f"{LABEL_PREFIX}.probe"
 # The image's own Python runs the probe (python3, else python), for at most two minutes
 # where the image has `timeout`; no Python is said, not failed.
 _RUN_PROBE = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, StartError
@@ -63,13 +63,29 @@ def check_free(ports: Sequence[Port]) -> None:
                 raise
 
 
-def urls(engine: ContainerEngine, container: str) -> list[str]:
-    """`8000/tcp → http://127.0.0.1:49153/` for each port the container publishes."""
+def urls(engine: ContainerEngine, container: str) -> list[Port]:
+    """The ports the container publishes, with the host ports the engine chose."""
     try:
         settings = engine.inspect(container).get("NetworkSettings") or {}
     except GpuenvError:
         return []
-    return [
-        f"port {port.container}: {port.url()}" if port.protocol == "tcp" else str(port)
-        for port in published(settings.get("Ports"))
-    ]
+    return published(settings.get("Ports"))
+
+
+def ssh_tunnel(port: Port, environ: Mapping[str, str]) -> str | None:
+    """`ssh -L 8888:127.0.0.1:49153 alice@10.0.0.5` where gpuenv runs in an SSH session
+    (SSH_CONNECTION names the server's address) and the port is on loopback; else None.
+
+    >>> ssh_tunnel(Port(8888, 49153), {"SSH_CONNECTION": "10.0.0.9 5022 10.0.0.5 22",
+    ...                                 "USER": "alice"})
+    'ssh -L 49153:127.0.0.1:49153 alice@10.0.0.5'
+    >>> ssh_tunnel(Port(8888, 49153), {}) is None
+    True
+    """
+    fields = environ.get("SSH_CONNECTION", "").split()
+    if len(fields) != 4 or port.protocol != "tcp" or port.address not in ("127.0.0.1", "::1"):
+        return None
+    server = f"[{fields[2]}]" if ":" in fields[2] else fields[2]
+    user = environ.get("USER", "")
+    target = f"{user}@{server}" if user else server
+    return f"ssh -L {port.host}:{port.address}:{port.host} {target}"

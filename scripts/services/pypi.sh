@@ -20,11 +20,12 @@ PYPI_PYTHON=/usr/bin/python3
 # A training project's dependencies, for CPython 3.11 on manylinux x86_64 (the stand-in
 # images are Debian bookworm, Python 3.11); uv, pip, setuptools and wheel, which builds
 # install from the index; and tabulate, attrs and humanize, which none of the others
-# needs, for the tests that add one requirement.
+# needs, for the tests that add one requirement; JupyterLab, which `gpuenv notebook` runs.
 PYPI_PROJECTS=(numpy==2.4.6 pandas==3.1.1 scipy==1.17.1 requests==2.34.2 tqdm==4.70.1
   pyyaml==6.0.4 rich==15.0.0 einops==0.8.2 safetensors==0.8.0 sentencepiece==0.2.3
   scikit-learn==1.9.1 matplotlib==3.11.2 tensorboard==2.21.0 uv==0.13.9 pip==26.3
-  setuptools==84.2.1 wheel==0.48.0 tabulate==0.10.0 attrs==26.1.0 humanize==4.17.0)
+  setuptools==84.2.1 wheel==0.48.0 tabulate==0.10.0 attrs==26.1.0 humanize==4.17.0
+  jupyterlab==4.6.6)
 # Their dependencies, pinned too, so that the set stays the same when one has a release.
 PYPI_DEPENDENCIES=(absl-py==2.5.1 certifi==2026.10.19.post1 charset-normalizer==3.5.3
   cloudpickle==3.1.3 contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 grpcio==1.85.3
@@ -32,8 +33,28 @@ PYPI_DEPENDENCIES=(absl-py==2.5.1 certifi==2026.10.19.post1 charset-normalizer==
   markupsafe==3.0.4 mdurl==0.1.2 narwhals==2.29.0 packaging==26.4 pillow==13.0.0
   protobuf==7.36.2 pygments==2.21.0 pyparsing==3.3.3 python-dateutil==4.0.0
   tensorboard-data-server==0.7.2 threadpoolctl==3.8.0 typing-extensions==4.16.0
-  tzdata==2026.6 urllib3==2.8.0 werkzeug==3.1.9)
-PYPI_WHEELS_VERSION=1  # bump when the lists above change: the wheels are downloaded again
+  tzdata==2026.6 urllib3==2.8.0 werkzeug==3.1.9
+  # JupyterLab's, for `gpuenv notebook`
+  anyio==4.16.0 argon2-cffi==25.1.0 argon2-cffi-bindings==26.2.0 arrow==1.4.0
+  asttokens==3.0.2 async-lru==2.4.0 babel==2.19.0 beautifulsoup4==4.15.0 bleach==6.4.0
+  cffi==2.1.1 comm==0.2.3 debugpy==1.8.22 defusedxml==0.7.1 executing==2.3.0
+  fastjsonschema==2.22.3 fqdn==1.6.0 h11==0.16.0 httpcore==1.0.9 httpx==0.29.0
+  ipykernel==7.4.0 ipython==9.18.1 ipython-pygments-lexers==1.1.1 isoduration==20.11.0
+  jedi==0.20.1 jinja2==3.1.6 json5==0.17.3 jsonpointer==3.12 jsonschema==4.26.0
+  jsonschema-specifications==2025.9.1 jupyter-builder==1.3.0 jupyter-client==8.10.0
+  jupyter-core==5.9.1 jupyter-events==0.12.1 jupyter-lsp==2.3.1 jupyter-server==2.21.1
+  jupyter-server-terminals==0.5.4 jupyterlab-pygments==0.3.0 jupyterlab-server==2.28.1
+  lark==1.3.1 matplotlib-inline==0.2.2 mistune==3.4.0 nbclient==0.11.0 nbconvert==7.17.2
+  nbformat==5.11.1 nest-asyncio2==1.7.4 notebook-shim==0.2.4 overrides==7.7.0
+  pandocfilters==1.5.1 parso==0.8.7 pexpect==4.9.0 platformdirs==4.14.9
+  prometheus-client==0.26.0 prompt-toolkit==3.0.53 psutil==7.2.2 ptyprocess==0.7.0
+  pure-eval==0.2.4 pycparser==3.12 python-json-logger==4.2.0 pyzmq==27.3.0
+  referencing==0.37.0 rfc3339-validator==0.1.4 rfc3986-validator==0.1.1
+  rfc3987-syntax==1.1.0 rpds-py==2026.9.1 send2trash==2.2.0 six==1.17.0 soupsieve==2.10
+  stack-data==0.6.3 terminado==0.18.1 tinycss2==1.5.1 tornado==6.6.1 traitlets==5.16.1
+  uri-template==1.3.0 wcwidth==0.9.4 webcolors==25.10.0 webencodings==0.6.1
+  websocket-client==1.9.2)
+PYPI_WHEELS_VERSION=2  # bump when the lists above change: the wheels are downloaded again
 
 # Checked by path: a python3 or pip3 earlier on the PATH is not Debian's.
 pypi_packages() { echo socat:socat /usr/bin/python3:python3 /usr/bin/pip3:python3-pip; }
@@ -45,7 +66,7 @@ pypi_download() {  # the wheels of $PYPI_PROJECTS and their dependencies, from P
   if [ "$(cat "$marker" 2>/dev/null)" = "$PYPI_WHEELS_VERSION" ]; then
     return 0
   fi
-  log "downloading the package index's wheels from PyPI (about 140 MB, the first time only)"
+  log "downloading the package index's wheels from PyPI (about 190 MB, the first time only)"
   rm -rf "$PYPI_WHEELS"
   mkdir -p "$PYPI_WHEELS"
   # --isolated: PyPI alone, whatever pip's environment variables and the user's pip.conf

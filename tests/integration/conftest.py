@@ -443,3 +443,22 @@ def gpuenv_failed(result: subprocess.CompletedProcess[str], reason: int) -> bool
     table): exit 125, as docker run's own failures, with the reason's code said, so that
     its command's own exit codes never read as gpuenv's (issue 33, item 4)."""
     return result.returncode == 125 and f"(reason {reason}:" in result.stderr
+
+
+@pytest.fixture
+def ports_engine() -> str:
+    address = os.environ.get("GPUENV_TEST_DOCKER_PORTS", "")
+    if not address or not os.path.exists(address.removeprefix("unix://")):
+        _missing(f"no ports engine at GPUENV_TEST_DOCKER_PORTS={address!r}")
+    return address
+
+
+def in_namespace(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Python run in the services' network namespace (where the engine publishes)."""
+    netns = os.environ["GPUENV_TEST_NETNS"]
+    return subprocess.run(
+        ["nsenter", f"--net={netns}", "python3", "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -9,24 +9,15 @@ import os
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Project, _missing, containers, gpuenv_failed
+from tests.integration.conftest import Project, containers, gpuenv_failed, in_namespace
 
 pytestmark = pytest.mark.integration
 
 SERVE = ["--", "python3", "-m", "http.server", "8000"]
-
-
-@pytest.fixture
-def ports_engine() -> str:
-    address = os.environ.get("GPUENV_TEST_DOCKER_PORTS", "")
-    if not address or not os.path.exists(address.removeprefix("unix://")):
-        _missing(f"no ports engine at GPUENV_TEST_DOCKER_PORTS={address!r}")
-    return address
 
 
 @pytest.fixture
@@ -36,17 +27,6 @@ def project(make_project, ports_engine: str) -> Iterator[Project]:
     made.ok("build", "-q")
     yield made
     assert containers(ports_engine, made.name) == set(), "a run was left behind"
-
-
-def in_namespace(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Python run in the services' network namespace (where the engine publishes)."""
-    netns = os.environ["GPUENV_TEST_NETNS"]
-    return subprocess.run(
-        ["nsenter", f"--net={netns}", "python3", "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 FETCH = """
@@ -126,7 +106,6 @@ def test_a_port_the_engine_finds_taken_removes_the_container(project: Project) -
     finally:
         holder.kill()
         holder.wait()
-    time.sleep(0.5)
     assert containers(project.env["DOCKER_HOST"], project.name) == set()
 
 

@@ -134,3 +134,22 @@ def test_a_bad_publish_value_is_refused_before_anything_runs(tmp_path: Path) -> 
     assert result.exit_code == 125  # gpuenv's own failure, as docker run's
     # the project is read first: without gpuenv.yaml that is what is said
     assert "gpuenv.yaml" in result.output
+
+
+def test_a_notebook_is_a_run_of_jupyterlab_on_loopback_with_its_own_token() -> None:
+    from gpuenv.app.notebook import TOKEN_ENV, notebook_options
+
+    environ: dict[str, str] = {}
+    options = notebook_options({"env": ("A=1",), "publish": ("6006",)}, 0, environ, uid=1000)
+    token = environ[TOKEN_ENV]
+    assert len(token) >= 32
+    assert token not in " ".join(options["arguments"])  # never on its command line
+    assert options["env"] == ("A=1", TOKEN_ENV)  # passed through, from `environ`
+    assert options["publish"] == ("6006", "127.0.0.1:0:8888")
+    assert options["url_paths"] == ((8888, f"lab?token={token}"),)
+    assert options["needs_module"] == "jupyterlab" and options["interactive"] is False
+    assert "--allow-root" not in options["arguments"]
+    as_root = notebook_options({}, 8888, {}, uid=0)
+    assert "--allow-root" in as_root["arguments"]
+    assert as_root["publish"] == ("127.0.0.1:8888:8888",)
+    assert notebook_options({}, 0, {}, uid=1000)["url_paths"] != options["url_paths"]
