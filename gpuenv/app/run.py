@@ -518,7 +518,16 @@ def _say_urls(run: RunContext, plan: RunPlan, container: str) -> None:
     if not plan.ports:
         return
     paths = dict(run.request.url_paths)
-    for port in urls(run.engine, container):
+    shown = urls(run.engine, container)
+    missing = [p for p in plan.ports if p.key not in {q.key for q in shown}]
+    if missing:
+        listed = ", ".join(p.key for p in missing)
+        run.notice(
+            f"the engine published no host port for {listed}: its containers have no "
+            "network to forward to (an engine started with --bridge=none, or a Podman "
+            "with netns \"none\"); run on an engine whose containers get a bridge network"
+        )
+    for port in shown:
         where = port.url() + paths.get(port.container, "") if port.protocol == "tcp" else ""
         run.notice(f"port {port.container}: {where or port}")
         tunnel = ssh_tunnel(port, run.environ)

@@ -115,3 +115,11 @@ def test_an_option_before_the_command_is_never_the_command(project: Project) -> 
     assert "No such option '--pulbish'" in result.stderr
     assert result.stdout == ""  # nothing started
     assert containers(project.env["DOCKER_HOST"], project.name) == set()
+
+
+def test_an_engine_without_a_network_to_forward_to_is_said(make_project) -> None:
+    """The 'gpu' engine runs with --bridge=none: its containers have no network, so the
+    engine publishes nothing; gpuenv says so rather than print no URL in silence."""
+    project = make_project(spec="gpus: none\n")
+    result = project.ok("run", "-p", "0:8000", "--", "python3", "-c", "import time; time.sleep(2)")
+    assert "published no host port for 8000/tcp" in result.stderr, result.stderr
