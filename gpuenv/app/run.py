@@ -525,7 +525,7 @@ def _say_urls(run: RunContext, plan: RunPlan, container: str) -> None:
         run.notice(
             f"the engine published no host port for {listed}: its containers have no "
             "network to forward to (an engine started with --bridge=none, or a Podman "
-            "with netns \"none\"); run on an engine whose containers get a bridge network"
+            'with netns "none"); run on an engine whose containers get a bridge network'
         )
     for port in shown:
         where = port.url() + paths.get(port.container, "") if port.protocol == "tcp" else ""

@@ -150,6 +150,33 @@ def _groups(data: dict[str, Any]) -> dict[str, list[Any]]:
     return {name: _included(groups, name, ()) for name in groups}
 
 
+def _selected(data: dict[str, Any], extras: tuple[str, ...]) -> set[str]:
+    """The groups `extras` installs: those named, and those they include (PEP 735
+    `{include-group}`), at any depth."""
+    raw: dict[str, list[Any]] = {}
+    for source in (
+        table(data, "project").get("optional-dependencies"),
+        data.get("dependency-groups"),
+    ):
+        if isinstance(source, dict):
+            for name, items in source.items():
+                if isinstance(items, list):
+                    raw.setdefault(normalize(str(name)), []).extend(items)
+    chosen: set[str] = set()
+    pending = [normalize(e) for e in extras]
+    while pending:
+        name = pending.pop()
+        if name in chosen:
+            continue
+        chosen.add(name)
+        pending += [
+            normalize(item["include-group"])
+            for item in raw.get(name, [])
+            if isinstance(item, dict) and isinstance(item.get("include-group"), str)
+        ]
+    return chosen
+
+
 def _included(groups: dict[str, list[Any]], name: str, seen: tuple[str, ...]) -> list[Any]:
     """A group's requirement strings, its includes expanded (PEP 735; a cycle, or an
     include of a group that does not exist, adds nothing)."""
@@ -184,7 +211,7 @@ def read_pyproject(
         if isinstance(text, str):
             add_requirement(project_dir, relative, text, into)
     groups = _groups(data)
-    unselected = sorted(set(groups) - {normalize(e) for e in extras})
+    unselected = sorted(set(groups) - _selected(data, extras))
     if unselected and poetry is None:
         frameworks = {name: _frameworks_in(groups[name]) for name in unselected}
         listed = ", ".join(
@@ -302,6 +329,13 @@ def _poetry(
             )
     # `poetry install` installs every group not marked optional; optional ones only when
     # named (gpuenv.yaml's `extras:`, as `poetry install --with`).
+    unused = sorted(name for name in extra_names if name not in {normalize(e) for e in wanted})
+    if unused:
+        into.flag(
+            where_in(project_dir, relative, "[tool.poetry.extras]"),
+            f"Poetry extras not installed: {', '.join(unused)}; name one in gpuenv.yaml's "
+            f"`extras:` to install it (extras: [{unused[0]}])",
+        )
     left = sorted(n for n, g in groups.items() if g.get("optional") is True and n not in wanted)
     if left:
         into.flag(

@@ -26,6 +26,34 @@ def test_an_included_dependency_group_is_installed(tmp_path: Path) -> None:
     assert names(tmp_path, "pyproject.toml", extras=("loop",)) == {"numpy", "tqdm"}
 
 
+def test_a_group_a_selected_group_includes_is_not_said_to_be_left_out(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname = 'x'\nversion = '1'\n"
+        "[dependency-groups]\ndev = ['pytest']\nlint = ['ruff', {include-group = 'dev'}]\n"
+        "train = ['tqdm']\ndocs = ['mkdocs']\n"
+    )
+    collected = read_sources(str(tmp_path), ("pyproject.toml",), extras=("train", "lint"))
+    assert {d.name for d in collected.dependencies} == {"tqdm", "ruff", "pytest"}
+    (flag,) = [f for f in collected.flags if "optional groups not installed" in f.message]
+    assert "docs" in flag.message and "dev" not in flag.message
+
+
+def test_poetry_extras_left_out_are_named(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.poetry]\nname = 'x'\nversion = '1'\n"
+        "[tool.poetry.dependencies]\npython = '^3.10'\nnumpy = '^2.0'\n"
+        "wandb = {version = '*', optional = true}\n"
+        "[tool.poetry.extras]\ntrack = ['wandb']\n"
+    )
+    collected = read_sources(str(tmp_path), ("pyproject.toml",))
+    assert {d.name for d in collected.dependencies} == {"numpy"}
+    (flag,) = [f for f in collected.flags if "Poetry extras not installed" in f.message]
+    assert "track" in flag.message and "extras: [track]" in flag.message
+    assert names(tmp_path, "pyproject.toml", extras=("track",)) == {"numpy", "wandb"}
+    chosen = read_sources(str(tmp_path), ("pyproject.toml",), extras=("track",))
+    assert not [f for f in chosen.flags if "Poetry extras" in f.message]
+
+
 def test_poetry_installs_its_non_optional_groups_and_names_the_others(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         "[tool.poetry]\nname = 'x'\nversion = '1'\n"
