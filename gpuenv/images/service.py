@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -278,6 +279,16 @@ def cache_refused(progress: BuildProgress) -> bool:
     return any(marker in text for marker in CACHE_REFUSED)
 
 
+# A build step that could not reach an index or an archive (pip, uv, apt say it so).
+_UNREACHED = re.compile(
+    r"Temporary failure (?:in name resolution|resolving)|Could not resolve|"
+    r"Name or service not known|"
+    r"Network is unreachable|Connection refused|Connection timed out|Failed to establish "
+    r"a new connection|dns error|Failed to fetch http",
+    re.IGNORECASE,
+)
+
+
 def _build_failure(progress: BuildProgress) -> BuildError:
     error = redact(progress.error or "the build ended without an image")
     tail = [line for line in progress.tail if line != progress.error][-15:]
@@ -321,6 +332,12 @@ def _build_failure(progress: BuildProgress) -> BuildError:
         hint = (
             "a requirement asks for another version of the image's own framework build; "
             "gpuenv keeps NVIDIA's build: remove that pin (e.g. torch==...) from the requirements"
+        )
+    elif _UNREACHED.search(text + "\n" + error):
+        hint = (
+            "a build step could not reach the network (a name that does not resolve, a "
+            "connection refused or timed out): fix the engine host's DNS or proxy; "
+            "GPUENV_BUILD_NETWORK=host runs build steps on the engine host's own network"
         )
     elif "pip-install.sh" in (progress.step or ""):
         hint = "fix the requirement pip could not install, then run `gpuenv build` again"

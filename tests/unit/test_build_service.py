@@ -146,3 +146,42 @@ def test_gc_caches_sees_only_gpuenvs_cache_mounts() -> None:
     (mine,) = dependency_caches(engine) or []
     assert (mine.id, mine.size, mine.in_use) == ("y8cz50h1jin47z34m7ea59036", 623087, False)
     assert dependency_caches(FakeEngine(caches=None)) is None  # Podman: cannot list them
+
+
+@pytest.mark.parametrize(
+    ("step", "line", "said"),
+    [
+        (
+            "RUN /usr/local/lib/gpuenv/apt-install.sh",
+            "E: Failed to fetch http://deb.debian.org/debian/dists/bookworm/InRelease  "
+            "Temporary failure resolving 'deb.debian.org'",
+            "could not reach the network",
+        ),
+        (
+            "RUN /usr/local/lib/gpuenv/pip-install.sh",
+            "WARNING: Retrying ... Failed to establish a new connection: [Errno 111] "
+            "Connection refused",
+            "could not reach the network",
+        ),
+        (
+            "RUN /usr/local/lib/gpuenv/apt-install.sh",
+            "E: Unable to locate package libfoo-dev",
+            "package names in `apt:`",
+        ),
+        (
+            "RUN /usr/local/lib/gpuenv/pip-install.sh",
+            "ERROR: No matching distribution found for nosuchpkg",
+            "fix the requirement pip could not install",
+        ),
+    ],
+)
+def test_a_failed_step_is_hinted_by_what_failed_it(step: str, line: str, said: str) -> None:
+    """A build step that could not reach the network is told so, not "check the package
+    names" (the names were fine)."""
+    from gpuenv.images.progress import BuildStep
+    from gpuenv.images.service import _build_failure
+
+    failed = BuildStep(step, started=True)
+    failed.tail.append(line)
+    progress = BuildProgress(steps=[failed], error="exit code: 100", failed=failed)
+    assert said in (_build_failure(progress).hint or "")
