@@ -99,6 +99,16 @@ def engine_error(exc: BaseException, host: str) -> GpuenvError:
     """The one translation of "cannot talk to the engine" into what to do next."""
     text = str(exc)
     podman = "podman" in host
+    product = "Podman service" if podman else "Docker engine"
+    if host.startswith("ssh://") and any(
+        word in text.lower()
+        for word in ("permission denied (publickey", "authentication fail", "host key verification")
+    ):
+        return EngineError(
+            f"SSH to the {product} at {host} failed: {text}",
+            hint="make `ssh HOST` work without a password first (a key in your ssh-agent, "
+            "the host in ~/.ssh/known_hosts), then try again",
+        )
     if isinstance(exc, PermissionError) or "Permission denied" in text:
         where = host.removeprefix("unix://")
         if podman:
@@ -112,7 +122,6 @@ def engine_error(exc: BaseException, host: str) -> GpuenvError:
             hint="add yourself to the docker group (`sudo usermod -aG docker $USER`, then log "
             "in again), or use rootless Docker",
         )
-    product = "Podman service" if podman else "Docker engine"
     if "timed out" in text.lower():
         return EngineError(
             f"the {product} at {host} did not answer in time",

@@ -417,8 +417,21 @@ def test_a_socket_without_permission_says_how_to_get_it() -> None:
             "cannot reach the Docker engine at tcp://gpu1:2376: is it running?",
             "DOCKER_HOST",
         ),
+        (
+            OSError("alice@gpu1: Permission denied (publickey)."),
+            "ssh://alice@gpu1",
+            "SSH to the Docker engine at ssh://alice@gpu1 failed: "
+            "alice@gpu1: Permission denied (publickey).",
+            "ssh-agent",
+        ),
+        (
+            ConnectionRefusedError(111, "ssh: connect to host gpu1 port 22: Connection refused"),
+            "ssh://alice@gpu1",
+            "cannot reach the Docker engine at ssh://alice@gpu1: is it running?",
+            "DOCKER_HOST",
+        ),
     ],
-    ids=["timeout", "podman-timeout", "tls", "refused"],
+    ids=["timeout", "podman-timeout", "tls", "refused", "ssh-key", "ssh-down"],
 )
 def test_no_answer_is_worded_by_what_happened(
     failure: OSError, host: str, message: str, hint: str
