@@ -49,17 +49,10 @@ def engine_reader(connect: Callable[[], Engine], view: Callable[[], PullView]) -
                 "that already read this base is re-used without one",
             ) from None
         found = read_own_base(engine, spec.base, spec.framework, view())
-        return own_row(spec.framework, spec.base, found.reading, _floor(matrix)), found.digest
+        row = own_row(spec.framework, spec.base, found.reading, matrix.toolkit_driver)
+        return row, found.digest
 
     return read
-
-
-def _floor(matrix: Matrix) -> Callable[[str], str | None]:
-    def floor(cuda: str) -> str | None:
-        toolkit = matrix.toolkit(cuda)
-        return toolkit.min_driver if toolkit else None
-
-    return floor
 
 
 def with_own_base(

@@ -33,6 +33,7 @@ from gpuenv.errors import (
 )
 from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity
+from gpuenv.images.probe import can_import
 from gpuenv.images.progress import ViewFactory
 from gpuenv.lock.locked import Freshness
 from gpuenv.project.mounts import Bind, run_binds
@@ -48,7 +49,6 @@ from gpuenv.run.container import (
     without_gpus,
 )
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
-from gpuenv.run.probe import can_import
 from gpuenv.run.publish import check_free, ssh_tunnel, urls
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
 from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore

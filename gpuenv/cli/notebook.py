@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gpuenv.app.notebook import NOTEBOOK_PORT, notebook_options
+from gpuenv.app.notebook import notebook_options
 from gpuenv.cli.app import Context
 from gpuenv.cli.run import run_options
 from gpuenv.cli.running import launch_run
@@ -54,6 +54,3 @@ def notebook(obj: Context, /, quiet: bool, port: int, **options: Any) -> None:
         workdir=obj.subfolder,
         **notebook_options(options, port, os.environ, os.getuid()),
     )
-
-
-__all__ = ["NOTEBOOK_PORT", "notebook"]

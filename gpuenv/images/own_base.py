@@ -5,12 +5,11 @@ no network, drops every capability, mounts nothing and is removed whatever happe
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-from gpuenv.common.labels import PROBE_LABEL
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import GpuenvError, PullError
+from gpuenv.errors import PullError
+from gpuenv.images.probe import ask
 from gpuenv.images.progress import PullView
 from gpuenv.images.registry import credentials, parse_reference
 from gpuenv.images.service import consume_pull, with_retries
@@ -79,27 +78,7 @@ def read_own_base(engine: Engine, reference: str, framework: str, view: PullView
 
 
 def _probe(engine: Engine, image: str, module: str) -> dict[str, object] | None:
-    config = {
-        "Image": image,
-        "Entrypoint": ["/bin/sh", "-c", _RUN_PROBE, "gpuenv-probe", PROBE, module],
-        "Cmd": [],
-        "WorkingDir": "/",
-        "Labels": {PROBE_LABEL: "1"},
-        "Env": ["PYTHONDONTWRITEBYTECODE=1", "TF_CPP_MIN_LOG_LEVEL=3"],
-        "NetworkDisabled": True,
-        "HostConfig": {
-            "NetworkMode": "none",
-            "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
-        },
-    }
-    container = engine.create(config)
-    try:
-        engine.start(container)
-        output = b"".join(data for _, data in engine.logs(container, follow=True))
-        engine.wait(container)
-    finally:
-        with contextlib.suppress(GpuenvError):
-            engine.remove(container)
-    answer = probe_answer(output.decode("utf-8", "replace"))
+    argv = ["/bin/sh", "-c", _RUN_PROBE, "gpuenv-probe", PROBE, module]
+    _, output = ask(engine, image, argv, env=["TF_CPP_MIN_LOG_LEVEL=3"])
+    answer = probe_answer(output)
     return dict(answer) if answer is not None else None

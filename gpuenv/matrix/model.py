@@ -224,6 +224,11 @@ class Matrix:
             (t for _, t in same_minor), key=lambda t: driver_tuple(t.min_driver), default=None
         )
 
+    def toolkit_driver(self, cuda: str) -> str | None:
+        """The driver the CUDA toolkit of `cuda` needs natively (`toolkit`'s), if known."""
+        toolkit = self.toolkit(cuda)
+        return toolkit.min_driver if toolkit else None
+
     def minor_compat_floor(self, cuda: str) -> str | None:
         """The lowest driver that runs any CUDA `major`.x application (minor-version compat)."""
         return self._floors.get(parse_version(cuda).release[0])

@@ -284,7 +284,7 @@ def sync(
     report = SyncReport()
     known = {(row.repository, row.tag): row for row in previous}
     report.rows = [row for row in previous if row.repository not in repositories]
-    floor = _toolkit_floor(shipped)
+    floor = shipped.toolkit_driver
     for repository, framework in repositories.items():
         name = repository.removeprefix(NGC_PREFIX)
         shapes = tag_shapes(row.tag for row in shipped.images if row.repository == repository)
@@ -341,14 +341,6 @@ def _read(
     if row is None:
         report.skipped.append(f"{repository}:{tag}: no NGC metadata in its config")
     return row
-
-
-def _toolkit_floor(matrix: Matrix) -> Callable[[str], str | None]:
-    def floor(cuda: str) -> str | None:
-        toolkit = matrix.toolkit(cuda)
-        return toolkit.min_driver if toolkit else None
-
-    return floor
 
 
 def _compare(report: SyncReport, shipped: Matrix) -> None:

@@ -58,11 +58,6 @@ def spec_in(tmp_path: Path, text: str):
     return load_spec(str(tmp_path))
 
 
-def floor(cuda: str) -> str | None:
-    toolkit = MATRIX.toolkit(cuda)
-    return toolkit.min_driver if toolkit else None
-
-
 # --- gpuenv.yaml's base -----------------------------------------------------------------
 
 
@@ -176,7 +171,7 @@ def test_own_row_is_checked_like_a_matrix_row(tmp_path: Path) -> None:
     reading = combined(
         from_config("pytorch", {"Env": NVIDIA_ENV}), from_probe("pytorch", TORCH_PROBE)
     )
-    row = own_row("pytorch", OWN, reading, floor)
+    row = own_row("pytorch", OWN, reading, MATRIX.toolkit_driver)
     assert (row.repository, row.tag, row.family) == (
         "registry.example.com/team/train",
         "2025.03",
@@ -196,7 +191,9 @@ def test_own_row_is_checked_like_a_matrix_row(tmp_path: Path) -> None:
 
 
 def test_what_the_image_does_not_say_is_said(tmp_path: Path) -> None:
-    row = own_row("pytorch", OWN, from_config("pytorch", {"Env": ["PATH=/usr/bin"]}), floor)
+    row = own_row(
+        "pytorch", OWN, from_config("pytorch", {"Env": ["PATH=/usr/bin"]}), MATRIX.toolkit_driver
+    )
     spec = spec_in(tmp_path, f"framework: pytorch\nbase: '{OWN}'\n")
     notes = own_base_notes(row, spec)
     assert len(notes) == 1
@@ -211,7 +208,7 @@ def test_the_lock_keeps_the_row_it_read(tmp_path: Path) -> None:
     reading = combined(
         from_config("pytorch", {"Env": NVIDIA_ENV}), from_probe("pytorch", TORCH_PROBE)
     )
-    row = own_row("pytorch", OWN, reading, floor)
+    row = own_row("pytorch", OWN, reading, MATRIX.toolkit_driver)
     spec = spec_in(tmp_path, f"framework: pytorch\nbase: '{OWN}'\n")
     calls = []
 
