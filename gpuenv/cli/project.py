@@ -119,6 +119,10 @@ def lock(
     move and prints what changed; --upgrade moves them all, --upgrade-package one, and
     --exclude-newer DATE resolves them as of a date (to rebuild last year's environment).
 
+    A base image of your own (`base: REGISTRY/PATH:TAG`) is pulled and read from the
+    image itself (its environment, and a probe of its Python and framework); the lock
+    keeps what was read, and --upgrade reads it again (its tag may have moved).
+
     --check fails (exit 5) when the lock is missing or out of date, or its Python
     packages are not locked for the requirements as they are, and lists what changed.
     """
