@@ -28,6 +28,9 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .cache/site
 
 echo "• test services (Docker engines, registry, stand-in NGC images)" >&2
 use_services
+echo "• @devcontainers/cli from npm (the editors' client the devcontainer tests drive)" >&2
+GPUENV_TEST_DEVCONTAINER_CLI=$(scripts/devcontainers-cli.sh)
+export GPUENV_TEST_DEVCONTAINER_CLI
 echo "• the scripted NVML the tests load (tests/nvml/, gcc against NVIDIA's nvml.h)" >&2
 tests/nvml/build.sh >/dev/null
 

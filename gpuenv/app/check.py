@@ -34,6 +34,7 @@ from gpuenv.project.mounts import check_mounts
 from gpuenv.project.sources import Collected
 from gpuenv.project.spec import SPEC_FILENAME, Spec
 from gpuenv.project.validate import load_spec
+from gpuenv.run.devcontainer import stale_devcontainer
 from gpuenv.run.preflight import preflight
 from gpuenv.sharing.gpus import Grant
 
@@ -109,6 +110,10 @@ def check_project(
         items.append(CheckItem(LOCK_FILENAME, error=lock_error))
     elif existing is not None:
         items.append(_lock_item(existing, spec, hashes, matrix))
+        editor = stale_devcontainer(directory)
+        if editor:
+            hint = "run `gpuenv export devcontainer` again, then reopen (or rebuild) the container"
+            items.append(CheckItem("devcontainer", error=LockError(editor, hint=hint)))
     if spec is not None and collected is not None and (spec.requirements or spec.packages):
         items.append(_dependencies_item(spec, existing, collected))
     host_ok = True

@@ -156,7 +156,7 @@ def _holder(
     if claim is None:
         return None
     run = next(
-        (r for r in runs if (claim.container and r.id == claim.container) or r.pid == claim.pid),
+        (r for r in runs if (claim.container in (r.id, r.name)) or r.pid == claim.pid),
         None,
     )
     return {

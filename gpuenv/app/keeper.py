@@ -11,13 +11,17 @@ releases the claims when the container ends, is removed, or the engine says it i
 an engine that does not answer (restarting, stopped) keeps them held and is asked again.
 If the keeper itself is killed the kernel drops the locks, as for a killed run: the
 GPUs are free for the next command.
+
+An editor's container (`gpuenv export devcontainer`) is held the same way, by name: its
+claims are taken before the editor's tools create or start it, so its keeper waits for
+it to run, and holds them across a rebuild (`keep_named`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, GpuenvError
@@ -25,6 +29,8 @@ from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, ClaimStore
 
 RETRY = 5.0  # seconds between asks of an engine that does not answer
 PATIENCE = 900.0  # an engine silent this long (removed, down for good) frees the claims
+START_PATIENCE = 300.0  # an editor's container not running this long after its claim: freed
+GRACE = 15.0  # an editor's container replaced (rebuilt) within this keeps its claims
 
 
 def follow(
@@ -57,12 +63,61 @@ def keep(
 ) -> int | None:
     """Hold the claims `names` (this process inherited their locks) while `container`
     runs, refreshing their heartbeat; release them when it ends. Its exit code, or None."""
+    return _hold(store, names, lambda: follow(engine, container, retry))
+
+
+def keep_named(
+    engine: ContainerEngine,
+    name: str,
+    store: ClaimStore,
+    names: Sequence[str],
+    patience: float = START_PATIENCE,
+    grace: float = GRACE,
+    poll: float = 1.0,
+) -> int | None:
+    """Hold the claims `names` for the container called `name`, which another program
+    (an editor's Dev Containers tools) creates or starts after they were taken: while
+    it runs, and while one of that name runs again within `grace` seconds of the last
+    ending (an editor rebuilding it removes it and makes a new one). Released when none
+    has run for `patience` seconds after the claims were taken (the editor failed to
+    start it), or `grace` seconds after the last one ended."""
+    return _hold(store, names, lambda: follow_named(engine, name, patience, grace, poll))
+
+
+def follow_named(
+    engine: ContainerEngine, name: str, patience: float, grace: float, poll: float
+) -> int | None:
+    """Follow the containers called `name` as `keep_named` says; the last exit code."""
+    deadline = time.monotonic() + patience
+    last: int | None = None
+    while time.monotonic() < deadline:
+        if _running(engine, name):
+            last = follow(engine, name)
+            deadline = time.monotonic() + grace
+            continue
+        time.sleep(poll)
+    return last
+
+
+def _running(engine: ContainerEngine, name: str) -> bool:
+    """Whether a container called `name` runs now (an engine that does not answer: no)."""
+    try:
+        state = engine.inspect(name).get("State") or {}
+    except GpuenvError:
+        return False
+    return bool(state.get("Running"))
+
+
+def _hold(
+    store: ClaimStore, names: Sequence[str], watch_until_ended: Callable[[], int | None]
+) -> int | None:
+    """Refresh the claims' heartbeat until `watch_until_ended` returns, then release."""
     result: list[int | None] = []
     ended = threading.Event()
 
     def watch() -> None:
         try:
-            result.append(follow(engine, container, retry))
+            result.append(watch_until_ended())
         finally:
             ended.set()
 

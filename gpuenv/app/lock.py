@@ -44,6 +44,7 @@ from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.resolution.pins import Pin
 from gpuenv.resolution.resolve import resolve
 from gpuenv.resolution.verdicts import Resolution
+from gpuenv.run.devcontainer import stale_devcontainer
 
 NoteKind = Literal["info", "warn", "step"]
 
@@ -90,7 +91,8 @@ def differs_from_lock(directory: str, image: str) -> str | None:
 
 def verify_lock(directory: str) -> Lock:
     """`gpuenv lock --check`: the lock, or LockError listing what changed (gpuenv.yaml,
-    a dependency file, Python packages not locked yet)."""
+    a dependency file, Python packages not locked yet), or naming the editor's
+    devcontainer.json gpuenv wrote from another lock."""
     spec = spec_for(directory, Overrides(), need_file=True)
     current = read_lock(os.path.join(directory, LOCK_FILENAME))
     hashes = requirements_hashes(spec)
@@ -107,6 +109,12 @@ def verify_lock(directory: str) -> Lock:
         raise LockError(
             f"{LOCK_FILENAME} is out of date:\n" + "\n".join(f"  - {c}" for c in stale),
             hint="run `gpuenv lock` (where a container engine runs) and commit gpuenv.lock",
+        )
+    editor = stale_devcontainer(directory)
+    if editor:
+        raise LockError(
+            editor,
+            hint="run `gpuenv export devcontainer` again, then reopen (or rebuild) the container",
         )
     return current
 

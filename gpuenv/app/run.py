@@ -347,15 +347,27 @@ class Reservation:
 
 
 def spawn_keeper(
-    container: str, descriptors: Sequence[int], claims: Sequence[str], state: str
+    container: str,
+    descriptors: Sequence[int],
+    claims: Sequence[str],
+    state: str,
+    *,
+    named: bool = False,
 ) -> None:
     """Start the keeper of a detached run's claims (`python -m gpuenv.cli.keeper`), in a
     session of its own (a closed terminal does not end it), with the claims' locked
     descriptors and this environment (the engine, the state folder); its output goes
-    nowhere. Nothing of the user's is on its command line: a container id and the claim
-    files' names, both gpuenv's."""
+    nowhere. Nothing of the user's is on its command line: a container id (`named`: an
+    editor's container's name, which gpuenv chose) and the claim files' names."""
     subprocess.Popen(
-        [sys.executable, "-m", "gpuenv.cli.keeper", container, *claims],
+        [
+            sys.executable,
+            "-m",
+            "gpuenv.cli.keeper",
+            *(["--named"] if named else []),
+            container,
+            *claims,
+        ],
         pass_fds=tuple(descriptors),
         start_new_session=True,
         stdin=subprocess.DEVNULL,

@@ -16,6 +16,7 @@ from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platfo
 from gpuenv.app.variables import expanded_spec
 from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, apply, engine, view_factory
+from gpuenv.cli.devcontainer import export_devcontainer_command
 from gpuenv.cluster import manifests as k8s
 from gpuenv.cluster.manifests import compose_file
 from gpuenv.cluster.slurm import Launch, job_name, pushed_image
@@ -206,7 +207,8 @@ def _say_where_values_come_from(referenced: list[str], where: str) -> None:
 
 @click.group()
 def export() -> None:
-    """Write the locked environment for another scheduler (to stdout).
+    """Write the locked environment for another scheduler (to stdout), or for an
+    editor (`export devcontainer`: .devcontainer/devcontainer.json).
 
     No value of -e or --env-file is written unless --write-values asks for it: the
     Kubernetes Job reads those variables from a Secret, the Compose service from the
@@ -388,3 +390,6 @@ def export_compose(
         "there; one it lacks is unset in the container)",
     )
     click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+
+
+export.add_command(export_devcontainer_command)

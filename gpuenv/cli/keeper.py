@@ -1,5 +1,7 @@
 """`python -m gpuenv.cli.keeper CONTAINER CLAIM...`: the process `gpuenv run -d` leaves
-behind to hold its claims while the container runs (`gpuenv.app.keeper`). It inherits
+behind to hold its claims while the container runs (`gpuenv.app.keeper`); with
+`--named NAME CLAIM...`, the one `gpuenv devcontainer-claim` leaves for the editor's
+container called NAME, which does not run yet. It inherits
 the claims' locked descriptors and the environment that names the engine and the state
 folder; nothing it says is shown (its output goes nowhere)."""
 
@@ -8,22 +10,39 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from gpuenv.app.keeper import follow, keep
+from gpuenv.app.keeper import (
+    GRACE,
+    START_PATIENCE,
+    follow,
+    follow_named,
+    keep,
+    keep_named,
+)
 from gpuenv.cli.base import engine
 from gpuenv.errors import GpuenvError
 from gpuenv.sharing.claims import CLAIM_PREFIX, ClaimStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    container, *names = list(sys.argv[1:] if argv is None else argv)
-    if not names or not all(n.startswith(CLAIM_PREFIX) and "/" not in n for n in names):
+    words = list(sys.argv[1:] if argv is None else argv)
+    named = words[:1] == ["--named"]
+    rest = words[1:] if named else words
+    if len(rest) < 2 or not all(n.startswith(CLAIM_PREFIX) and "/" not in n for n in rest[1:]):
         return 2
+    container, *names = rest
+    connected = engine()
     try:
         store = ClaimStore()
     except GpuenvError:  # the folder cannot be opened now: hold the locks all the same
-        follow(engine(), container)
+        if named:
+            follow_named(connected, container, START_PATIENCE, GRACE, 1.0)
+        else:
+            follow(connected, container)
         return 1  # the files stay, dead: the owner's next command deletes them
-    keep(engine(), container, store, names)
+    if named:
+        keep_named(connected, container, store, names)
+    else:
+        keep(connected, container, store, names)
     return 0
 
 

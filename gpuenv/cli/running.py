@@ -25,6 +25,17 @@ def _detect_host() -> Host:
     return detect_host()
 
 
+def services() -> Services:
+    """The real host, claims store, identity and usage log a run (or an editor's
+    container) is given."""
+    return Services(
+        _detect_host,
+        ClaimStore,
+        invoking_identity,
+        usage_log=lambda: UsageLog(state_dir()),
+    )
+
+
 def launch_run(directory: str, quiet: bool, **options: Any) -> None:
     """Run the request to its end and exit with the command's code; a detached run
     prints its container's name and returns."""
@@ -42,12 +53,7 @@ def launch_run(directory: str, quiet: bool, **options: Any) -> None:
         directory,
         request,
         connected,
-        services=Services(
-            _detect_host,
-            ClaimStore,
-            invoking_identity,
-            usage_log=lambda: UsageLog(state_dir()),
-        ),
+        services=services(),
         terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
         environ=os.environ,
         view=view_factory(quiet),

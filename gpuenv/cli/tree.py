@@ -45,6 +45,7 @@ COMMANDS = {
     "submit": "gpuenv.cli.cluster.submit",
     "jobs": "gpuenv.cli.cluster.jobs",
     "export": "gpuenv.cli.cluster.export",
+    "devcontainer-claim": "gpuenv.cli.devcontainer.devcontainer_claim",
 }
 
 
@@ -81,6 +82,7 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Share:   gpuenv ps | top | stop (who uses which GPU)
     Watch:   gpuenv dashboard | exporter | usage (a web page, Prometheus, GPU-hours)
     Detach:  gpuenv run -d | logs -f | attach | wait | rm
+    Work:    gpuenv shell | notebook | export devcontainer (editors)
     Scale:   gpuenv push | submit | jobs | export kubernetes|compose
     Fix:     gpuenv doctor
     Check:   gpuenv check

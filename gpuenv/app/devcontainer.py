@@ -1,0 +1,278 @@
+"""`gpuenv export devcontainer` and `gpuenv devcontainer-claim`: an editor (VS Code's Dev
+Containers, `@devcontainers/cli`) in the locked environment, without bypassing the GPU
+reservations of a shared server.
+
+Export writes `.devcontainer/devcontainer.json` (`run.devcontainer`) for the invoking
+user on this host: the image gpuenv built from the lock (the user's account child, so
+the editor's server has a HOME), the project at /workspace, the exact GPUs chosen now
+among the free ones, and the limits a run gets.
+
+Why a lifecycle command and not a claim the reaper ties to the container: a claim must
+exist before the container gets its GPUs, or a `gpuenv run` could land on them in
+between, and only the editor's tools know when they create or start it. So the file's
+`initializeCommand` runs `gpuenv devcontainer-claim` on the host first, every time the
+editor opens it: it claims exactly the file's GPUs like a run's (refusing, with who
+holds them, when they are taken; nothing starts then), and hands the claims to a keeper
+that holds them while the container called as the file says runs (`app.keeper`). So
+`ps`, `top`, the queue and the dashboard see it, and a run never lands on its GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gpuenv.app.image import RunImage, image_for_run
+from gpuenv.app.run import Services, gpu_requests, spawn_keeper
+from gpuenv.common.files import atomic_write
+from gpuenv.engine.protocol import Engine
+from gpuenv.errors import FileAccessError, GpusBusy, LockError, UsageError
+from gpuenv.host.machine import Host
+from gpuenv.images.accounts import Identity, account_image
+from gpuenv.images.progress import ViewFactory
+from gpuenv.project.mounts import run_binds
+from gpuenv.project.spec import GpuRequest
+from gpuenv.project.variables import image_environment, refers, spec_with_image_env
+from gpuenv.run.container import STACK_BYTES, memlock_limit, shm_size
+from gpuenv.run.devcontainer import (
+    DEVCONTAINER_PATH,
+    WORKSPACE_FOLDER,
+    EditorContainer,
+    NotOurs,
+    Written,
+    container_name,
+    devcontainer_config,
+    gpu_run_args,
+    read_devcontainer,
+    read_written,
+    render,
+    stale_against_lock,
+)
+from gpuenv.sharing.claims import ClaimStore
+from gpuenv.sharing.fitness import unfit_gpus
+from gpuenv.sharing.gpus import Grant, choose, grant, parse_gpus_option
+from gpuenv.sharing.reserve import reserve
+
+EXPORT_AGAIN = "run `gpuenv export devcontainer` again, then reopen (or rebuild) the container"
+
+
+@dataclass(frozen=True)
+class Exported:
+    path: str
+    editor: EditorContainer
+
+
+def export_devcontainer(
+    directory: str,
+    engine: Engine,
+    *,
+    services: Services,
+    environ: Mapping[str, str],
+    view: ViewFactory,
+    notice: Callable[[str], None],
+    uid: int,
+    gpus: str | None = None,
+    force: bool = False,
+) -> Exported:
+    """Write .devcontainer/devcontainer.json for this user on this host (see the module
+    docstring); the image built first if missing. `gpus`: --gpus, over the spec's."""
+    path = os.path.join(directory, DEVCONTAINER_PATH)
+    if not force:
+        _refuse_a_file_of_yours(path)
+    identity = None if uid == 0 else services.identity()
+    image = editor_image(directory, engine, view, identity, notice)
+    spec = image.run.spec
+    if refers(spec.env):  # `PATH: /opt/bin:$PATH`: the image's PATH, as a run's
+        spec = spec_with_image_env(spec, image_environment(engine.image_config(image.tag)))
+    binds = tuple(run_binds(spec, (), (), env=environ, notice=notice))
+    for bind in binds:
+        if any(ch in bind.source + bind.target for ch in ',"'):
+            raise UsageError(
+                f"the mount {bind.source}:{bind.target} has a comma or a quote in its path, "
+                "which a devcontainer.json mount cannot carry",
+                hint="rename the folder, or leave the mount out of gpuenv.yaml",
+            )
+    request = parse_gpus_option(gpus) if gpus else spec.gpus
+    host = services.detect_host() if request.mode != "none" else Host(None, (), "none")
+    granted, keys = _choose(request, host, services.claim_store)
+    requests = gpu_requests(engine, host, granted, environ, notice)
+    editor = EditorContainer(
+        spec=spec,
+        image=image.tag,
+        lock_hash=image.run.locked.lock_hash,
+        name=container_name(spec.name, spec.project_dir, uid),
+        host=socket.gethostname(),
+        identity=identity,
+        gpus=tuple(keys),
+        gpu_args=gpu_run_args(requests),
+        visible_devices=granted.visible_devices,
+        grant=granted.describe(),
+        binds=binds,
+        ports=spec.ports,
+        shm_size=shm_size(spec),
+        memlock=memlock_limit(),
+        stack=STACK_BYTES,
+        claim_command=(sys.executable, "-m", "gpuenv.cli", "-C", WORKSPACE_FOLDER, CLAIM_COMMAND),
+    )
+    who = identity.name if identity else "root"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    atomic_write(path, render(devcontainer_config(editor), who))
+    return Exported(path, editor)
+
+
+CLAIM_COMMAND = "devcontainer-claim"
+
+
+def _refuse_a_file_of_yours(path: str) -> None:
+    """A devcontainer.json gpuenv did not write is the user's: never overwritten."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FileAccessError(f"{path}: cannot read it ({exc})") from None
+    try:
+        read_written(text)
+    except NotOurs:
+        raise UsageError(
+            f"{path} exists and gpuenv did not write it: it is left as it is",
+            hint="move it away (or keep yours and copy from gpuenv's), or --force replaces it",
+        ) from None
+
+
+@dataclass(frozen=True)
+class EditorImage:
+    run: RunImage
+    tag: str  # what the editor's container runs: the user's account child where made
+
+
+def editor_image(
+    directory: str,
+    engine: Engine,
+    view: ViewFactory,
+    identity: Identity | None,
+    notice: Callable[[str], None],
+) -> EditorImage:
+    """The locked image (built if missing) and, for a user, its child with their account
+    in it, made if missing: the editor's server needs the user's HOME, and the Dev
+    Containers tools cannot upload it as a run does."""
+    image = image_for_run(directory, engine, view, identity, notice=notice)
+    if identity is None:
+        return EditorImage(image, image.tag)
+    tag = image.account_tag
+    if tag is None and image.accounts is not None:
+        tag = account_image(engine, image.tag, identity, image.accounts)
+    if tag is None:
+        notice(
+            f"the image has no account for {identity.name} and none could be added: the "
+            f"editor runs as uid {identity.uid} with HOME {identity.home}, which may not exist"
+        )
+        return EditorImage(image, image.tag)
+    return EditorImage(image, tag)
+
+
+def _choose(
+    request: GpuRequest, host: Host, claim_store: Callable[[], ClaimStore]
+) -> tuple[Grant, list[str]]:
+    """The exact GPUs for the editor, among those free now (as a run chooses them); on
+    a host whose GPUs are unknown, the grant as a run's (nothing to claim); optional
+    GPUs on a host without any: none."""
+    if request.mode == "none":
+        return Grant("none"), []
+    if not host.gpus:
+        granted = grant(request, host)
+        return (Grant("none"), []) if granted.optional else (granted, [])
+    store = claim_store()
+    try:
+        granted, keys = choose(request, host, store.claims(), unfit_gpus(host))
+    except GpusBusy as busy:
+        raise GpusBusy(
+            f"no GPUs to write into the devcontainer: {busy.message}",
+            hint="export when they are free, or name one with --gpus device=N (opening "
+            "the editor then waits for nobody: it is refused while the GPU is taken)",
+        ) from None
+    finally:
+        store.close()
+    return Grant("devices", tuple(keys)), keys
+
+
+@dataclass(frozen=True)
+class Claimed:
+    container: str
+    gpus: tuple[str, ...]
+    already: bool = False  # a keeper held them already (the container runs)
+
+
+def claim_for_devcontainer(
+    directory: str,
+    engine: Engine,
+    *,
+    services: Services,
+    view: ViewFactory,
+    notice: Callable[[str], None],
+    uid: int,
+) -> Claimed:
+    """The editor's `initializeCommand`: check the file is this user's, on this host,
+    from the current lock, with its image here (built if missing); claim its GPUs and
+    leave them to a keeper that holds them while its container runs."""
+    path = os.path.join(directory, DEVCONTAINER_PATH)
+    written = read_devcontainer(path)
+    _check_written(written, path, directory, uid)
+    identity = None if uid == 0 else services.identity()
+    project = editor_image(directory, engine, view, identity, notice).run.spec.name
+    if not written.gpus:
+        return Claimed(written.container, ())
+    store = services.claim_store()
+    try:
+        if _held_already(store, written.container, uid):
+            return Claimed(written.container, written.gpus, already=True)
+        host = services.detect_host()
+        request = GpuRequest("devices", devices=written.gpus)
+        try:
+            _, claims = reserve(store, request, host, project, None, notice, unfit_gpus(host))
+        except GpusBusy as busy:
+            raise GpusBusy(
+                f"the devcontainer's GPUs are taken: {busy.message}",
+                hint=f"wait for them (`gpuenv top`), or {EXPORT_AGAIN} to take free ones",
+            ) from None
+        with store.locked():
+            handed = store.transfer(claims, written.container, written.container)
+        spawn_keeper(
+            written.container,
+            store.held_descriptors(handed),
+            handed,
+            store.directory,
+            named=True,
+        )
+        store.forget(handed)
+    finally:
+        store.close()
+    return Claimed(written.container, written.gpus)
+
+
+def _check_written(written: Written, path: str, directory: str, uid: int) -> None:
+    stale = stale_against_lock(written, directory)
+    if stale:
+        raise LockError(f"{path}: {stale}", hint=EXPORT_AGAIN)
+    if written.uid != uid:
+        raise UsageError(
+            f"{path} was written for uid {written.uid}, and you are uid {uid}: its "
+            "container would run as someone else",
+            hint=EXPORT_AGAIN,
+        )
+    if written.host != socket.gethostname():
+        raise UsageError(
+            f"{path} was written on {written.host}, and this is {socket.gethostname()}: "
+            "the GPUs it names are that host's",
+            hint=EXPORT_AGAIN,
+        )
+
+
+def _held_already(store: ClaimStore, container: str, uid: int) -> bool:
+    """Whether live claims of this user name the editor's container (its keeper holds
+    them: the editor reopened it while it ran)."""
+    return any(c.uid == uid and c.run == container for c in store.claims())
