@@ -152,6 +152,7 @@ GPUENV_TEST_USER=gpuenv-tester
 GPUENV_TEST_USER2=gpuenv-tester2
 GPUENV_TEST_USER_PYTHON=$(tester_venv)/bin/python
 GPUENV_TEST_PODMAN=unix://$RUN/podman.sock
+GPUENV_TEST_PODMAN_PORTS=unix://$RUN/podman-ports.sock
 GPUENV_TEST_PODMAN_ROOTLESS=unix://$RUN/podman-rootless/podman.sock
 GPUENV_TEST_PODMAN_ROOTLESS2=unix://$RUN/podman-rootless2/podman.sock
 GPUENV_TEST_PODMAN_TMP=$PODMAN/podman-tmp

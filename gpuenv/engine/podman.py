@@ -123,9 +123,32 @@ def libpod_spec(
             {"memory": {"limit": int(host["Memory"])}} if host.get("Memory") else None
         ),
         "devices": _devices(host),
+        "portmappings": _ports(host),
     }
     spec.update({key: value for key, value in optional.items() if value})
     return spec
+
+
+def _ports(host: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The published ports (the Engine API's PortBindings) as libpod's port mappings; a
+    host port of 0 lets Podman pick a free one, as Docker does.
+
+    >>> _ports({"PortBindings": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "0"}]}})
+    [{'container_port': 8000, 'host_port': 0, 'host_ip': '127.0.0.1', 'protocol': 'tcp'}]
+    """
+    mappings = []
+    for key, bindings in (host.get("PortBindings") or {}).items():
+        port, _, protocol = str(key).partition("/")
+        for binding in bindings or ():
+            mappings.append(
+                {
+                    "container_port": int(port),
+                    "host_port": int(binding.get("HostPort") or 0),
+                    "host_ip": str(binding.get("HostIp") or ""),
+                    "protocol": protocol or "tcp",
+                }
+            )
+    return mappings
 
 
 def _mounts(host: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -105,7 +105,7 @@ def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
                 gpus=labels.get("io.gpuenv.gpus", "?"),
                 command=labels.get("io.gpuenv.command", ""),
                 image=str(container.get("Image", "")),
-                started=labels.get("io.gpuenv.started", ""),
+                started=labels.get("io.gpuenv.started") or _created(container),
                 state=str(container.get("State", "")),
                 pid=int(pid) if pid.isdigit() else None,
                 detached=labels.get(DETACHED_LABEL) == "1",
@@ -113,6 +113,19 @@ def runs_from(containers: Sequence[dict[str, Any]]) -> list[RunInfo]:
             )
         )
     return sorted(out, key=lambda r: r.started)
+
+
+def _created(container: Mapping[str, Any]) -> str:
+    """When the engine made the container, as the started label says it (an editor's
+    container has no such label: its labels are written before it exists).
+
+    >>> _created({"Created": 0}), _created({})
+    ('1970-01-01T00:00:00Z', '')
+    """
+    created = container.get("Created")
+    if not isinstance(created, int) or isinstance(created, bool):
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
 
 
 @dataclass

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Service 'podman': Podman, rootful and rootless (as gpuenv-tester, and as gpuenv-tester2:
 # one engine per user, as on a server where each user runs their own), each a `podman system
-# service` in the services' network namespace (containers get no network: netns = "none")
+# service` in the services' network namespace (containers get no network: netns = "none";
+# but those of 'podman-ports', a second rootful service, get slirp4netns)
 # and in a mount namespace of its own where /etc is an overlay holding /etc/cdi, a bind of
 # $PODMAN/cdi: Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi, and the
 # host's stay untouched. Test-private containers.conf, storage.conf and registries.conf (the
@@ -35,6 +36,12 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 runtime = "runc"
 CONF
+  # The 'podman-ports' service's: the same, but containers get a network of their own
+  # (slirp4netns: a user-mode stack whose published ports listen in the services'
+  # namespace, with no bridge and no iptables), so that published ports are tested on
+  # Podman too. Nothing leaves the namespace, which has no way out.
+  sed 's/^netns = "none"$/netns = "slirp4netns"/' "$PODMAN/containers.conf" \
+    >"$PODMAN/containers-ports.conf"
   cat >"$PODMAN/registries.conf" <<CONF
 unqualified-search-registries = []
 [[registry]]
@@ -74,8 +81,8 @@ LAUNCH
   chmod 0644 "$PODMAN"/*.conf "$PODMAN/launch.sh"
 }
 
-podman_service_up() {  # podman_service_up NAME SOCKET [USER]
-  local name=$1 sock=$2 user=${3:-} pidfile="$RUN/$1.pid"
+podman_service_up() {  # podman_service_up NAME SOCKET [USER] [CONTAINERS_CONF]
+  local name=$1 sock=$2 user=${3:-} conf=${4:-$PODMAN/containers.conf} pidfile="$RUN/$1.pid"
   if alive "$pidfile"; then
     return 0
   fi
@@ -107,7 +114,7 @@ podman_service_up() {  # podman_service_up NAME SOCKET [USER]
     exec setsid "${in_netns[@]}" unshare --mount --propagation private "${pidns[@]}" -- \
       sh "$PODMAN/launch.sh" "$RUN/$name-etc" "$PODMAN/cdi" \
       "${as[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "HOME=$(getent passwd "${user:-root}" | cut -d: -f6)" \
-      "XDG_RUNTIME_DIR=$runtime" "TMPDIR=$tmp" "CONTAINERS_CONF=$PODMAN/containers.conf" \
+      "XDG_RUNTIME_DIR=$runtime" "TMPDIR=$tmp" "CONTAINERS_CONF=$conf" \
       "CONTAINERS_STORAGE_CONF=$storage" "CONTAINERS_REGISTRIES_CONF=$PODMAN/registries.conf" \
       podman system service --time=0 "$sock" >"$RUN/$name.log" 2>&1 </dev/null
   ) &
@@ -132,6 +139,8 @@ podman_up() {
   podman_subids
   podman_files
   podman_service_up podman "unix://$RUN/podman.sock"
+  # Rootful as 'podman', on its storage: the same images, containers with a network.
+  podman_service_up podman-ports "unix://$RUN/podman-ports.sock" "" "$PODMAN/containers-ports.conf"
   podman_service_up podman-rootless "unix://$RUN/podman-rootless/podman.sock" gpuenv-tester
   podman_service_up podman-rootless2 "unix://$RUN/podman-rootless2/podman.sock" gpuenv-tester2
 }
@@ -150,9 +159,11 @@ podman_down() {
     fi
     stop "$RUN/$name.pid" "podman '$name'"
   done
+  stop "$RUN/podman-ports.pid" "podman 'podman-ports'"
   stop "$RUN/podman.pid" "podman 'podman'"
 }
 
 podman_status() {
-  alive "$RUN/podman.pid" && alive "$RUN/podman-rootless.pid" && alive "$RUN/podman-rootless2.pid"
+  alive "$RUN/podman.pid" && alive "$RUN/podman-ports.pid" && alive "$RUN/podman-rootless.pid" &&
+    alive "$RUN/podman-rootless2.pid"
 }

@@ -121,6 +121,7 @@ def test_an_editor_works_in_the_locked_environment_on_a_claimed_gpu(
         (run,) = [r for r in json.loads(alice.gpuenv("ps", "--json").stdout) if r["name"] == name]
         assert run["command"] == "devcontainer" and run["gpus"] == gpu
         assert run["state"] == "running" and run["detached"] is True
+        assert run["uptime"] != "?"  # from when the engine made it
         # Opening it again while it runs keeps the one claim.
         again = devcontainer(alice, "up")
         assert outcome(again)["outcome"] == "success", again.stdout + again.stderr

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Project, containers, gpuenv_failed, in_namespace
+from tests.integration.conftest import Project, _missing, containers, gpuenv_failed, in_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +123,27 @@ def test_an_engine_without_a_network_to_forward_to_is_said(make_project) -> None
     project = make_project(spec="gpus: none\n")
     result = project.ok("run", "-p", "0:8000", "--", "python3", "-c", "import time; time.sleep(2)")
     assert "published no host port for 8000/tcp" in result.stderr, result.stderr
+
+
+def test_a_published_port_answers_on_podman(make_project) -> None:
+    """The same on Podman (its libpod API), on the test Podman whose containers get a
+    network (slirp4netns): the port listens on the services' namespace's loopback."""
+    address = os.environ.get("GPUENV_TEST_PODMAN_PORTS", "")
+    if not address or not os.path.exists(address.removeprefix("unix://")):
+        _missing(f"no test Podman with networking at GPUENV_TEST_PODMAN_PORTS={address!r}")
+    project = make_project(spec="gpus: none\n")
+    project.env["DOCKER_HOST"] = address
+    project.ok("build", "-q")
+    started = project.ok("run", "-d", "-p", "0:8000", *SERVE)
+    name = started.stdout.strip()
+    try:
+        url = re.search(r"port 8000: (http://127\.0\.0\.1:\d+/)", started.stderr)
+        assert url, started.stderr
+        answered = in_namespace(FETCH, url.group(1))
+        assert answered.stdout.strip() == "200", answered.stdout + answered.stderr
+        (run,) = [r for r in json.loads(project.ok("ps", "--json").stdout) if r["name"] == name]
+        assert [p["url"] for p in run["ports"]] == [url.group(1)]
+    finally:
+        project.gpuenv("stop", name)
+        project.gpuenv("rm", name)
+    assert containers(address, project.name) == set(), "a run was left behind"

@@ -399,3 +399,23 @@ def test_an_unreachable_podman_says_how_to_start_it(tmp_path: Path) -> None:
         engine.version()
     assert "cannot reach the Podman service" in raised.value.message
     assert "podman.socket" in (raised.value.hint or "")
+
+
+def test_published_ports_reach_podman_as_libpod_port_mappings() -> None:
+    """Podman's libpod API takes ports as `portmappings`, not the Engine API's
+    PortBindings: without them a published port was silently not published on Podman."""
+    from gpuenv.project.ports import Port, engine_ports
+
+    exposed, bindings = engine_ports(
+        (Port(8000), Port(6006, 9000, "0.0.0.0"), Port(53, protocol="udp"))
+    )
+    spec = libpod_spec(
+        {"Image": "x", "ExposedPorts": exposed, "HostConfig": {"PortBindings": bindings}},
+        rootless=False,
+    )
+    assert sorted(spec["portmappings"], key=lambda m: m["container_port"]) == [
+        {"container_port": 53, "host_port": 0, "host_ip": "127.0.0.1", "protocol": "udp"},
+        {"container_port": 6006, "host_port": 9000, "host_ip": "0.0.0.0", "protocol": "tcp"},
+        {"container_port": 8000, "host_port": 0, "host_ip": "127.0.0.1", "protocol": "tcp"},
+    ]
+    assert "portmappings" not in libpod_spec({"Image": "x"}, rootless=False)
