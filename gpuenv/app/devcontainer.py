@@ -29,7 +29,7 @@ from gpuenv.app.image import RunImage, image_for_run
 from gpuenv.app.run import Services, gpu_requests, spawn_keeper
 from gpuenv.common.files import atomic_write
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import FileAccessError, GpusBusy, LockError, UsageError
+from gpuenv.errors import EngineRefused, FileAccessError, GpusBusy, LockError, UsageError
 from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity, account_image
 from gpuenv.images.progress import ViewFactory
@@ -224,14 +224,17 @@ def claim_for_devcontainer(
     _check_written(written, path, directory, uid)
     identity = None if uid == 0 else services.identity()
     project = editor_image(directory, engine, view, identity, notice).run.spec.name
+    _remove_if_from_another_export(engine, written, notice)
     if not written.gpus:
         return Claimed(written.container, ())
     store = services.claim_store()
     try:
-        if _held_already(store, written.container, uid):
+        held = _held(store, written.container, uid)
+        missing = tuple(gpu for gpu in written.gpus if gpu not in held)
+        if not missing:
             return Claimed(written.container, written.gpus, already=True)
         host = services.detect_host()
-        request = GpuRequest("devices", devices=written.gpus)
+        request = GpuRequest("devices", devices=missing)
         try:
             _, claims = reserve(store, request, host, project, None, notice, unfit_gpus(host))
         except GpusBusy as busy:
@@ -272,7 +275,35 @@ def _check_written(written: Written, path: str, directory: str, uid: int) -> Non
         )
 
 
-def _held_already(store: ClaimStore, container: str, uid: int) -> bool:
-    """Whether live claims of this user name the editor's container (its keeper holds
-    them: the editor reopened it while it ran)."""
-    return any(c.uid == uid and c.run == container for c in store.claims())
+def _held(store: ClaimStore, container: str, uid: int) -> set[str]:
+    """The GPUs live claims of this user hold for the editor's container (its keeper's:
+    the editor reopened it while it ran, or rebuilds it)."""
+    return {c.gpu for c in store.claims() if c.uid == uid and c.run == container}
+
+
+def _remove_if_from_another_export(
+    engine: Engine, written: Written, notice: Callable[[str], None]
+) -> None:
+    """A stopped container of this name made from an earlier export (another lock,
+    other GPUs) would be started again as it is, by the editor's tools, with what the
+    file no longer says, its GPUs unclaimed: it is removed, and the tools make it anew
+    from the file. A running one is left to the editor (a rebuild replaces it); its
+    keeper holds its own GPUs meanwhile."""
+    try:
+        details = engine.inspect(written.container)
+    except EngineRefused as exc:
+        if exc.status == 404:
+            return
+        raise
+    if (details.get("State") or {}).get("Running"):
+        return
+    labels = (details.get("Config") or {}).get("Labels") or {}
+    same = labels.get("io.gpuenv.lock") == written.lock and (
+        not written.gpus or labels.get("io.gpuenv.gpus") == ",".join(written.gpus)
+    )
+    if not same:
+        engine.remove(written.container)
+        notice(
+            f"removed the stopped container {written.container}, made from an earlier "
+            "export: the editor makes it again from the file"
+        )

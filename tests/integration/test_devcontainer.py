@@ -159,6 +159,22 @@ def test_an_editor_works_in_the_locked_environment_on_a_claimed_gpu(
         holder.terminate()
         holder.wait(timeout=60)
 
+    # Exported again for another GPU: the stopped container, made from the first export,
+    # is not started again as it was (with the old GPU, unclaimed): it is made anew.
+    other = (index + 1) % len(UUIDS)
+    alice.gpuenv("export", "devcontainer", "--gpus", f"device={other}").check_returncode()
+    up = devcontainer(alice, "up")
+    assert outcome(up)["outcome"] == "success", up.stdout + up.stderr
+    try:
+        assert "made from an earlier export" in up.stdout + up.stderr
+        ran = devcontainer(alice, "exec", "python3", "-c", PROBE)
+        assert ran.stdout.split()[-4] == UUIDS[other], ran.stdout + ran.stderr
+        holders = claimed_by(mallory)
+        assert alice.name in str(holders[other]) and holders[index] is None
+    finally:
+        docker("stop", name, check=False)
+    assert wait_free(mallory) == [None] * 4
+
     # A lock changed since: lock --check says the file is stale, and opening is refused.
     lock = alice.project.path / "gpuenv.lock"
     lock.write_text(lock.read_text() + "# changed\n")
