@@ -2,7 +2,8 @@
 # Service 'podman': Podman, rootful and rootless (as gpuenv-tester, and as gpuenv-tester2:
 # one engine per user, as on a server where each user runs their own), each a `podman system
 # service` in the services' network namespace (containers get no network: netns = "none";
-# but those of 'podman-ports', a second rootful service, get slirp4netns)
+# but those of 'podman-ports', a second rootful service, and of 'podman-rootless2' get
+# slirp4netns, rootless Podman's own default, so that published ports are tested on both)
 # and in a mount namespace of its own where /etc is an overlay holding /etc/cdi, a bind of
 # $PODMAN/cdi: Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi, and the
 # host's stay untouched. Test-private containers.conf, storage.conf and registries.conf (the
@@ -142,7 +143,8 @@ podman_up() {
   # Rootful as 'podman', on its storage: the same images, containers with a network.
   podman_service_up podman-ports "unix://$RUN/podman-ports.sock" "" "$PODMAN/containers-ports.conf"
   podman_service_up podman-rootless "unix://$RUN/podman-rootless/podman.sock" gpuenv-tester
-  podman_service_up podman-rootless2 "unix://$RUN/podman-rootless2/podman.sock" gpuenv-tester2
+  podman_service_up podman-rootless2 "unix://$RUN/podman-rootless2/podman.sock" gpuenv-tester2 \
+    "$PODMAN/containers-ports.conf"
 }
 
 podman_down() {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import socket
 import subprocess
@@ -13,7 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import Project, _missing, containers, gpuenv_failed, in_namespace
+from tests.integration.conftest import (
+    Installed,
+    Project,
+    _missing,
+    containers,
+    gpuenv_failed,
+    in_namespace,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -146,4 +154,58 @@ def test_a_published_port_answers_on_podman(make_project) -> None:
     finally:
         project.gpuenv("stop", name)
         project.gpuenv("rm", name)
+    assert containers(address, project.name) == set(), "a run was left behind"
+
+
+def test_a_published_port_answers_on_rootless_podman_as_the_user(
+    make_project, installed_for_users: Installed
+) -> None:
+    """Rootless Podman, as the user who runs it: the second test user's engine, whose
+    containers get slirp4netns (rootless Podman's default), forwards the port on loopback
+    through its rootlessport process, which gpuenv learns from the engine as on Docker."""
+    address = os.environ.get("GPUENV_TEST_PODMAN_ROOTLESS2", "")
+    if not address or not os.path.exists(address.removeprefix("unix://")):
+        _missing(f"no rootless test Podman at GPUENV_TEST_PODMAN_ROOTLESS2={address!r}")
+    user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER2", "gpuenv-tester2"))
+    project = make_project(spec="gpus: none\n")
+    for root, names, files in os.walk(project.path):
+        for name in [".", *names, *files]:
+            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
+    mine = project.path.parent / f"{project.name}-user"
+    mine.mkdir()
+    os.chown(mine, user.pw_uid, user.pw_gid)
+    env = installed_for_users.env(
+        {
+            **project.env,
+            "CONTAINER_HOST": address,
+            "HOME": user.pw_dir,
+            "USER": user.pw_name,
+            "XDG_CACHE_HOME": str(mine / "cache"),
+            "GPUENV_STATE_DIR": str(mine / "state"),
+            "GPUENV_DATA_DIR": str(mine / "data"),
+        }
+    )
+    env.pop("DOCKER_HOST", None)
+
+    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+        return installed_for_users.run_as(
+            user, "-C", str(project.path), *args, env=env, cwd=project.path
+        )
+
+    built = as_user("build", "-q")
+    assert built.returncode == 0, built.stdout + built.stderr
+    started = as_user("run", "-d", "-p", "0:8000", *SERVE)
+    assert started.returncode == 0, started.stdout + started.stderr
+    name = started.stdout.strip()
+    try:
+        url = re.search(r"port 8000: (http://127\.0\.0\.1:\d+/)", started.stderr)
+        assert url, started.stderr
+        answered = in_namespace(FETCH, url.group(1))
+        assert answered.stdout.strip() == "200", answered.stdout + answered.stderr
+        listed = as_user("ps", "--json")
+        (run,) = [r for r in json.loads(listed.stdout) if r["name"] == name]
+        assert [p["url"] for p in run["ports"]] == [url.group(1)]
+    finally:
+        as_user("stop", name)
+        as_user("rm", name)
     assert containers(address, project.name) == set(), "a run was left behind"
