@@ -158,5 +158,12 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
 @run_options
 @click.pass_obj
 def shell(obj: Context, /, quiet: bool, **options: Any) -> None:
-    """Open an interactive shell (bash -l) in the project's container, set up as for run."""
+    """Open an interactive shell (bash -l) in the project's container, set up as for run.
+
+    \b
+    Examples:
+      gpuenv shell
+      gpuenv shell --gpus none
+      gpuenv shell -p 8888 -e HF_TOKEN
+    """
     _launch(obj, quiet, shell=True, **options)
