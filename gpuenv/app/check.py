@@ -34,9 +34,9 @@ from gpuenv.project.mounts import check_mounts
 from gpuenv.project.sources import Collected
 from gpuenv.project.spec import SPEC_FILENAME, Spec
 from gpuenv.project.validate import load_spec
+from gpuenv.reservations.gpus import Grant
 from gpuenv.run.devcontainer import stale_devcontainer
 from gpuenv.run.preflight import preflight
-from gpuenv.sharing.gpus import Grant
 
 
 @dataclass(frozen=True)

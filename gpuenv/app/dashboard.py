@@ -23,6 +23,15 @@ from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.monitoring.fitness import unfit_gpus
+from gpuenv.monitoring.health import assess
+from gpuenv.monitoring.history import READINGS, RECENT_XIDS, History
+from gpuenv.monitoring.idle import idle_for
+from gpuenv.monitoring.metrics import CLOCK_EVENT_REASONS
+from gpuenv.monitoring.monitor import RunInfo, process_user
+from gpuenv.monitoring.usage import UsageLog, load_prices, usage_summary
+from gpuenv.reservations.claims import Claim
+from gpuenv.reservations.statedir import owner_name, state_dir
 from gpuenv.run.sizing import (
     SizingSettings,
     disk_finding,
@@ -31,15 +40,6 @@ from gpuenv.run.sizing import (
     storage_kind,
     system_memory_mib,
 )
-from gpuenv.sharing.claims import Claim
-from gpuenv.sharing.fitness import unfit_gpus
-from gpuenv.sharing.health import assess
-from gpuenv.sharing.history import READINGS, RECENT_XIDS, History
-from gpuenv.sharing.idle import idle_for
-from gpuenv.sharing.metrics import CLOCK_EVENT_REASONS
-from gpuenv.sharing.monitor import RunInfo, process_user
-from gpuenv.sharing.statedir import owner_name, state_dir
-from gpuenv.sharing.usage import UsageLog, load_prices, usage_summary
 
 WINDOWS = {"1h": 3600.0, "1d": 86400.0}
 USAGE_DAYS = (7, 30)

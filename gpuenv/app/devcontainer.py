@@ -33,9 +33,13 @@ from gpuenv.errors import EngineRefused, FileAccessError, GpusBusy, LockError, U
 from gpuenv.host.machine import Host
 from gpuenv.images.accounts import Identity, account_image
 from gpuenv.images.progress import ViewFactory
+from gpuenv.monitoring.fitness import unfit_gpus
 from gpuenv.project.mounts import run_binds
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.variables import image_environment, refers, spec_with_image_env
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.gpus import Grant, choose, grant, parse_gpus_option
+from gpuenv.reservations.reserve import reserve
 from gpuenv.run.container import STACK_BYTES, memlock_limit, shm_size
 from gpuenv.run.devcontainer import (
     DEVCONTAINER_PATH,
@@ -51,10 +55,6 @@ from gpuenv.run.devcontainer import (
     render,
     stale_against_lock,
 )
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.fitness import unfit_gpus
-from gpuenv.sharing.gpus import Grant, choose, grant, parse_gpus_option
-from gpuenv.sharing.reserve import reserve
 
 EXPORT_AGAIN = "run `gpuenv export devcontainer` again, then reopen (or rebuild) the container"
 

@@ -12,8 +12,8 @@ from typing import Any
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import UsageError
 from gpuenv.host.detect import detect_host
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.idle import IdlePolicy, enforce, idle_for, record_name, update
+from gpuenv.monitoring.idle import IdlePolicy, enforce, idle_for, record_name, update
+from gpuenv.reservations.claims import ClaimStore
 
 DEFAULT_THRESHOLD = 5  # percent: without a policy, below this a GPU counts as idle
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, GpuenvError
-from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, ClaimStore
+from gpuenv.reservations.claims import HEARTBEAT_INTERVAL, ClaimStore
 
 RETRY = 5.0  # seconds between asks of an engine that does not answer
 PATIENCE = 900.0  # an engine silent this long (removed, down for good) frees the claims

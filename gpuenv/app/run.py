@@ -36,10 +36,15 @@ from gpuenv.images.accounts import Identity
 from gpuenv.images.probe import can_import
 from gpuenv.images.progress import ViewFactory
 from gpuenv.lock.locked import Freshness
+from gpuenv.monitoring.fitness import unfit_gpus
+from gpuenv.monitoring.usage import UsageLog
 from gpuenv.project.mounts import Bind, run_binds
 from gpuenv.project.ports import Port, engine_ports, merged, parse_port
 from gpuenv.project.spec import GpuRequest, parse_size
 from gpuenv.project.variables import image_environment, refers, spec_with_image_env
+from gpuenv.reservations.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore
+from gpuenv.reservations.gpus import Grant, grant, parse_gpus_option
+from gpuenv.reservations.reserve import reserve
 from gpuenv.run.container import (
     command_for,
     container_config,
@@ -51,11 +56,6 @@ from gpuenv.run.container import (
 from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
 from gpuenv.run.publish import check_free, ssh_tunnel, urls
 from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
-from gpuenv.sharing.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore
-from gpuenv.sharing.fitness import unfit_gpus
-from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
-from gpuenv.sharing.reserve import reserve
-from gpuenv.sharing.usage import UsageLog
 
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gpuenv.common.siteconfig import read_site_config, seconds
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
-from gpuenv.sharing.history import RECENT_XIDS, History, Xid
-from gpuenv.sharing.siteconfig import read_site_config, seconds
+from gpuenv.monitoring.history import RECENT_XIDS, History, Xid
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Host
-from gpuenv.sharing.claims import Claim, ClaimStore, Waiter
-from gpuenv.sharing.fitness import unfit_gpus
-from gpuenv.sharing.history import recorded_findings
-from gpuenv.sharing.idle import idle_for, known_state
-from gpuenv.sharing.monitor import GpuRow, RunInfo, gpu_rows, list_runs
+from gpuenv.monitoring.fitness import unfit_gpus
+from gpuenv.monitoring.history import recorded_findings
+from gpuenv.monitoring.idle import idle_for, known_state
+from gpuenv.monitoring.monitor import GpuRow, RunInfo, gpu_rows, list_runs
+from gpuenv.reservations.claims import Claim, ClaimStore, Waiter
 
 
 def top_snapshot(

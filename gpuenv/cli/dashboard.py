@@ -19,8 +19,8 @@ from gpuenv.cli.dashboard_server import TOKEN_ENV, Site, read_token, serve
 from gpuenv.cli.listen import bind_hint, parse_listen
 from gpuenv.errors import ExporterError, StateUnsafe, UsageError
 from gpuenv.host.nvml import NvmlListener
-from gpuenv.sharing.history import History, SamplerBusy, history_folder
-from gpuenv.sharing.statedir import Folder, open_state, owner_name
+from gpuenv.monitoring.history import History, SamplerBusy, history_folder
+from gpuenv.reservations.statedir import Folder, open_state, owner_name
 
 DEFAULT_LISTEN = "127.0.0.1:8478"
 

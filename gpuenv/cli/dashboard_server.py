@@ -48,7 +48,7 @@ from gpuenv.cli.charts import READINGS, line_chart
 from gpuenv.common import strictjson
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.host.machine import Host
-from gpuenv.sharing.procfs import loopback_peer
+from gpuenv.host.procfs import loopback_peer
 
 TOKEN_ENV = "GPUENV_DASHBOARD_TOKEN"
 TOKEN_CHARACTERS = r"[A-Za-z0-9._~-]{16,256}"  # safe in a URL and a cookie as it is

@@ -1,6 +1,6 @@
 """gpuenv exporter: this host's GPUs as Prometheus metrics (prometheus_client, imported
-here only and only when the command runs; the samples come from gpuenv.sharing.metrics,
-and under dcgm-exporter's names from gpuenv.sharing.dcgm)."""
+here only and only when the command runs; the samples come from gpuenv.monitoring.metrics,
+and under dcgm-exporter's names from gpuenv.monitoring.dcgm)."""
 
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ from gpuenv.errors import ExporterError, GpuenvError, UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
-from gpuenv.sharing.claims import Claim, ClaimStore
-from gpuenv.sharing.dcgm import dcgm_families
-from gpuenv.sharing.history import History, SamplerBusy
-from gpuenv.sharing.idle import idle_for, known_state, load_policy
-from gpuenv.sharing.metrics import ALERT_RULES, Family, Holder, families, holders, idle_families
-from gpuenv.sharing.monitor import list_runs
-from gpuenv.sharing.statedir import open_state
+from gpuenv.monitoring.dcgm import dcgm_families
+from gpuenv.monitoring.history import History, SamplerBusy
+from gpuenv.monitoring.idle import idle_for, known_state, load_policy
+from gpuenv.monitoring.metrics import ALERT_RULES, Family, Holder, families, holders, idle_families
+from gpuenv.monitoring.monitor import list_runs
+from gpuenv.reservations.claims import Claim, ClaimStore
+from gpuenv.reservations.statedir import open_state
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 NAMES = ("gpuenv", "dcgm", "both")

@@ -20,7 +20,7 @@ from gpuenv.app.keeper import (
 )
 from gpuenv.cli.base import engine
 from gpuenv.errors import GpuenvError
-from gpuenv.sharing.claims import CLAIM_PREFIX, ClaimStore
+from gpuenv.reservations.claims import CLAIM_PREFIX, ClaimStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,11 +11,11 @@ from gpuenv.app.run import RunRequest, Services, Terminal, launch, oom_advice
 from gpuenv.cli.app import freshness
 from gpuenv.cli.base import engine, say, view_factory
 from gpuenv.host.machine import Host
+from gpuenv.monitoring.usage import UsageLog
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.statedir import state_dir
 from gpuenv.run.container import invoking_identity
 from gpuenv.run.session import stdin_is_input
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.statedir import state_dir
-from gpuenv.sharing.usage import UsageLog
 
 
 def _detect_host() -> Host:

@@ -16,12 +16,19 @@ from gpuenv.cli.base import report
 from gpuenv.cli.views import health_lines, runs_table
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
+from gpuenv.monitoring.idle import known_state, run_idle
+from gpuenv.monitoring.monitor import (
+    ENDED_STATES,
+    RunInfo,
+    find_run,
+    list_runs,
+    run_health,
+    stop_run,
+)
+from gpuenv.monitoring.usage import UsageLog
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.statedir import state_dir
 from gpuenv.run.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.idle import known_state, run_idle
-from gpuenv.sharing.monitor import ENDED_STATES, RunInfo, find_run, list_runs, run_health, stop_run
-from gpuenv.sharing.statedir import state_dir
-from gpuenv.sharing.usage import UsageLog
 
 
 def _runs(show_all: bool) -> list[RunInfo]:

@@ -15,8 +15,8 @@ from gpuenv.cli import output, ui
 from gpuenv.cli.app import Context, engine
 from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
 from gpuenv.errors import EXIT_DOCTOR
+from gpuenv.monitoring.idle import duration, load_policy
 from gpuenv.run.doctor import run_checks
-from gpuenv.sharing.idle import duration, load_policy
 
 
 def _interval(_ctx: click.Context, _param: click.Parameter, value: float) -> float:

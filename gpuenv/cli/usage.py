@@ -8,8 +8,8 @@ import click
 from rich.table import Table
 
 from gpuenv.cli import output, ui
-from gpuenv.sharing.statedir import state_dir
-from gpuenv.sharing.usage import UsageLog, load_prices, parse_since, usage_summary
+from gpuenv.monitoring.usage import UsageLog, load_prices, parse_since, usage_summary
+from gpuenv.reservations.statedir import state_dir
 
 
 @click.command()

@@ -11,9 +11,9 @@ from rich.table import Table
 from gpuenv.cli import ui
 from gpuenv.cli.ui import cell, safe
 from gpuenv.host.machine import Host
+from gpuenv.monitoring.idle import duration as for_people
 from gpuenv.resolution.explain import evidence_text
 from gpuenv.resolution.verdicts import Resolution
-from gpuenv.sharing.idle import duration as for_people
 
 
 def show_resolution(resolution: Resolution) -> None:

@@ -50,7 +50,7 @@ class Gpu:
     power_w: float | None = None
     power_limit_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
-    # Health, for `top`, `doctor`, `ps` and the exporter (gpuenv.sharing.health).
+    # Health, for `top`, `doctor`, `ps` and the exporter (gpuenv.monitoring.health).
     clocks_event_reasons: int | None = None  # NVML's bit mask of why clocks are held down
     slowdown_temperature_c: int | None = None  # the GPU's own slowdown threshold
     sm_clock_mhz: int | None = None

@@ -17,16 +17,16 @@ from typing import Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import UsageError
+from gpuenv.host.procfs import process_start
 from gpuenv.images.accounts import Identity as Identity
 from gpuenv.images.accounts import accounts_archive as accounts_archive
 from gpuenv.images.accounts import invoking_identity as invoking_identity
 from gpuenv.images.accounts import merge_accounts as merge_accounts
 from gpuenv.project.mounts import Bind
 from gpuenv.project.spec import WORKSPACE, Spec
+from gpuenv.reservations.gpus import Grant
 from gpuenv.run.devices import LEGACY
 from gpuenv.run.devices import device_requests as requests_for
-from gpuenv.sharing.gpus import Grant
-from gpuenv.sharing.procfs import process_start
 
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers

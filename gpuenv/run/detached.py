@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from gpuenv.common.labels import USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, UsageError
+from gpuenv.monitoring.monitor import RunInfo, find_run
 from gpuenv.run.session import finished
-from gpuenv.sharing.monitor import RunInfo, find_run
 
 Write = Callable[[int, bytes], None]
 

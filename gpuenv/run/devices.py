@@ -38,7 +38,7 @@ from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Host
 from gpuenv.host.mig import cdi_mig_names
-from gpuenv.sharing.gpus import Grant
+from gpuenv.reservations.gpus import Grant
 
 CDI_KIND = "nvidia.com/gpu"
 DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")

@@ -19,6 +19,11 @@ from gpuenv.host.machine import Host
 from gpuenv.images.registry import InvalidMirror, local_references, registry_mirror
 from gpuenv.lock.project import load_project
 from gpuenv.matrix.load import load_matrix
+from gpuenv.monitoring.health import assess_all
+from gpuenv.monitoring.history import recorded_findings
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.gpus import Grant
+from gpuenv.reservations.statedir import CREATE_HINT, HOSTS_MARKER
 from gpuenv.run.devices import (
     GPU_PATH_ENV,
     EngineFacts,
@@ -36,11 +41,6 @@ from gpuenv.run.sizing import (
     storage_kind,
     system_memory_mib,
 )
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.gpus import Grant
-from gpuenv.sharing.health import assess_all
-from gpuenv.sharing.history import recorded_findings
-from gpuenv.sharing.statedir import CREATE_HINT, HOSTS_MARKER
 
 MIN_API = (1, 40)  # DeviceRequests
 GENERATE_REMEDY = (

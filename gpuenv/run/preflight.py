@@ -8,8 +8,8 @@ from gpuenv.host.machine import Host
 from gpuenv.lock.locked import Locked
 from gpuenv.matrix.model import ImageRow, Matrix
 from gpuenv.project.spec import default_spec
+from gpuenv.reservations.gpus import Grant
 from gpuenv.resolution.resolve import MINOR, classify_gpus, evaluate
-from gpuenv.sharing.gpus import Grant
 
 
 def preflight(lock: Locked, host: Host, grant: Grant, matrix: Matrix) -> list[str]:

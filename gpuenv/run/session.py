@@ -26,9 +26,9 @@ from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
+from gpuenv.host.procfs import process_gone
 from gpuenv.run.container import Identity, accounts_archive, merge_accounts
 from gpuenv.run.publish import port_taken
-from gpuenv.sharing.procfs import process_gone
 
 _NO_DRIVER = "could not select device driver"
 

@@ -10,9 +10,9 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuenv.common.siteconfig import read_site_config
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Gpu
-from gpuenv.sharing.siteconfig import read_site_config
 
 # status, detail, remedy (remedy empty when ok)
 Finding = tuple[str, str, str]

@@ -1,4 +1,4 @@
-"""gpuenv's alert rules (gpuenv/sharing/alert_rules.yml) checked and unit-tested by the
+"""gpuenv's alert rules (gpuenv/monitoring/alert_rules.yml) checked and unit-tested by the
 real `promtool` (Debian's `prometheus` package): every alert fires where it should and
 stays quiet where it should not (tests/integration/alert_rules_test.yml)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuenv.sharing.metrics import ALERT_RULES
+from gpuenv.monitoring.metrics import ALERT_RULES
 
 from .conftest import _missing
 

@@ -39,9 +39,9 @@ HELD = gpu(0)["uuid"]
 # hour, then holds them (the claim lives while this process holds its lock) until killed.
 HOLDER = f"""
 import os, sys, time
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.statedir import state_dir
-from gpuenv.sharing.usage import UsageLog
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.statedir import state_dir
+from gpuenv.monitoring.usage import UsageLog
 project = os.environ.get("GPUENV_TEST_PROJECT", "vision")
 store = ClaimStore()
 with store.locked():
@@ -63,8 +63,8 @@ def _seed_history(env: dict[str, str]) -> None:
     script = f"""
 import time
 from gpuenv.host.machine import Gpu
-from gpuenv.sharing.history import History
-from gpuenv.sharing.statedir import open_state
+from gpuenv.monitoring.history import History
+from gpuenv.reservations.statedir import open_state
 history = History.for_sampling(open_state(), 16)
 now = time.time()
 for minute in range(60, 0, -1):

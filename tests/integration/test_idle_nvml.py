@@ -25,7 +25,7 @@ UUIDS = [gpu(i)["uuid"] for i in range(3)]
 
 HOLDER = """
 import sys, time
-from gpuenv.sharing.claims import ClaimStore
+from gpuenv.reservations.claims import ClaimStore
 store = ClaimStore()
 with store.locked():
     store.add(sys.argv[2:], sys.argv[1])

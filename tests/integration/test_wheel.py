@@ -38,8 +38,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "gpuenv/cli/static/dashboard.js",
         "gpuenv/cli/static/dashboard.css",
         "gpuenv/schemas/dashboard-gpus.json",
-        "gpuenv/sharing/alert_rules.yml",
-        "gpuenv/sharing/dcgm_xid_messages.json",
+        "gpuenv/monitoring/alert_rules.yml",
+        "gpuenv/monitoring/dcgm_xid_messages.json",
     ):
         assert name in names, name
     venv = root / "venv"

@@ -30,7 +30,7 @@ class Keepers:
         self.held[container] = ([os.dup(fd) for fd in descriptors], list(claims), state)
 
     def end(self, container: str) -> None:
-        from gpuenv.sharing.claims import ClaimStore
+        from gpuenv.reservations.claims import ClaimStore
 
         descriptors, claims, state = self.held.pop(container)
         store = ClaimStore(state)

@@ -11,11 +11,11 @@ import pytest
 
 from gpuenv.errors import GpusBusy
 from gpuenv.host.machine import Gpu, GpuProcess, Host
-from gpuenv.sharing.claims import Claim, ClaimStore
-from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
-from gpuenv.sharing.procfs import process_start
-from gpuenv.sharing.reserve import reserve
-from gpuenv.sharing.statedir import hold
+from gpuenv.host.procfs import process_start
+from gpuenv.reservations.claims import Claim, ClaimStore
+from gpuenv.reservations.gpus import Grant, choose, parse_gpus_option
+from gpuenv.reservations.reserve import reserve
+from gpuenv.reservations.statedir import hold
 
 
 def host(**busy: int) -> Host:

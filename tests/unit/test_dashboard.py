@@ -23,7 +23,7 @@ from gpuenv.cli import main
 from gpuenv.cli.charts import line_chart
 from gpuenv.cli.dashboard_server import Site, read_token, serve
 from gpuenv.errors import UsageError
-from gpuenv.sharing.usage import UsageLog
+from gpuenv.monitoring.usage import UsageLog
 
 TOKEN = "s3cret-token-of-the-lab"
 STATUS = {"sampler": "none", "note": None, "last_sample": None}

@@ -1,4 +1,4 @@
-"""dcgm-exporter's names, units and labels for gpuenv's readings (gpuenv/sharing/dcgm.py),
+"""dcgm-exporter's names, units and labels for gpuenv's readings (gpuenv/monitoring/dcgm.py),
 the idle metrics behind the idle alert, and the exporter's --names and
 --print-alert-rules."""
 
@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuenv.cli import main
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.dcgm import DCGM_LABELS, dcgm_families, xid_messages
-from gpuenv.sharing.metrics import ALERT_RULES, Holder, idle_families
+from gpuenv.monitoring.dcgm import DCGM_LABELS, dcgm_families, xid_messages
+from gpuenv.monitoring.metrics import ALERT_RULES, Holder, idle_families
 
 A100 = Gpu(
     0,
@@ -158,8 +158,8 @@ def test_the_exporter_serves_a_claims_idle_time_and_the_policy(
     import os
     import time
 
-    from gpuenv.sharing.claims import ClaimStore
-    from gpuenv.sharing.idle import record_name, update
+    from gpuenv.monitoring.idle import record_name, update
+    from gpuenv.reservations.claims import ClaimStore
 
     policy = tmp_path / "config.toml"
     policy.write_text('[idle]\nwarn_after = "1h"\n')

@@ -21,6 +21,7 @@ from gpuenv.images.accounts import Identity
 from gpuenv.project.mounts import Bind
 from gpuenv.project.ports import Port
 from gpuenv.project.spec import WORKSPACE, Spec
+from gpuenv.reservations.claims import ClaimStore
 from gpuenv.run.devcontainer import (
     EditorContainer,
     NotOurs,
@@ -32,7 +33,6 @@ from gpuenv.run.devcontainer import (
     stale_devcontainer,
     strip_jsonc,
 )
-from gpuenv.sharing.claims import ClaimStore
 from tests.unit.fake_engine import FakeEngine
 
 UUID = "GPU-00000000-1111-4000-8000-000000000000"

@@ -15,6 +15,7 @@ from gpuenv.engine.hosts import engine_choice
 from gpuenv.engine.podman import RLIM_INFINITY, libpod_spec
 from gpuenv.errors import GpuRuntimeMissing, UsageError
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.reservations.gpus import Grant
 from gpuenv.run.devices import (
     LEGACY,
     CdiSpec,
@@ -26,7 +27,6 @@ from gpuenv.run.devices import (
     parse_cdi_spec,
     read_cdi_specs,
 )
-from gpuenv.sharing.gpus import Grant
 
 HOST = Host("550.54.15", (Gpu(0, "NVIDIA H100", uuid="GPU-a"), Gpu(1, "NVIDIA H100", uuid="GPU-b")))
 LIB = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"

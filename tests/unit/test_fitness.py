@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.cli import main
+from gpuenv.common.siteconfig import SiteConfig
 from gpuenv.errors import GpuenvWarning, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.fitness import drained, fault, unfit_gpus
-from gpuenv.sharing.gpus import choose, parse_gpus_option
-from gpuenv.sharing.siteconfig import SiteConfig
+from gpuenv.monitoring.fitness import drained, fault, unfit_gpus
+from gpuenv.reservations.gpus import choose, parse_gpus_option
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 from tests.unit.test_claims import claim
 

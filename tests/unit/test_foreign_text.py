@@ -20,8 +20,8 @@ from rich.console import Console
 from gpuenv.cli import main
 from gpuenv.common.text import visible
 from gpuenv.engine.protocol import ImageInfo
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.usage import UsageLog
+from gpuenv.monitoring.usage import UsageLog
+from gpuenv.reservations.claims import ClaimStore
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 from tests.unit.fake_engine import FakeEngine
 
@@ -148,7 +148,7 @@ def test_drawn_tables_show_the_text_and_nothing_else(nasty: str) -> None:
     from gpuenv.app.top import top_snapshot
     from gpuenv.cli.views import images_table, runs_table, top_view
     from gpuenv.images.service import list_images
-    from gpuenv.sharing.monitor import list_runs
+    from gpuenv.monitoring.monitor import list_runs
 
     engine = ListingEngine(nasty)
     drawn = terminal_render(runs_table(list_runs(engine, show_all=True)))

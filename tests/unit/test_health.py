@@ -1,4 +1,4 @@
-"""Health findings from NVML's readings (gpuenv/sharing/health.py), one case a line."""
+"""Health findings from NVML's readings (gpuenv/monitoring/health.py), one case a line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gpuenv.host.machine import Gpu
-from gpuenv.sharing.health import assess
+from gpuenv.monitoring.health import assess
 
 BUSY = {"utilization": 95}
 CASES: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [

@@ -16,8 +16,8 @@ import pytest
 from gpuenv.app.sampler import HistorySettings, Sampler
 from gpuenv.errors import StateUnsafe, UsageError
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.history import History, SamplerBusy, Xid
-from gpuenv.sharing.statedir import Folder, open_state
+from gpuenv.monitoring.history import History, SamplerBusy, Xid
+from gpuenv.reservations.statedir import Folder, open_state
 
 UUID = "GPU-00000000-1111-2222-3333-444444444444"
 
@@ -231,7 +231,7 @@ def test_top_and_doctor_see_the_xids_a_sampler_recorded_in_the_last_day(
 ) -> None:
     """The sampler publishes them (xids.json, 0644); every user's `top` and `doctor`
     read that, never the database; a past XID is at most a warning, with its time."""
-    from gpuenv.sharing.history import recorded_findings
+    from gpuenv.monitoring.history import recorded_findings
 
     monkeypatch.setenv("GPUENV_STATE_DIR", folder.path)
     history = History.for_sampling(folder, 16)
@@ -251,7 +251,7 @@ def test_top_and_doctor_see_the_xids_a_sampler_recorded_in_the_last_day(
 def test_a_published_xids_file_another_user_planted_is_not_read(
     folder: Folder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from gpuenv.sharing.history import recorded_xids
+    from gpuenv.monitoring.history import recorded_xids
 
     monkeypatch.setenv("GPUENV_STATE_DIR", folder.path)
     History.for_sampling(folder, 16).close()

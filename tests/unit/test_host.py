@@ -98,7 +98,7 @@ def test_host_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_host_file_health_readings(tmp_path: Path) -> None:
     """The readings NVML gives for health, described: the same findings follow."""
-    from gpuenv.sharing.health import assess
+    from gpuenv.monitoring.health import assess
 
     data = {
         "driver": "550.54.15",

@@ -11,8 +11,16 @@ from typing import Any
 import pytest
 
 from gpuenv.errors import UsageError
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.idle import MAX_GAP, IdlePolicy, decide, enforce, idle_for, load_policy, update
+from gpuenv.monitoring.idle import (
+    MAX_GAP,
+    IdlePolicy,
+    decide,
+    enforce,
+    idle_for,
+    load_policy,
+    update,
+)
+from gpuenv.reservations.claims import ClaimStore
 from tests.unit.fake_engine import FakeEngine
 
 POLICY = IdlePolicy(threshold=5, warn_after=3600, stop_after=1800)
@@ -88,7 +96,7 @@ class LabelledEngine(FakeEngine):
 
 
 def _run_labels(uid: int, pid: int) -> dict[str, str]:
-    from gpuenv.sharing.procfs import process_start
+    from gpuenv.host.procfs import process_start
 
     return {
         "io.gpuenv.pid": str(pid),

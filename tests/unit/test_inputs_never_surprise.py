@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpuenv.cli import main
-from gpuenv.sharing.claims import CLAIM_PREFIX, ClaimStore
-from gpuenv.sharing.statedir import SHARED_STATE_DIR
+from gpuenv.reservations.claims import CLAIM_PREFIX, ClaimStore
+from gpuenv.reservations.statedir import SHARED_STATE_DIR
 
 A100 = ["--driver", "550.54.15", "--gpu", "A100"]
 SPEC = "name: p\nframework: pytorch\nversion: '2.3'\n"

@@ -1,4 +1,4 @@
-"""dcgm-exporter's HPC job mapping kept from the claims (gpuenv/sharing/jobmap.py): the
+"""dcgm-exporter's HPC job mapping kept from the claims (gpuenv/reservations/jobmap.py): the
 content, the setting, and the files' lifecycle with a real claims store whose holders
 are real processes (one SIGKILLed); the host's GPUs come from a host file
 (GPUENV_HOST_FILE), as `detect_host` reads it."""
@@ -20,9 +20,9 @@ import pytest
 
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host, MigDevice
-from gpuenv.sharing.claims import Claim, ClaimStore
-from gpuenv.sharing.gpus import parse_gpus_option
-from gpuenv.sharing.jobmap import (
+from gpuenv.reservations.claims import Claim, ClaimStore
+from gpuenv.reservations.gpus import parse_gpus_option
+from gpuenv.reservations.jobmap import (
     JOB_MAP_ENV,
     MAX_LINES,
     SLOT,
@@ -32,8 +32,8 @@ from gpuenv.sharing.jobmap import (
     open_job_map,
     slots,
 )
-from gpuenv.sharing.reserve import reserve
-from gpuenv.sharing.statedir import hold, locked, open_state, owner_name
+from gpuenv.reservations.reserve import reserve
+from gpuenv.reservations.statedir import hold, locked, open_state, owner_name
 
 HOST = socket.gethostname()
 # dcgm-exporter's validGPUFile, as hpc.go (d5e5f51) writes it: the names it reads.

@@ -14,7 +14,7 @@ import pytest
 
 from gpuenv.app.keeper import follow, keep
 from gpuenv.errors import EngineError, EngineRefused
-from gpuenv.sharing.claims import ClaimStore
+from gpuenv.reservations.claims import ClaimStore
 from tests.unit.fake_engine import FakeEngine
 
 

@@ -14,9 +14,9 @@ from gpuenv.app.run import RunRequest, Services, Terminal, launch, memory_limit,
 from gpuenv.errors import GpuPathBroken, GpuRuntimeMissing, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.project.overrides import Overrides
+from gpuenv.reservations.claims import ClaimStore
 from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.run.container import Identity
-from gpuenv.sharing.claims import ClaimStore
 from tests.unit.conftest import Keepers
 from tests.unit.fake_engine import FakeEngine, lock_packages
 
@@ -284,8 +284,8 @@ def test_orphans_are_runs_whose_process_is_certainly_gone() -> None:
     import os
     import socket
 
+    from gpuenv.host.procfs import process_start
     from gpuenv.run.session import reap_orphans
-    from gpuenv.sharing.procfs import process_start
 
     def run(name: str, pid: int, start: str, **labels: str) -> dict[str, object]:
         return {

@@ -1,4 +1,4 @@
-"""The exporter's samples (gpuenv/sharing/metrics.py) and its collector, read through
+"""The exporter's samples (gpuenv/monitoring/metrics.py) and its collector, read through
 prometheus_client's own text format, on the scripted NVML."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuenv.cli import main
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.claims import Claim
-from gpuenv.sharing.metrics import Holder, families, holders
-from gpuenv.sharing.monitor import runs_from
+from gpuenv.monitoring.metrics import Holder, families, holders
+from gpuenv.monitoring.monitor import runs_from
+from gpuenv.reservations.claims import Claim
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 from tests.unit.test_monitor import containers
 

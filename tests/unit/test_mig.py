@@ -16,12 +16,12 @@ from gpuenv.errors import GpusBusy, HostError, SpecError, UsageError
 from gpuenv.host.hostfile import load_host_file
 from gpuenv.host.machine import Gpu, Host, MigDevice
 from gpuenv.host.nvml import detect_nvml, mig_profile
+from gpuenv.host.procfs import process_start
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_spec_text
-from gpuenv.sharing.claims import Claim, ClaimStore
-from gpuenv.sharing.gpus import Grant, choose, parse_gpus_option
-from gpuenv.sharing.procfs import process_start
-from gpuenv.sharing.reserve import reserve
+from gpuenv.reservations.claims import Claim, ClaimStore
+from gpuenv.reservations.gpus import Grant, choose, parse_gpus_option
+from gpuenv.reservations.reserve import reserve
 from tests.scripted_nvml import A100_PROFILES, ScriptedNvml, gpu, mig, mig_gpu, mig_uuid, scenario
 
 # -- detection ---------------------------------------------------------------------------

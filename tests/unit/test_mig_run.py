@@ -14,9 +14,9 @@ from gpuenv.cli import main
 from gpuenv.cluster.manifests import KubernetesOptions, compose_file, kubernetes_manifests
 from gpuenv.cluster.submit import job_gpus
 from gpuenv.errors import UsageError
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.gpus import Grant
 from gpuenv.run.devices import CdiSpec, EngineFacts, choose_path, device_requests
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.gpus import Grant
 from tests.jsonschemas import validate_output
 from tests.scripted_nvml import ScriptedNvml, gpu, mig, mig_gpu, mig_uuid, scenario
 from tests.unit.fake_engine import lock_packages

@@ -4,9 +4,9 @@ import os
 import time
 
 from gpuenv.host.machine import Gpu, GpuProcess, Host
-from gpuenv.sharing.claims import Claim
-from gpuenv.sharing.monitor import container_of, gpu_rows, runs_from
-from gpuenv.sharing.procfs import process_start
+from gpuenv.host.procfs import process_start
+from gpuenv.monitoring.monitor import container_of, gpu_rows, runs_from
+from gpuenv.reservations.claims import Claim
 
 CONTAINER = "a" * 64
 
@@ -48,9 +48,9 @@ def test_runs_from_labels() -> None:
 
 def test_gpu_rows_attribute_claims_and_processes(monkeypatch) -> None:
     monkeypatch.setattr(
-        "gpuenv.sharing.monitor.container_of", lambda pid: CONTAINER if pid == 4242 else None
+        "gpuenv.monitoring.monitor.container_of", lambda pid: CONTAINER if pid == 4242 else None
     )
-    monkeypatch.setattr("gpuenv.sharing.monitor.process_owner", lambda pid: "bob")
+    monkeypatch.setattr("gpuenv.monitoring.monitor.process_owner", lambda pid: "bob")
     host = Host(
         "550.54.15",
         (

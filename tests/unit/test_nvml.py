@@ -13,10 +13,10 @@ import pytest
 
 from gpuenv.host.detect import detect_host
 from gpuenv.host.nvml import NvmlListener, detect_nvml
-from gpuenv.sharing.claims import Claim
-from gpuenv.sharing.gpus import choose, parse_gpus_option
-from gpuenv.sharing.monitor import gpu_rows, runs_from
-from gpuenv.sharing.procfs import process_start
+from gpuenv.host.procfs import process_start
+from gpuenv.monitoring.monitor import gpu_rows, runs_from
+from gpuenv.reservations.claims import Claim
+from gpuenv.reservations.gpus import choose, parse_gpus_option
 from tests.scripted_nvml import A100, REPO, ScriptedNvml, gpu, scenario
 from tests.unit.test_monitor import CONTAINER, containers
 
@@ -157,9 +157,9 @@ def test_the_monitor_maps_nvml_processes_to_runs(
 ) -> None:
     """The twin of test_monitor's host-described rows: the same attribution from NVML."""
     monkeypatch.setattr(
-        "gpuenv.sharing.monitor.container_of", lambda pid: CONTAINER if pid == 4242 else None
+        "gpuenv.monitoring.monitor.container_of", lambda pid: CONTAINER if pid == 4242 else None
     )
-    monkeypatch.setattr("gpuenv.sharing.monitor.process_owner", lambda pid: "bob")
+    monkeypatch.setattr("gpuenv.monitoring.monitor.process_owner", lambda pid: "bob")
     nvml.write(
         scenario(
             gpu(0, processes=[{"pid": 777, "used_memory_mib": 900}]),

@@ -8,9 +8,11 @@ import pytest
 from gpuenv.engine.protocol import Frame
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.monitoring.monitor import RunInfo
 from gpuenv.project.mounts import MountRules, spec_binds
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import parse_spec_text
+from gpuenv.reservations.gpus import Grant, grant, parse_gpus_option
 from gpuenv.run.container import (
     Identity,
     command_for,
@@ -22,8 +24,6 @@ from gpuenv.run.container import (
 )
 from gpuenv.run.detached import attach_run
 from gpuenv.run.session import _demultiplex
-from gpuenv.sharing.gpus import Grant, grant, parse_gpus_option
-from gpuenv.sharing.monitor import RunInfo
 
 from .fake_engine import FakeEngine
 

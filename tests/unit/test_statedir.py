@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpuenv.errors import LockHeld, StateUnsafe
-from gpuenv.sharing.claims import HEARTBEAT_EXPIRY, TICKET_EXPIRY, ClaimStore
-from gpuenv.sharing.statedir import HOSTS_MARKER, LOCK_NAME, hold, open_state
+from gpuenv.reservations.claims import HEARTBEAT_EXPIRY, TICKET_EXPIRY, ClaimStore
+from gpuenv.reservations.statedir import HOSTS_MARKER, LOCK_NAME, hold, open_state
 
 
 def test_a_symlinked_state_folder_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
@@ -245,8 +245,10 @@ def test_a_detached_runs_claim_lives_with_its_keeper(tmp_path: Path) -> None:
 
 
 def test_the_shared_default_needs_an_admin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gpuenv.sharing.statedir.SHARED_STATE_DIR", str(tmp_path / "absent"))
-    monkeypatch.setattr("gpuenv.sharing.statedir.user_state_dir", lambda: str(tmp_path / "mine"))
+    monkeypatch.setattr("gpuenv.reservations.statedir.SHARED_STATE_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(
+        "gpuenv.reservations.statedir.user_state_dir", lambda: str(tmp_path / "mine")
+    )
     folder = open_state({})
     assert folder.path == str(tmp_path / "mine") and not folder.shared and folder.note == ""
     unsafe = tmp_path / "absent"

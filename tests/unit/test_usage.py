@@ -1,4 +1,4 @@
-"""GPU-hours (gpuenv/sharing/usage.py): records that survive crashes and stay private,
+"""GPU-hours (gpuenv/monitoring/usage.py): records that survive crashes and stay private,
 the sums per user, project and GPU model, and the runs that leave them."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 
 from gpuenv.errors import UsageError
-from gpuenv.sharing.statedir import owner_name
-from gpuenv.sharing.usage import (
+from gpuenv.monitoring.usage import (
     UsageLog,
     UsageRun,
     load_prices,
     parse_since,
     summarize,
 )
-from gpuenv.sharing.usage_files import append
+from gpuenv.monitoring.usage_files import append
+from gpuenv.reservations.statedir import owner_name
 
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 HOUR = 3600.0
@@ -235,7 +235,7 @@ def test_a_run_leaves_its_record_and_a_reaped_one_its_end(tmp_path: Path) -> Non
     import socket
 
     from gpuenv.app.run import RunRequest, Services, Terminal, launch
-    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.reservations.claims import ClaimStore
     from tests.unit.fake_engine import FakeEngine
     from tests.unit.test_launch import ALICE, HOST, _NullView, project
 

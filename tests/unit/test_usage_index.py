@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.sharing.usage import UsageLog, summarize, usage_summary
+from gpuenv.monitoring.usage import UsageLog, summarize, usage_summary
 
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 NOW = time.time()

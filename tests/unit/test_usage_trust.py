@@ -1,4 +1,4 @@
-"""GPU-hours records against other local users (gpuenv/sharing/usage_files.py): forged
+"""GPU-hours records against other local users (gpuenv/monitoring/usage_files.py): forged
 names, owners and fields, planted markers, FIFOs and links; and detached runs' ends.
 Tests run as root: other users' files are made with os.chown."""
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpuenv.errors import StateUnsafe, UsageError
-from gpuenv.sharing.usage import UsageLog, summarize
+from gpuenv.monitoring.usage import UsageLog, summarize
 from tests.unit.test_usage import A100, HOUR, NOW, _write
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="makes files of other users")
@@ -252,7 +252,7 @@ def test_a_detached_run_counts_until_its_end_is_recorded(tmp_path: Path) -> None
 def _detached(tmp_path: Path) -> tuple[Any, str, str]:
     """`gpuenv run -d` against the fake engine, recording its usage."""
     from gpuenv.app.run import RunRequest, Services, Terminal, launch
-    from gpuenv.sharing.claims import ClaimStore
+    from gpuenv.reservations.claims import ClaimStore
     from tests.unit.fake_engine import FakeEngine
     from tests.unit.test_launch import ALICE as IDENTITY
     from tests.unit.test_launch import HOST, _NullView, project
@@ -309,8 +309,8 @@ def test_a_detached_runs_end_comes_from_the_reaper_once(tmp_path: Path) -> None:
 
 
 def test_removing_a_detached_run_records_its_end(tmp_path: Path) -> None:
+    from gpuenv.monitoring.monitor import RunInfo
     from gpuenv.run.detached import remove_run
-    from gpuenv.sharing.monitor import RunInfo
 
     engine, state, _ = _detached(tmp_path)
     engine.exit("c1")

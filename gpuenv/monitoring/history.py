@@ -32,8 +32,8 @@ from gpuenv.common import nesting
 from gpuenv.common.files import read_up_to
 from gpuenv.errors import GpuenvError, StateUnsafe
 from gpuenv.host.machine import Gpu
-from gpuenv.sharing.health import Finding, recorded_xid
-from gpuenv.sharing.statedir import Folder, open_state, owner_name
+from gpuenv.monitoring.health import Finding, recorded_xid
+from gpuenv.reservations.statedir import Folder, open_state, owner_name
 
 DATABASE = "gpus.sqlite"
 SAMPLER_LOCK = "sampler.lock"

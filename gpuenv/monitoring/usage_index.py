@@ -29,7 +29,7 @@ from typing import Any
 
 from gpuenv.common import nesting
 from gpuenv.common.dirs import make_user_dir, user_cache_dir
-from gpuenv.sharing.usage_files import MAX_FILE
+from gpuenv.monitoring.usage_files import MAX_FILE
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (

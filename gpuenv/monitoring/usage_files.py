@@ -25,7 +25,7 @@ from typing import Any
 from gpuenv.common import nesting
 from gpuenv.common.files import read_up_to
 from gpuenv.errors import StateUnsafe, UsageError
-from gpuenv.sharing.statedir import owner_name
+from gpuenv.reservations.statedir import owner_name
 
 DIR_MODE = 0o1777
 FILE_MODE = 0o600

@@ -15,7 +15,7 @@ from gpuenv.errors import GpuenvWarning, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.validate import SpecChecker, parse_gpus_value
-from gpuenv.sharing.claims import Claim
+from gpuenv.reservations.claims import Claim
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def choose(
 
     Free means: not claimed by a live gpuenv run, and without processes from outside
     gpuenv; among free GPUs the least loaded are taken. `unfit` GPUs (key -> why:
-    unhealthy, drained by the admin; `gpuenv.sharing.fitness`) are never given to a
+    unhealthy, drained by the admin; `gpuenv.monitoring.fitness`) are never given to a
     count request while the host has enough others, healthy ones busy included (the
     request then waits for them); a drained one never. Named GPUs are taken if nobody
     holds them, an unfit one with a warning. A GPU in MIG mode and its instances

@@ -40,9 +40,9 @@ from gpuenv.common import nesting
 from gpuenv.common.text import visible
 from gpuenv.errors import GpuenvError, LockHeld
 from gpuenv.host.detect import detect_host
-from gpuenv.sharing.jobmap import keep_claims, open_job_map, slots
-from gpuenv.sharing.procfs import process_start
-from gpuenv.sharing.statedir import (
+from gpuenv.host.procfs import process_start
+from gpuenv.reservations.jobmap import keep_claims, open_job_map, slots
+from gpuenv.reservations.statedir import (
     STATE_ENV,
     Folder,
     hold,

@@ -25,9 +25,9 @@ import yaml
 
 from gpuenv.common import nesting
 from gpuenv.errors import UsageError
-from gpuenv.sharing import usage_files as files
-from gpuenv.sharing.procfs import process_start
-from gpuenv.sharing.statedir import open_state, owner_name
+from gpuenv.host.procfs import process_start
+from gpuenv.monitoring import usage_files as files
+from gpuenv.reservations.statedir import open_state, owner_name
 
 LOCK_TIMEOUT = 10.0  # seconds to wait for another writer
 
@@ -195,7 +195,7 @@ def usage_summary(
     the records (`usage_index`): ended runs summed in SQL, the few without an end judged
     here. `only`: one owner's runs. Without an index (no cache folder), the records are
     read whole, as `runs` reads them."""
-    from gpuenv.sharing import usage_index
+    from gpuenv.monitoring import usage_index
 
     with log._usage(create=False) as fd:
         if fd is None:
@@ -225,7 +225,7 @@ def _ended_rows(
     db: Any, by: str, since: float, now: float, only: int | None
 ) -> dict[str, UsageRow]:
     """The rows of the runs with a recorded end, from the index's sums."""
-    from gpuenv.sharing import usage_index
+    from gpuenv.monitoring import usage_index
 
     def shown(key: Any) -> str:
         return owner_name(key) if by == "user" else str(key)

@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuenv.common.labels import RUN_LABEL
+from gpuenv.common.siteconfig import read_site_config, seconds
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
-from gpuenv.sharing.claims import Claim, ClaimStore
-from gpuenv.sharing.monitor import user_uid
-from gpuenv.sharing.siteconfig import read_site_config, seconds
+from gpuenv.monitoring.monitor import user_uid
+from gpuenv.reservations.claims import Claim, ClaimStore
 
 MAX_GAP = 600.0  # samples further apart than this say nothing about the time between
 

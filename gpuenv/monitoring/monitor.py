@@ -12,11 +12,11 @@ from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import GpuProcess, Host, MigDevice
+from gpuenv.host.procfs import container_of, process_owner
+from gpuenv.monitoring.health import Finding, assess
 from gpuenv.project.ports import Port, listed
-from gpuenv.sharing.claims import Claim
-from gpuenv.sharing.health import Finding, assess
-from gpuenv.sharing.holders import user_uid as user_uid
-from gpuenv.sharing.procfs import container_of, process_owner
+from gpuenv.reservations.claims import Claim
+from gpuenv.reservations.holders import user_uid as user_uid
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,8 @@ class GpuRow:
     power_limit_w: float | None
     claimed_by: dict[str, Any] | None = None
     users: list[dict[str, Any]] = field(default_factory=list)
-    health: list[dict[str, Any]] = field(default_factory=list)  # gpuenv.sharing.health
-    unfit: str | None = None  # why a count request does not get it (gpuenv.sharing.fitness)
+    health: list[dict[str, Any]] = field(default_factory=list)  # gpuenv.monitoring.health
+    unfit: str | None = None  # why a count request does not get it (gpuenv.monitoring.fitness)
     idle_seconds: float | None = None  # below the idle threshold this long (gpuenv idle)
     # The GPU's MIG instances, each with who holds it; utilization None where NVML cannot
     # read it per instance (the usual case): unknown, never 0 %.

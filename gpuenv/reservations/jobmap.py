@@ -33,10 +33,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gpuenv.common.siteconfig import read_site_config
 from gpuenv.errors import GpuenvError
 from gpuenv.host.machine import Host
-from gpuenv.sharing.siteconfig import read_site_config
-from gpuenv.sharing.statedir import open_folder
+from gpuenv.reservations.statedir import open_folder
 
 
 class ClaimView(Protocol):
@@ -94,7 +94,7 @@ def job_id(claim: ClaimView) -> str:
     """The run's line: `user/project/pid-N`, or `user/project/<container id>` once a
     detached run's container holds the claim. Only safe characters: one line, one run.
 
-    >>> from gpuenv.sharing.claims import Claim
+    >>> from gpuenv.reservations.claims import Claim
     >>> job_id(Claim("GPU-x", "alice", 1000, 42, "1", "h", "my demo\\nx", 0.0))
     'alice/my_demo_x/pid-42'
     """

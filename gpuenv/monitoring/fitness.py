@@ -20,11 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from gpuenv.common.siteconfig import SiteConfig, read_site_config
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.health import XIDS
-from gpuenv.sharing.history import recorded_xids
-from gpuenv.sharing.siteconfig import SiteConfig, read_site_config
+from gpuenv.monitoring.health import XIDS
+from gpuenv.monitoring.history import recorded_xids
 
 # NVML's clock event reasons set by the board, not by load: HW slowdown (0x8), HW thermal
 # slowdown (0x40), HW power brake (0x80) (nvml.h, nvmlClocksEventReason*).

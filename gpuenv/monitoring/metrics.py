@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.claims import Claim
-from gpuenv.sharing.health import assess
-from gpuenv.sharing.monitor import RunInfo
+from gpuenv.monitoring.health import assess
+from gpuenv.monitoring.monitor import RunInfo
+from gpuenv.reservations.claims import Claim
 
 GPU_LABELS = ("gpu", "uuid", "project", "user", "run")
 PREFIX = "gpuenv_gpu_"

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from gpuenv.errors import GpusBusy
 from gpuenv.host.machine import Host
 from gpuenv.project.spec import GpuRequest
-from gpuenv.sharing.claims import ClaimStore
-from gpuenv.sharing.gpus import Grant, choose
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.gpus import Grant, choose
 
 RECHECK = 0.5  # seconds between looks while queued, unless the state folder changes
 

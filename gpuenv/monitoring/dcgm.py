@@ -1,6 +1,6 @@
 """gpuenv's NVML readings under dcgm-exporter's names, units and labels, so dashboards
 and rules written for it (Grafana's dashboard 12239) work on GPUs DCGM cannot serve, such
-as GeForce cards. Pure, like gpuenv.sharing.metrics.
+as GeForce cards. Pure, like gpuenv.monitoring.metrics.
 
 Names, types, help and units are dcgm-exporter's `etc/default-counters.csv` and the field
 descriptions of NVIDIA/go-dcgm `pkg/dcgm/const_fields.go`; the labels are those its
@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from gpuenv.host.machine import Gpu, Host
-from gpuenv.sharing.metrics import Family, Holder
+from gpuenv.monitoring.metrics import Family, Holder
 
 # render_metrics.go: gpu, UUID, pci_bus_id, device, modelName, then Hostname; the
 # DCGM_FI_DRIVER_VERSION label is default-counters.csv's (a "label" field).

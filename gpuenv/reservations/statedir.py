@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import platformdirs
 
 from gpuenv.errors import LockHeld, StateUnsafe, UsageError
-from gpuenv.sharing.procfs import process_owner
+from gpuenv.host.procfs import process_owner
 
 STATE_ENV = "GPUENV_STATE_DIR"
 SHARED_STATE_DIR = "/var/tmp/gpuenv"
