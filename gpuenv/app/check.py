@@ -6,6 +6,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gpuenv.containers.devcontainer import stale_devcontainer
+from gpuenv.containers.preflight import preflight
 from gpuenv.errors import (
     FileAccessError,
     GpuenvError,
@@ -35,8 +37,6 @@ from gpuenv.project.sources import Collected
 from gpuenv.project.spec import SPEC_FILENAME, Spec
 from gpuenv.project.validate import load_spec
 from gpuenv.reservations.gpus import Grant
-from gpuenv.run.devcontainer import stale_devcontainer
-from gpuenv.run.preflight import preflight
 
 
 @dataclass(frozen=True)

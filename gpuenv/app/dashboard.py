@@ -19,6 +19,14 @@ from typing import Any, Protocol
 
 from gpuenv.app.top import Shared, read_runs, read_shared
 from gpuenv.common import nesting
+from gpuenv.containers.sizing import (
+    SizingSettings,
+    disk_finding,
+    memory_finding,
+    storage_finding,
+    storage_kind,
+    system_memory_mib,
+)
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
@@ -32,14 +40,6 @@ from gpuenv.monitoring.monitor import RunInfo, process_user
 from gpuenv.monitoring.usage import UsageLog, load_prices, usage_summary
 from gpuenv.reservations.claims import Claim
 from gpuenv.reservations.statedir import owner_name, state_dir
-from gpuenv.run.sizing import (
-    SizingSettings,
-    disk_finding,
-    memory_finding,
-    storage_finding,
-    storage_kind,
-    system_memory_mib,
-)
 
 WINDOWS = {"1h": 3600.0, "1d": 86400.0}
 USAGE_DAYS = (7, 30)

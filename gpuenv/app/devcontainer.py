@@ -26,22 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpuenv.app.image import RunImage, image_for_run
-from gpuenv.app.run import Services, gpu_requests, spawn_keeper
+from gpuenv.app.launch import Services, gpu_requests, spawn_keeper
 from gpuenv.common.files import atomic_write
-from gpuenv.engine.protocol import Engine
-from gpuenv.errors import EngineRefused, FileAccessError, GpusBusy, LockError, UsageError
-from gpuenv.host.machine import Host
-from gpuenv.images.accounts import Identity, account_image
-from gpuenv.images.progress import ViewFactory
-from gpuenv.monitoring.fitness import unfit_gpus
-from gpuenv.project.mounts import run_binds
-from gpuenv.project.spec import GpuRequest
-from gpuenv.project.variables import image_environment, refers, spec_with_image_env
-from gpuenv.reservations.claims import ClaimStore
-from gpuenv.reservations.gpus import Grant, choose, grant, parse_gpus_option
-from gpuenv.reservations.reserve import reserve
-from gpuenv.run.container import STACK_BYTES, memlock_limit, shm_size
-from gpuenv.run.devcontainer import (
+from gpuenv.containers.config import STACK_BYTES, memlock_limit, shm_size
+from gpuenv.containers.devcontainer import (
     DEVCONTAINER_PATH,
     WORKSPACE_FOLDER,
     EditorContainer,
@@ -55,6 +43,18 @@ from gpuenv.run.devcontainer import (
     render,
     stale_against_lock,
 )
+from gpuenv.engine.protocol import Engine
+from gpuenv.errors import EngineRefused, FileAccessError, GpusBusy, LockError, UsageError
+from gpuenv.host.machine import Host
+from gpuenv.images.accounts import Identity, account_image
+from gpuenv.images.progress import ViewFactory
+from gpuenv.monitoring.fitness import unfit_gpus
+from gpuenv.project.mounts import run_binds
+from gpuenv.project.spec import GpuRequest
+from gpuenv.project.variables import image_environment, refers, spec_with_image_env
+from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.gpus import Grant, choose, grant, parse_gpus_option
+from gpuenv.reservations.reserve import reserve
 
 EXPORT_AGAIN = "run `gpuenv export devcontainer` again, then reopen (or rebuild) the container"
 

@@ -19,6 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from gpuenv.app.own_base import BaseReader, own_base_notes, with_own_base
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.versions import parse_version
+from gpuenv.containers.devcontainer import stale_devcontainer
 from gpuenv.errors import GpuenvError, LockError
 from gpuenv.host.machine import Host
 from gpuenv.lock.lockfile import (
@@ -44,7 +45,6 @@ from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.resolution.pins import Pin
 from gpuenv.resolution.resolve import resolve
 from gpuenv.resolution.verdicts import Resolution
-from gpuenv.run.devcontainer import stale_devcontainer
 
 NoteKind = Literal["info", "warn", "step"]
 

@@ -17,10 +17,10 @@ from gpuenv.cluster.submit import (
     job_gpus,
     submit_script,
 )
+from gpuenv.containers.config import DEFAULT_SHM, command_for, shm_size
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import UsageError
 from gpuenv.lock.project import Project, load_project
-from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
 STALE_PUSH = (
     "the project changed since the last `gpuenv push`: the pushed image carries the old "

@@ -10,7 +10,8 @@ import click
 
 from gpuenv.app.image import up_to_date_tag
 from gpuenv.cli import output
-from gpuenv.cli.app import (
+from gpuenv.cli.base import up_to_date
+from gpuenv.cli.context import (
     Context,
     bake_checks,
     bake_option,
@@ -20,7 +21,6 @@ from gpuenv.cli.app import (
     quiet_option,
     view_factory,
 )
-from gpuenv.cli.base import up_to_date
 from gpuenv.images.accounts import invoking_identity
 from gpuenv.images.bake import BakePolicy
 

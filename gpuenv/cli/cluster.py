@@ -15,7 +15,7 @@ from gpuenv.app.platforms import engine_platform
 from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platform, submit_job
 from gpuenv.app.variables import expanded_spec
 from gpuenv.cli import output, ui
-from gpuenv.cli.app import Context, apply, engine, view_factory
+from gpuenv.cli.context import Context, apply, engine, view_factory
 from gpuenv.cli.devcontainer import export_devcontainer_command
 from gpuenv.cluster import manifests as k8s
 from gpuenv.cluster.manifests import compose_file
@@ -27,10 +27,10 @@ from gpuenv.cluster.submit import (
     project_jobs,
 )
 from gpuenv.common.dirs import user_cache_dir
+from gpuenv.containers.config import DEFAULT_SHM, command_for, shm_size
 from gpuenv.lock.project import load_project
 from gpuenv.project.mounts import run_binds
 from gpuenv.project.validate import load_spec
-from gpuenv.run.container import DEFAULT_SHM, command_for, shm_size
 
 count_option = click.option(
     "--gpus",

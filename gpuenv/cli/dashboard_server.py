@@ -43,8 +43,8 @@ from gpuenv.app.dashboard import (
     sizing_payload,
     usage_payload,
 )
-from gpuenv.cli.app import engine
 from gpuenv.cli.charts import READINGS, line_chart
+from gpuenv.cli.context import engine
 from gpuenv.common import strictjson
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.host.machine import Host

@@ -8,10 +8,10 @@ import os
 import click
 
 from gpuenv.app.devcontainer import claim_for_devcontainer, export_devcontainer
+from gpuenv.app.launch import host_services
 from gpuenv.cli import ui
-from gpuenv.cli.app import Context, quiet_option
 from gpuenv.cli.base import engine, say, view_factory
-from gpuenv.cli.running import services
+from gpuenv.cli.context import Context, quiet_option
 
 
 @click.command("devcontainer")
@@ -48,7 +48,7 @@ def export_devcontainer_command(obj: Context, gpus: str | None, force: bool, qui
     exported = export_devcontainer(
         obj.directory,
         engine(),
-        services=services(),
+        services=host_services(),
         environ=os.environ,
         view=view_factory(quiet),
         notice=lambda text: None if quiet else ui.warn(text),
@@ -77,7 +77,7 @@ def devcontainer_claim(obj: Context, quiet: bool) -> None:
     claimed = claim_for_devcontainer(
         obj.directory,
         engine(),
-        services=services(),
+        services=host_services(),
         view=view_factory(quiet),
         notice=lambda text: None if quiet else say(f"gpuenv: {text}"),
         uid=os.getuid(),

@@ -19,7 +19,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 
 from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.cli import ui
-from gpuenv.cli.app import engine
+from gpuenv.cli.context import engine
 from gpuenv.cli.listen import bind_hint, parse_listen
 from gpuenv.errors import ExporterError, GpuenvError, UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file

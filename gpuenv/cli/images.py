@@ -7,7 +7,7 @@ import click
 from gpuenv.app.mirror import configured_mirror
 from gpuenv.app.platforms import engine_platform
 from gpuenv.cli import output, ui
-from gpuenv.cli.app import (
+from gpuenv.cli.context import (
     Context,
     bake_checks,
     bake_option,

@@ -8,9 +8,8 @@ from typing import Any
 import click
 
 from gpuenv.app.notebook import notebook_options
-from gpuenv.cli.app import Context
-from gpuenv.cli.run import run_options
-from gpuenv.cli.running import launch_run
+from gpuenv.cli.context import Context
+from gpuenv.cli.run import launch_run, run_options
 
 
 @click.command()

@@ -12,8 +12,8 @@ from gpuenv.app.init import init_project
 from gpuenv.app.lock import Note, update_lock, verify_lock
 from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output, ui
-from gpuenv.cli.app import Context, host_options, json_option, report, spec_options
 from gpuenv.cli.base import engine, view_factory
+from gpuenv.cli.context import Context, host_options, json_option, report, spec_options
 from gpuenv.cli.failure import error_fields
 from gpuenv.cli.views import show_resolution
 from gpuenv.errors import UsageError

@@ -12,8 +12,8 @@ import click
 from gpuenv.app.lock import resolve_project
 from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output
-from gpuenv.cli.app import Context, host_options, json_option, spec_options
 from gpuenv.cli.base import engine, view_factory
+from gpuenv.cli.context import Context, host_options, json_option, spec_options
 from gpuenv.errors import ResolutionError
 from gpuenv.lock.locked import LOCK_FILENAME
 from gpuenv.matrix.load import load_matrix

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from gpuenv.cli.app import Context, apply, freshness_options, quiet_option
-from gpuenv.cli.running import launch_run
+from gpuenv.app.launch import RunRequest, Terminal, host_services, launch, oom_advice
+from gpuenv.cli.base import engine, say, view_factory
+from gpuenv.cli.context import Context, apply, freshness, freshness_options, quiet_option
+from gpuenv.containers.session import stdin_is_input
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -167,3 +171,38 @@ def shell(obj: Context, /, quiet: bool, **options: Any) -> None:
       gpuenv shell -p 8888 -e HF_TOKEN
     """
     _launch(obj, quiet, shell=True, **options)
+
+
+def launch_run(directory: str, quiet: bool, **options: Any) -> None:
+    """Run the request to its end and exit with the command's code; a detached run
+    prints its container's name and returns."""
+
+    def notice(text: str) -> None:
+        if not quiet:
+            say(f"gpuenv: {text}")
+
+    wait, wait_timeout = options.pop("wait"), options.pop("wait_timeout")
+    options["freshness"] = freshness(options.pop("locked"), options.pop("frozen"))
+    request = RunRequest(wait=(wait_timeout or 0.0) if wait or wait_timeout else None, **options)
+    tty = sys.stdin.isatty() and sys.stdout.isatty()
+    connected = engine()
+    outcome = launch(
+        directory,
+        request,
+        connected,
+        services=host_services(),
+        terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
+        environ=os.environ,
+        view=view_factory(quiet),
+        notice=notice,
+    )
+    if outcome.container:
+        name = str(connected.inspect(outcome.container).get("Name", outcome.container))
+        name = name.lstrip("/")
+        sys.stdout.write(f"{name}\n")
+        sys.stdout.flush()
+        notice(f"started {name}, detached: `gpuenv logs -f {name}`, `gpuenv wait {name}`")
+        return
+    if outcome.oom_killed:
+        say(f"gpuenv: {oom_advice(request.memory)}")
+    sys.exit(outcome.exit_code)

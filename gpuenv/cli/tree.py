@@ -11,7 +11,7 @@ import os
 import click
 
 from gpuenv import __version__
-from gpuenv.cli.app import Context, LazyGroup
+from gpuenv.cli.context import Context, LazyGroup
 from gpuenv.errors import exit_codes_help
 from gpuenv.project.location import find_project_dir
 
@@ -30,18 +30,18 @@ COMMANDS = {
     "run": "gpuenv.cli.run.run",
     "shell": "gpuenv.cli.run.shell",
     "notebook": "gpuenv.cli.notebook.notebook",
-    "ps": "gpuenv.cli.runs.ps",
-    "stop": "gpuenv.cli.runs.stop",
-    "logs": "gpuenv.cli.runs.logs",
-    "attach": "gpuenv.cli.runs.attach",
-    "wait": "gpuenv.cli.runs.wait_command",
-    "rm": "gpuenv.cli.runs.rm",
-    "top": "gpuenv.cli.sharing.top",
-    "doctor": "gpuenv.cli.sharing.doctor",
+    "ps": "gpuenv.cli.ps.ps",
+    "stop": "gpuenv.cli.ps.stop",
+    "logs": "gpuenv.cli.ps.logs",
+    "attach": "gpuenv.cli.ps.attach",
+    "wait": "gpuenv.cli.ps.wait_command",
+    "rm": "gpuenv.cli.ps.rm",
+    "top": "gpuenv.cli.monitoring.top",
+    "doctor": "gpuenv.cli.monitoring.doctor",
     "exporter": "gpuenv.cli.exporter.exporter",
     "dashboard": "gpuenv.cli.dashboard.dashboard",
     "usage": "gpuenv.cli.usage.usage",
-    "idle": "gpuenv.cli.sharing.idle",
+    "idle": "gpuenv.cli.monitoring.idle",
     "submit": "gpuenv.cli.cluster.submit",
     "jobs": "gpuenv.cli.cluster.jobs",
     "export": "gpuenv.cli.cluster.export",

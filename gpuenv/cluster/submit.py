@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpuenv.common.files import atomic_write
+from gpuenv.containers.config import env_entries, environment
 from gpuenv.errors import UsageError
 from gpuenv.project.spec import Spec
-from gpuenv.run.container import env_entries, environment
 
 JOB_FIELDS = ("job", "state", "time", "nodes", "where")
 FINISHED_FIELDS = (*JOB_FIELDS, "exit_code")

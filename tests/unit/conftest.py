@@ -50,6 +50,6 @@ def keepers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Keepers]:
     """A detached run's keeper is a process (`python -m gpuenv.cli.keeper`) that follows
     its container on the real engine; unit tests keep it here, on their fake engine."""
     kept = Keepers()
-    monkeypatch.setattr("gpuenv.app.run.spawn_keeper", kept.spawn)
+    monkeypatch.setattr("gpuenv.app.launch.spawn_keeper", kept.spawn)
     yield kept
     kept.close()

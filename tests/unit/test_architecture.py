@@ -30,7 +30,7 @@ def test_version_starts_without_heavy_imports() -> None:
     assert "gpuenv, version" in output
     assert not modules & set(HEAVY)
     tree = {
-        "gpuenv.cli.app",
+        "gpuenv.cli.context",
         "gpuenv.cli.tree",
         "gpuenv.cli.base",
         "gpuenv.cli.failure",

@@ -16,13 +16,7 @@ import pytest
 
 from gpuenv.app.check import check_project
 from gpuenv.app.keeper import follow_named, keep_named
-from gpuenv.errors import EngineRefused, LockError
-from gpuenv.images.accounts import Identity
-from gpuenv.project.mounts import Bind
-from gpuenv.project.ports import Port
-from gpuenv.project.spec import WORKSPACE, Spec
-from gpuenv.reservations.claims import ClaimStore
-from gpuenv.run.devcontainer import (
+from gpuenv.containers.devcontainer import (
     EditorContainer,
     NotOurs,
     container_name,
@@ -33,6 +27,12 @@ from gpuenv.run.devcontainer import (
     stale_devcontainer,
     strip_jsonc,
 )
+from gpuenv.errors import EngineRefused, LockError
+from gpuenv.images.accounts import Identity
+from gpuenv.project.mounts import Bind
+from gpuenv.project.ports import Port
+from gpuenv.project.spec import WORKSPACE, Spec
+from gpuenv.reservations.claims import ClaimStore
 from tests.unit.fake_engine import FakeEngine
 
 UUID = "GPU-00000000-1111-4000-8000-000000000000"

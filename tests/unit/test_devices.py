@@ -1,4 +1,4 @@
-"""How GPUs reach a container (run/devices.py): CDI spec reading, the path chosen over
+"""How GPUs reach a container (containers/devices.py): CDI spec reading, the path chosen over
 scripted hosts and engines, the DeviceRequests for a grant; and the engine seam's part
 (which engine the environment names, Podman's libpod create body)."""
 
@@ -11,12 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuenv.engine.hosts import engine_choice
-from gpuenv.engine.podman import RLIM_INFINITY, libpod_spec
-from gpuenv.errors import GpuRuntimeMissing, UsageError
-from gpuenv.host.machine import Gpu, Host
-from gpuenv.reservations.gpus import Grant
-from gpuenv.run.devices import (
+from gpuenv.containers.devices import (
     LEGACY,
     CdiSpec,
     EngineFacts,
@@ -27,6 +22,11 @@ from gpuenv.run.devices import (
     parse_cdi_spec,
     read_cdi_specs,
 )
+from gpuenv.engine.hosts import engine_choice
+from gpuenv.engine.podman import RLIM_INFINITY, libpod_spec
+from gpuenv.errors import GpuRuntimeMissing, UsageError
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.reservations.gpus import Grant
 
 HOST = Host("550.54.15", (Gpu(0, "NVIDIA H100", uuid="GPU-a"), Gpu(1, "NVIDIA H100", uuid="GPU-b")))
 LIB = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"

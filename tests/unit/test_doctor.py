@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.run.doctor import Check, run_checks
+from gpuenv.containers.doctor import Check, run_checks
 from tests.unit.fake_engine import FakeEngine
 
 PODMAN_VERSION = {

@@ -105,7 +105,7 @@ def nasty(
     run = log.begin(text, [("GPU-x", f"NVIDIA {text}")], start=time.time() - 3600)
     log.finish(run, 0)
     engine = ListingEngine(text)
-    for module in ("runs", "sharing", "images"):
+    for module in ("ps", "monitoring", "images"):
         monkeypatch.setattr(f"gpuenv.cli.{module}.engine", lambda: engine)
     return text
 

@@ -51,7 +51,7 @@ def test_every_command_with_json_has_a_schema() -> None:
     and every schema but error.json and the dashboard's belongs to a command with --json."""
     import click
 
-    from gpuenv.cli.app import json_requested
+    from gpuenv.cli.context import json_requested
 
     context = click.Context(main)
     commands = [([name], name) for name in COMMANDS] + [(["matrix", "sync"], "matrix-sync")]

@@ -75,7 +75,7 @@ def test_the_keeper_process_holds_the_claims_it_inherits(
     from tests.unit import conftest
 
     monkeypatch.undo()  # the real spawn_keeper, not the in-process stand-in
-    import gpuenv.app.run as run_module
+    import gpuenv.app.launch as run_module
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/gpuenv-unit-tests.sock")
     spawned: list[subprocess.Popen[bytes]] = []

@@ -1,4 +1,4 @@
-"""The run policy (run/launch.py) end to end against a fake engine: the image, the
+"""The run policy (containers/launch.py) end to end against a fake engine: the image, the
 grant and its claims, the container's configuration, the start, the fallback, the
 outcome, and what is left behind (nothing)."""
 
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from gpuenv.app.init import init_project
-from gpuenv.app.run import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
+from gpuenv.app.launch import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
+from gpuenv.containers.config import Identity
 from gpuenv.errors import GpuPathBroken, GpuRuntimeMissing, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.project.overrides import Overrides
 from gpuenv.reservations.claims import ClaimStore
 from gpuenv.resolution.hostplan import HostPlan
-from gpuenv.run.container import Identity
 from tests.unit.conftest import Keepers
 from tests.unit.fake_engine import FakeEngine, lock_packages
 
@@ -248,7 +248,7 @@ def test_the_images_accounts_are_read_once_at_build_time(project: Path, state: s
 def test_a_detached_run_hands_its_claims_to_its_keeper(
     project: Path, state: str, keepers: Keepers
 ) -> None:
-    from gpuenv.run.session import reap_orphans
+    from gpuenv.containers.session import reap_orphans
 
     engine = FakeEngine()
     outcome = _launch(
@@ -284,8 +284,8 @@ def test_orphans_are_runs_whose_process_is_certainly_gone() -> None:
     import os
     import socket
 
+    from gpuenv.containers.session import reap_orphans
     from gpuenv.host.procfs import process_start
-    from gpuenv.run.session import reap_orphans
 
     def run(name: str, pid: int, start: str, **labels: str) -> dict[str, object]:
         return {

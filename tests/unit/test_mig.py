@@ -378,9 +378,9 @@ def test_preflight_judges_the_granted_instances_gpu(matrix) -> None:  # type: ig
     GPU too old for the locked image, beside one that can run it."""
     from dataclasses import replace
 
+    from gpuenv.containers.preflight import preflight
     from gpuenv.errors import ResolutionError
     from gpuenv.lock.locked import Locked
-    from gpuenv.run.preflight import preflight
     from tests.conftest import make_host
 
     described = make_host("580.95.05", "Tesla V100-SXM2-32GB", "NVIDIA A100-SXM4-80GB")

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from gpuenv.cli import main
 from gpuenv.cluster.manifests import KubernetesOptions, compose_file, kubernetes_manifests
 from gpuenv.cluster.submit import job_gpus
+from gpuenv.containers.devices import CdiSpec, EngineFacts, choose_path, device_requests
 from gpuenv.errors import UsageError
 from gpuenv.reservations.claims import ClaimStore
 from gpuenv.reservations.gpus import Grant
-from gpuenv.run.devices import CdiSpec, EngineFacts, choose_path, device_requests
 from tests.jsonschemas import validate_output
 from tests.scripted_nvml import ScriptedNvml, gpu, mig, mig_gpu, mig_uuid, scenario
 from tests.unit.fake_engine import lock_packages

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.cli import main
+from gpuenv.containers.publish import check_free, port_taken
 from gpuenv.errors import SpecError, StartError
 from gpuenv.project.ports import Port, engine_ports, listed, merged, parse_port, published
 from gpuenv.project.validate import load_spec
-from gpuenv.run.publish import check_free, port_taken
 
 
 @pytest.mark.parametrize(

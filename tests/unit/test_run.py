@@ -5,15 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.engine.protocol import Frame
-from gpuenv.errors import UsageError
-from gpuenv.host.machine import Gpu, Host
-from gpuenv.monitoring.monitor import RunInfo
-from gpuenv.project.mounts import MountRules, spec_binds
-from gpuenv.project.spec import GpuRequest
-from gpuenv.project.validate import parse_spec_text
-from gpuenv.reservations.gpus import Grant, grant, parse_gpus_option
-from gpuenv.run.container import (
+from gpuenv.containers.config import (
     Identity,
     command_for,
     container_config,
@@ -22,8 +14,16 @@ from gpuenv.run.container import (
     read_env_file,
     without_gpus,
 )
-from gpuenv.run.detached import attach_run
-from gpuenv.run.session import _demultiplex
+from gpuenv.containers.detached import attach_run
+from gpuenv.containers.session import _demultiplex
+from gpuenv.engine.protocol import Frame
+from gpuenv.errors import UsageError
+from gpuenv.host.machine import Gpu, Host
+from gpuenv.monitoring.monitor import RunInfo
+from gpuenv.project.mounts import MountRules, spec_binds
+from gpuenv.project.spec import GpuRequest
+from gpuenv.project.validate import parse_spec_text
+from gpuenv.reservations.gpus import Grant, grant, parse_gpus_option
 
 from .fake_engine import FakeEngine
 
@@ -236,7 +236,7 @@ def test_keys_typed_before_the_terminal_goes_raw_are_kept(monkeypatch: pytest.Mo
     import pty
     import select
 
-    from gpuenv.run import session
+    from gpuenv.containers import session
 
     master, slave = pty.openpty()
     try:

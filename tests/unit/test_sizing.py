@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.errors import UsageError
-from gpuenv.host.machine import Gpu
-from gpuenv.run.sizing import (
+from gpuenv.containers.sizing import (
     SizingSettings,
     disk_finding,
     memory_finding,
     storage_finding,
     storage_kind,
 )
+from gpuenv.errors import UsageError
+from gpuenv.host.machine import Gpu
 
 A100_80 = Gpu(0, "NVIDIA A100-SXM4-80GB", memory_total_mib=81920)
 

@@ -234,7 +234,7 @@ def test_a_run_leaves_its_record_and_a_reaped_one_its_end(tmp_path: Path) -> Non
     the usage label on the container; and an orphan's end written by the next run."""
     import socket
 
-    from gpuenv.app.run import RunRequest, Services, Terminal, launch
+    from gpuenv.app.launch import RunRequest, Services, Terminal, launch
     from gpuenv.reservations.claims import ClaimStore
     from tests.unit.fake_engine import FakeEngine
     from tests.unit.test_launch import ALICE, HOST, _NullView, project

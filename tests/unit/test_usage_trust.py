@@ -251,7 +251,7 @@ def test_a_detached_run_counts_until_its_end_is_recorded(tmp_path: Path) -> None
 
 def _detached(tmp_path: Path) -> tuple[Any, str, str]:
     """`gpuenv run -d` against the fake engine, recording its usage."""
-    from gpuenv.app.run import RunRequest, Services, Terminal, launch
+    from gpuenv.app.launch import RunRequest, Services, Terminal, launch
     from gpuenv.reservations.claims import ClaimStore
     from tests.unit.fake_engine import FakeEngine
     from tests.unit.test_launch import ALICE as IDENTITY
@@ -283,7 +283,7 @@ FINISHED = 1796119200.0  # 2026-12-01T10:00:00Z
 
 
 def test_a_detached_runs_end_comes_from_the_reaper_once(tmp_path: Path) -> None:
-    from gpuenv.app.run import reap
+    from gpuenv.app.launch import reap
 
     engine, state, label = _detached(tmp_path)
     (run,) = UsageLog(state).runs()
@@ -309,8 +309,8 @@ def test_a_detached_runs_end_comes_from_the_reaper_once(tmp_path: Path) -> None:
 
 
 def test_removing_a_detached_run_records_its_end(tmp_path: Path) -> None:
+    from gpuenv.containers.detached import remove_run
     from gpuenv.monitoring.monitor import RunInfo
-    from gpuenv.run.detached import remove_run
 
     engine, state, _ = _detached(tmp_path)
     engine.exit("c1")

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
+from gpuenv.containers.devices import LEGACY
+from gpuenv.containers.devices import device_requests as requests_for
 from gpuenv.errors import UsageError
 from gpuenv.host.procfs import process_start
 from gpuenv.images.accounts import Identity as Identity
@@ -25,8 +27,6 @@ from gpuenv.images.accounts import merge_accounts as merge_accounts
 from gpuenv.project.mounts import Bind
 from gpuenv.project.spec import WORKSPACE, Spec
 from gpuenv.reservations.gpus import Grant
-from gpuenv.run.devices import LEGACY
-from gpuenv.run.devices import device_requests as requests_for
 
 MEMLOCK_UNLIMITED = -1
 STACK_BYTES = 67108864  # what NVIDIA recommends for NGC containers

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gpuenv.common.labels import USAGE_LABEL
+from gpuenv.containers.session import finished
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, UsageError
 from gpuenv.monitoring.monitor import RunInfo, find_run
-from gpuenv.run.session import finished
 
 Write = Callable[[int, bytes], None]
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
+from gpuenv.containers.config import Identity, accounts_archive, merge_accounts
+from gpuenv.containers.publish import port_taken
 from gpuenv.engine.protocol import ContainerEngine, Stream
 from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
 from gpuenv.host.procfs import process_gone
-from gpuenv.run.container import Identity, accounts_archive, merge_accounts
-from gpuenv.run.publish import port_taken
 
 _NO_DRIVER = "could not select device driver"
 

@@ -23,6 +23,18 @@ from typing import Any
 
 from gpuenv.app.image import RunImage, image_for_run
 from gpuenv.common.labels import USAGE_LABEL
+from gpuenv.containers.config import (
+    command_for,
+    container_config,
+    detached_labels,
+    environment,
+    invoking_identity,
+    labels,
+    without_gpus,
+)
+from gpuenv.containers.devices import MissingCdiDevice, detect_path, device_requests
+from gpuenv.containers.publish import check_free, ssh_tunnel, urls
+from gpuenv.containers.session import Outcome, reap_orphans, run_container, start_detached
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import (
     EngineRefused,
@@ -45,17 +57,7 @@ from gpuenv.project.variables import image_environment, refers, spec_with_image_
 from gpuenv.reservations.claims import HEARTBEAT_INTERVAL, STATE_ENV, ClaimStore
 from gpuenv.reservations.gpus import Grant, grant, parse_gpus_option
 from gpuenv.reservations.reserve import reserve
-from gpuenv.run.container import (
-    command_for,
-    container_config,
-    detached_labels,
-    environment,
-    labels,
-    without_gpus,
-)
-from gpuenv.run.devices import MissingCdiDevice, detect_path, device_requests
-from gpuenv.run.publish import check_free, ssh_tunnel, urls
-from gpuenv.run.session import Outcome, reap_orphans, run_container, start_detached
+from gpuenv.reservations.statedir import state_dir
 
 MIN_MEMORY = 6 * 1024**2  # the engine refuses less
 
@@ -104,6 +106,24 @@ class Services:
     claim_store: Callable[[], ClaimStore]
     identity: Callable[[], Any] = field(default=lambda: None)
     usage_log: Callable[[], UsageLog | None] = field(default=lambda: None)
+
+
+def _detect_host() -> Host:
+    # NVML, nvidia-smi and host files (~40 ms of imports): only for a run that asks for GPUs.
+    from gpuenv.host.detect import detect_host
+
+    return detect_host()
+
+
+def host_services() -> Services:
+    """This host's services: its GPUs (detected when asked), its claims store, the
+    invoking user's identity and usage log, as a run (or an editor's container) gets them."""
+    return Services(
+        _detect_host,
+        ClaimStore,
+        invoking_identity,
+        usage_log=lambda: UsageLog(state_dir()),
+    )
 
 
 @dataclass(frozen=True)
@@ -412,8 +432,8 @@ def check_host(plan: RunPlan, granted: Grant, notice: Callable[[str], None]) -> 
         return
     # The matrix and the resolver (~60 ms of imports): only for a run with GPUs on a host
     # with a driver, not for every run.
+    from gpuenv.containers.preflight import preflight
     from gpuenv.matrix.load import load_matrix
-    from gpuenv.run.preflight import preflight
 
     for warning in preflight(plan.image.locked, plan.host, granted, load_matrix()):
         notice(warning)

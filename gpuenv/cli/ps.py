@@ -11,9 +11,10 @@ import time
 import click
 
 from gpuenv.cli import output, ui
-from gpuenv.cli.app import engine
 from gpuenv.cli.base import report
+from gpuenv.cli.context import engine
 from gpuenv.cli.views import health_lines, runs_table
+from gpuenv.containers.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
 from gpuenv.errors import GpuenvError
 from gpuenv.host.detect import detect_host
 from gpuenv.monitoring.idle import known_state, run_idle
@@ -28,7 +29,6 @@ from gpuenv.monitoring.monitor import (
 from gpuenv.monitoring.usage import UsageLog
 from gpuenv.reservations.claims import ClaimStore
 from gpuenv.reservations.statedir import state_dir
-from gpuenv.run.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
 
 
 def _runs(show_all: bool) -> list[RunInfo]:

@@ -12,11 +12,11 @@ from rich.live import Live
 from gpuenv.app.idle import check_idle
 from gpuenv.app.top import top_snapshot
 from gpuenv.cli import output, ui
-from gpuenv.cli.app import Context, engine
+from gpuenv.cli.context import Context, engine
 from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
+from gpuenv.containers.doctor import run_checks
 from gpuenv.errors import EXIT_DOCTOR
 from gpuenv.monitoring.idle import duration, load_policy
-from gpuenv.run.doctor import run_checks
 
 
 def _interval(_ctx: click.Context, _param: click.Parameter, value: float) -> float:

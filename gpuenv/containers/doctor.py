@@ -12,6 +12,23 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuenv.common import nesting
+from gpuenv.containers.devices import (
+    GPU_PATH_ENV,
+    EngineFacts,
+    GpuPath,
+    cdi_dirs,
+    choose_path,
+    read_cdi_specs,
+)
+from gpuenv.containers.preflight import preflight
+from gpuenv.containers.sizing import (
+    SizingSettings,
+    disk_finding,
+    memory_finding,
+    storage_finding,
+    storage_kind,
+    system_memory_mib,
+)
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import EngineRefused, GpuenvError, UsageError
 from gpuenv.host.detect import detect_host
@@ -24,23 +41,6 @@ from gpuenv.monitoring.history import recorded_findings
 from gpuenv.reservations.claims import ClaimStore
 from gpuenv.reservations.gpus import Grant
 from gpuenv.reservations.statedir import CREATE_HINT, HOSTS_MARKER
-from gpuenv.run.devices import (
-    GPU_PATH_ENV,
-    EngineFacts,
-    GpuPath,
-    cdi_dirs,
-    choose_path,
-    read_cdi_specs,
-)
-from gpuenv.run.preflight import preflight
-from gpuenv.run.sizing import (
-    SizingSettings,
-    disk_finding,
-    memory_finding,
-    storage_finding,
-    storage_kind,
-    system_memory_mib,
-)
 
 MIN_API = (1, 40)  # DeviceRequests
 GENERATE_REMEDY = (
