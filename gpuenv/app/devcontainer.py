@@ -52,7 +52,7 @@ from gpuenv.monitoring.fitness import unfit_gpus
 from gpuenv.project.mounts import run_binds
 from gpuenv.project.spec import GpuRequest
 from gpuenv.project.variables import image_environment, refers, spec_with_image_env
-from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.claims import Claim, ClaimStore
 from gpuenv.reservations.gpus import Grant, choose, grant, parse_gpus_option
 from gpuenv.reservations.reserve import reserve
 
@@ -87,6 +87,12 @@ def export_devcontainer(
     spec = image.run.spec
     if refers(spec.env):  # `PATH: /opt/bin:$PATH`: the image's PATH, as a run's
         spec = spec_with_image_env(spec, image_environment(engine.image_config(image.tag)))
+    if any(ch in spec.project_dir for ch in ',"'):
+        raise UsageError(
+            f"the project folder {spec.project_dir} has a comma or a quote in its path, "
+            "which the devcontainer.json workspace mount cannot carry",
+            hint="rename the folder (or clone the project into one without them)",
+        )
     binds = tuple(run_binds(spec, (), (), env=environ, notice=notice))
     for bind in binds:
         if any(ch in bind.source + bind.target for ch in ',"'):
@@ -97,13 +103,18 @@ def export_devcontainer(
             )
     request = parse_gpus_option(gpus) if gpus else spec.gpus
     host = services.detect_host() if request.mode != "none" else Host(None, (), "none")
-    granted, keys = _choose(request, host, services.claim_store)
+    name = container_name(spec.name, spec.project_dir, uid)
+    # the editor's own claims (its container runs now) are free to it: exported again,
+    # it keeps its GPUs where it can
+    granted, keys = _choose(
+        request, host, services.claim_store, lambda c: c.uid == uid and c.run == name
+    )
     requests = gpu_requests(engine, host, granted, environ, notice)
     editor = EditorContainer(
         spec=spec,
         image=image.tag,
         lock_hash=image.run.locked.lock_hash,
-        name=container_name(spec.name, spec.project_dir, uid),
+        name=name,
         host=socket.gethostname(),
         identity=identity,
         gpus=tuple(keys),
@@ -176,9 +187,13 @@ def editor_image(
 
 
 def _choose(
-    request: GpuRequest, host: Host, claim_store: Callable[[], ClaimStore]
+    request: GpuRequest,
+    host: Host,
+    claim_store: Callable[[], ClaimStore],
+    ours: Callable[[Claim], bool],
 ) -> tuple[Grant, list[str]]:
-    """The exact GPUs for the editor, among those free now (as a run chooses them); on
+    """The exact GPUs for the editor, among those free now (as a run chooses them;
+    claims that are `ours` count as free); on
     a host whose GPUs are unknown, the grant as a run's (nothing to claim); optional
     GPUs on a host without any: none."""
     if request.mode == "none":
@@ -188,7 +203,8 @@ def _choose(
         return (Grant("none"), []) if granted.optional else (granted, [])
     store = claim_store()
     try:
-        granted, keys = choose(request, host, store.claims(), unfit_gpus(host))
+        claims = [c for c in store.claims() if not ours(c)]
+        granted, keys = choose(request, host, claims, unfit_gpus(host))
     except GpusBusy as busy:
         raise GpusBusy(
             f"no GPUs to write into the devcontainer: {busy.message}",
@@ -218,25 +234,96 @@ def claim_for_devcontainer(
 ) -> Claimed:
     """The editor's `initializeCommand`: check the file is this user's, on this host,
     from the current lock, with its image here (built if missing); claim its GPUs and
-    leave them to a keeper that holds them while its container runs."""
+    leave them to a keeper that holds them while its container runs.
+
+    Claims this user's keepers hold for the container count as free: a container that
+    runs with the file's GPUs keeps them (the editor reopened it); otherwise they are
+    claimed anew, for a keeper that waits for the container to run with them, and an
+    older keeper lets go once its grace ends (a rebuild after a new export takes other
+    GPUs; a keeper in its last seconds of grace is not relied on)."""
     path = os.path.join(directory, DEVCONTAINER_PATH)
     written = read_devcontainer(path)
     _check_written(written, path, directory, uid)
     identity = None if uid == 0 else services.identity()
-    project = editor_image(directory, engine, view, identity, notice).run.spec.name
-    _remove_if_from_another_export(engine, written, notice)
-    if not written.gpus:
-        return Claimed(written.container, ())
+    spec = editor_image(directory, engine, view, identity, notice).run.spec
+    ours = container_name(spec.name, spec.project_dir, uid)
+    if written.container != ours:
+        raise UsageError(
+            f"{path} names the container {written.container}, not {ours}: gpuenv did "
+            "not write that name for you and this folder",
+            hint=EXPORT_AGAIN,
+        )
+    existing = _existing(engine, written.container)
+    claimed = Claimed(written.container, written.gpus, already=True)
+    if written.gpus and not _kept(existing, written, services, uid):
+        claimed = _claim(written, spec.name, services, notice, uid)
+    if existing is not None and not existing[0] and not _same_export(existing[1], written):
+        engine.remove(written.container)
+        notice(
+            f"removed the stopped container {written.container}, made from an earlier "
+            "export: the editor makes it again from the file"
+        )
+    return claimed if written.gpus else Claimed(written.container, ())
+
+
+def _existing(engine: Engine, name: str) -> tuple[bool, dict[str, str]] | None:
+    """Whether the container called `name` runs, and its labels; None when there is none."""
+    try:
+        details = engine.inspect(name)
+    except EngineRefused as exc:
+        if exc.status == 404:
+            return None
+        raise
+    running = bool((details.get("State") or {}).get("Running"))
+    return running, (details.get("Config") or {}).get("Labels") or {}
+
+
+def _same_export(labels: dict[str, str], written: Written) -> bool:
+    """Whether a container was made from this file: its lock, and its GPUs."""
+    return labels.get("io.gpuenv.lock") == written.lock and (
+        not written.gpus or labels.get("io.gpuenv.gpus") == ",".join(written.gpus)
+    )
+
+
+def _kept(
+    existing: tuple[bool, dict[str, str]] | None, written: Written, services: Services, uid: int
+) -> bool:
+    """Whether the file's GPUs are held already: its container runs with them, and
+    this user's live claims for it (its keeper's) hold every one."""
+    if existing is None or not existing[0] or not _same_export(existing[1], written):
+        return False
     store = services.claim_store()
     try:
-        held = _held(store, written.container, uid)
-        missing = tuple(gpu for gpu in written.gpus if gpu not in held)
-        if not missing:
-            return Claimed(written.container, written.gpus, already=True)
+        held = {c.gpu for c in store.claims() if c.uid == uid and c.run == written.container}
+    finally:
+        store.close()
+    return set(written.gpus) <= held
+
+
+def _claim(
+    written: Written,
+    project: str,
+    services: Services,
+    notice: Callable[[str], None],
+    uid: int,
+) -> Claimed:
+    """Claim the file's GPUs (this user's claims for the container count as free) and
+    hand them to a keeper that holds them while the container runs with them."""
+    store = services.claim_store()
+    try:
         host = services.detect_host()
-        request = GpuRequest("devices", devices=missing)
+        request = GpuRequest("devices", devices=written.gpus)
         try:
-            _, claims = reserve(store, request, host, project, None, notice, unfit_gpus(host))
+            _, claims = reserve(
+                store,
+                request,
+                host,
+                project,
+                None,
+                notice,
+                unfit_gpus(host),
+                ignoring=lambda c: c.uid == uid and c.run == written.container,
+            )
         except GpusBusy as busy:
             raise GpusBusy(
                 f"the devcontainer's GPUs are taken: {busy.message}",
@@ -272,38 +359,4 @@ def _check_written(written: Written, path: str, directory: str, uid: int) -> Non
             f"{path} was written on {written.host}, and this is {socket.gethostname()}: "
             "the GPUs it names are that host's",
             hint=EXPORT_AGAIN,
-        )
-
-
-def _held(store: ClaimStore, container: str, uid: int) -> set[str]:
-    """The GPUs live claims of this user hold for the editor's container (its keeper's:
-    the editor reopened it while it ran, or rebuilds it)."""
-    return {c.gpu for c in store.claims() if c.uid == uid and c.run == container}
-
-
-def _remove_if_from_another_export(
-    engine: Engine, written: Written, notice: Callable[[str], None]
-) -> None:
-    """A stopped container of this name made from an earlier export (another lock,
-    other GPUs) would be started again as it is, by the editor's tools, with what the
-    file no longer says, its GPUs unclaimed: it is removed, and the tools make it anew
-    from the file. A running one is left to the editor (a rebuild replaces it); its
-    keeper holds its own GPUs meanwhile."""
-    try:
-        details = engine.inspect(written.container)
-    except EngineRefused as exc:
-        if exc.status == 404:
-            return
-        raise
-    if (details.get("State") or {}).get("Running"):
-        return
-    labels = (details.get("Config") or {}).get("Labels") or {}
-    same = labels.get("io.gpuenv.lock") == written.lock and (
-        not written.gpus or labels.get("io.gpuenv.gpus") == ",".join(written.gpus)
-    )
-    if not same:
-        engine.remove(written.container)
-        notice(
-            f"removed the stopped container {written.container}, made from an earlier "
-            "export: the editor makes it again from the file"
         )

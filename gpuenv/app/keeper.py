@@ -19,6 +19,7 @@ it to run, and holds them across a rebuild (`keep_named`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -77,21 +78,36 @@ def keep_named(
 ) -> int | None:
     """Hold the claims `names` for the container called `name`, which another program
     (an editor's Dev Containers tools) creates or starts after they were taken: while
-    it runs, and while one of that name runs again within `grace` seconds of the last
-    ending (an editor rebuilding it removes it and makes a new one). Released when none
-    has run for `patience` seconds after the claims were taken (the editor failed to
-    start it), or `grace` seconds after the last one ended."""
-    return _hold(store, names, lambda: follow_named(engine, name, patience, grace, poll))
+    one of that name runs with their GPUs (its `io.gpuenv.gpus` label names one of
+    them), and while one runs again within `grace` seconds of the last ending (an
+    editor rebuilding it removes it and makes a new one). A container of that name
+    with other GPUs (made from a later export) is not theirs. Released when none has
+    run for `patience` seconds after the claims were taken (the editor failed to start
+    it, or reopened the old one), or `grace` seconds after the last one ended."""
+    gpus = frozenset(_gpus_of(store, names))
+    return _hold(store, names, lambda: follow_named(engine, name, patience, grace, poll, gpus))
+
+
+def _gpus_of(store: ClaimStore, names: Sequence[str]) -> set[str]:
+    """The GPUs our claims `names` hold, as their records say."""
+    records = (store.read_record(name, [os.getuid()]) for name in names)
+    return {str(record.get("gpu")) for record in records if record}
 
 
 def follow_named(
-    engine: ContainerEngine, name: str, patience: float, grace: float, poll: float
+    engine: ContainerEngine,
+    name: str,
+    patience: float,
+    grace: float,
+    poll: float,
+    gpus: frozenset[str] | None = None,
 ) -> int | None:
-    """Follow the containers called `name` as `keep_named` says; the last exit code."""
+    """Follow the containers called `name` (with one of `gpus`, when given) as
+    `keep_named` says; the last exit code."""
     deadline = time.monotonic() + patience
     last: int | None = None
     while time.monotonic() < deadline:
-        if _running(engine, name):
+        if _running(engine, name, gpus):
             last = follow(engine, name)
             deadline = time.monotonic() + grace
             continue
@@ -99,13 +115,19 @@ def follow_named(
     return last
 
 
-def _running(engine: ContainerEngine, name: str) -> bool:
-    """Whether a container called `name` runs now (an engine that does not answer: no)."""
+def _running(engine: ContainerEngine, name: str, gpus: frozenset[str] | None) -> bool:
+    """Whether a container called `name` runs now, with one of `gpus` when given (an
+    engine that does not answer: no)."""
     try:
-        state = engine.inspect(name).get("State") or {}
+        details = engine.inspect(name)
     except GpuenvError:
         return False
-    return bool(state.get("Running"))
+    if not (details.get("State") or {}).get("Running"):
+        return False
+    if gpus is None:
+        return True
+    labels = (details.get("Config") or {}).get("Labels") or {}
+    return bool(gpus & set(str(labels.get("io.gpuenv.gpus") or "").split(",")))
 
 
 def _hold(

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuenv.common import nesting
 from gpuenv.common.files import file_hash
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL
 from gpuenv.errors import FileAccessError, UsageError
@@ -92,6 +93,8 @@ def gpu_run_args(requests: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     ('--device', 'nvidia.com/gpu=0')
     >>> gpu_run_args([{"Count": -1, "Capabilities": [["gpu"]]}])
     ('--gpus', 'all')
+    >>> gpu_run_args([{"Count": 0, "Capabilities": [["gpu"]]}])  # none: never "all"
+    ()
     """
     args: list[str] = []
     for request in requests:
@@ -101,8 +104,7 @@ def gpu_run_args(requests: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
                 args += ["--device", device]
         elif ids:
             args += ["--gpus", f'"device={",".join(ids)}"']
-        else:
-            count = int(request.get("Count") or -1)
+        elif (count := int(request.get("Count", -1))) != 0:
             args += ["--gpus", "all" if count < 0 else str(count)]
     return tuple(args)
 
@@ -230,10 +232,11 @@ def read_written(text: str) -> Written:
     ('GPU-1',)
     """
     try:
-        data = json.loads(strip_jsonc(text))
-    except ValueError as exc:
+        data = nesting.loads(json.loads, strip_jsonc(text))
+    except ValueError as exc:  # TooDeep too
         raise NotOurs(f"not JSON ({exc})") from None
-    block = ((data.get("customizations") or {}) if isinstance(data, dict) else {}).get("gpuenv")
+    customizations = data.get("customizations") if isinstance(data, dict) else None
+    block = customizations.get("gpuenv") if isinstance(customizations, dict) else None
     if not isinstance(block, dict):
         raise NotOurs("no customizations.gpuenv: gpuenv did not write it")
     try:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from gpuenv.errors import GpusBusy
 from gpuenv.host.machine import Host
 from gpuenv.project.spec import GpuRequest
-from gpuenv.reservations.claims import ClaimStore
+from gpuenv.reservations.claims import Claim, ClaimStore
 from gpuenv.reservations.gpus import Grant, choose
 
 RECHECK = 0.5  # seconds between looks while queued, unless the state folder changes
@@ -23,10 +23,13 @@ def reserve(
     wait: float | None,
     notice: Callable[[str], None],
     unfit: Mapping[str, str] | None = None,
+    ignoring: Callable[[Claim], bool] | None = None,
 ) -> tuple[Grant, list[str]]:
     """Choose and claim GPUs atomically; with `wait` (seconds, 0: no limit), queue until
     they are free, first come first served; never `unfit` ones for a count while enough
-    others exist (`gpus.choose`). Returns the grant and the claim files."""
+    others exist (`gpus.choose`). Claims `ignoring` says are this request's own (an
+    editor's container claimed again) do not count against it. Returns the grant and
+    the claim files."""
     deadline = None if not wait else time.monotonic() + wait
     ticket: str | None = None
     told = False
@@ -43,7 +46,8 @@ def reserve(
                 ticket = _hold_place(store, ticket, wait)
                 if ticket is None or store.first_in_queue(ticket):
                     try:
-                        granted, keys = choose(request, host, store.claims(), unfit)
+                        claims = [c for c in store.claims() if not (ignoring and ignoring(c))]
+                        granted, keys = choose(request, host, claims, unfit)
                     except GpusBusy as busy:
                         if wait is None:
                             raise

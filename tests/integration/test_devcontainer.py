@@ -171,6 +171,18 @@ def test_an_editor_works_in_the_locked_environment_on_a_claimed_gpu(
         assert ran.stdout.split()[-4] == UUIDS[other], ran.stdout + ran.stderr
         holders = claimed_by(mallory)
         assert alice.name in str(holders[other]) and holders[index] is None
+        # Exported again while it runs, and rebuilt: the new GPU is claimed, and the old
+        # one let go once the rebuild's grace has passed, while the new container runs.
+        third = (index + 2) % len(UUIDS)
+        alice.gpuenv("export", "devcontainer", "--gpus", f"device={third}").check_returncode()
+        rebuilt = devcontainer(alice, "up", "--remove-existing-container")
+        assert outcome(rebuilt)["outcome"] == "success", rebuilt.stdout + rebuilt.stderr
+        ran = devcontainer(alice, "exec", "python3", "-c", PROBE)
+        assert ran.stdout.split()[-4] == UUIDS[third], ran.stdout + ran.stderr
+        deadline = time.monotonic() + 60
+        while (holders := claimed_by(mallory))[other] is not None and time.monotonic() < deadline:
+            time.sleep(1)
+        assert holders[other] is None and alice.name in str(holders[third]), holders
     finally:
         docker("stop", name, check=False)
     assert wait_free(mallory) == [None] * 4

@@ -141,8 +141,9 @@ def test_the_file_reads_back_as_the_tools_read_it(tmp_path: Path) -> None:
     assert written.lock == "sha256:ab" and written.uid == 1000 and written.host == "gpu1"
     # Edited as people edit JSONC: a comment, a trailing comma, // inside a string.
     edited = text.replace('"init": true,', '"init": true, // tini\n "x": "a//b",')
-    edited = edited.replace('"shutdownAction": "stopContainer",', '"shutdownAction": "none",,')
-    assert read_written(edited.replace(",,", ",")).gpus == (UUID,)
+    edited = edited.rstrip().removesuffix("}").rstrip() + ",\n}\n"  # a trailing comma
+    assert edited.rstrip().endswith("},\n}")
+    assert read_written(edited).gpus == (UUID,)
 
 
 @pytest.mark.parametrize(
@@ -150,6 +151,9 @@ def test_the_file_reads_back_as_the_tools_read_it(tmp_path: Path) -> None:
     [
         ('{"image": "mine"}', "gpuenv did not write it"),
         ("[1, 2]", "gpuenv did not write it"),
+        ('{"customizations": []}', "gpuenv did not write it"),
+        ('{"customizations": {"gpuenv": "x"}}', "gpuenv did not write it"),
+        ("[" * 5000 + "]" * 5000, "nested more than"),
         ("{nope", "not JSON"),
         ('{"customizations": {"gpuenv": {"lock": 1}}}', "not as gpuenv wrote it"),
         (
@@ -228,17 +232,19 @@ def test_check_and_lock_check_report_a_stale_devcontainer(tmp_path: Path, matrix
 
 class Named(FakeEngine):
     """An engine where the containers called by one name come and go as the test says:
-    `inspect` tells whether one runs, `wait` blocks until the test ends it."""
+    `inspect` tells whether one runs and with which GPUs (its `io.gpuenv.gpus` label),
+    `wait` blocks until the test ends it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.running = threading.Event()
         self.exit_codes = [0]
+        self.gpus = UUID
 
     def inspect(self, container: str) -> dict[str, Any]:
         if not self.running.is_set():
             raise EngineRefused(404, f"No such container: {container}")
-        return {"State": {"Running": True}}
+        return {"State": {"Running": True}, "Config": {"Labels": {"io.gpuenv.gpus": self.gpus}}}
 
     def wait(self, container: str) -> int:
         while self.running.is_set():
@@ -278,3 +284,34 @@ def test_claims_are_held_across_a_rebuild_and_freed_after_the_grace(tmp_path: Pa
     engine.running.clear()  # the editor closes: freed after the grace
     keeper.join(10)
     assert kept == [7] and other.claims() == []
+
+
+def test_a_container_rebuilt_with_other_gpus_frees_the_old_ones_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """Exported again (other GPUs) and rebuilt: the container of that name now runs with
+    GPUs the old keeper does not hold, which is not its container; it lets go of its
+    GPU when the grace ends, though a container of the name runs."""
+    store = ClaimStore(str(tmp_path / "state"))
+    with store.locked():
+        handed = store.transfer(store.add([UUID], "demo"), "demo-dev", "demo-dev")
+    engine = Named()
+    engine.running.set()
+    kept: list[int | None] = []
+    keeper = threading.Thread(
+        target=lambda: kept.append(
+            keep_named(engine, "demo-dev", store, handed, patience=5, grace=1.0, poll=0.01)
+        )
+    )
+    keeper.start()
+    other = ClaimStore(str(tmp_path / "state"))
+    time.sleep(0.2)
+    assert [c.gpu for c in other.claims()] == [UUID]  # its container runs with it
+    engine.running.clear()  # the rebuild removes it ...
+    time.sleep(0.2)  # (the keeper sees it gone) well within the grace
+    engine.gpus = "GPU-other"
+    engine.running.set()  # ... and makes it with the new export's GPU
+    keeper.join(10)
+    assert not keeper.is_alive() and kept == [0]
+    assert other.claims() == []  # freed while the rebuilt container runs
+    engine.running.clear()
