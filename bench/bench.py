@@ -43,7 +43,7 @@ RUNS = int(os.environ.get("BENCH_RUNS", "15"))
 TARGET_RUNS = int(os.environ.get("BENCH_TARGET_RUNS", "25"))  # the rows with a guard
 HEAVY_PROBE = """
 import sys
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 try:
     main(["--version"])
 except SystemExit:

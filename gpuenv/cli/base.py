@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.cli.quiet import QuietView
 from gpuenv.common.text import visible
-from gpuenv.engine import connect
+from gpuenv.engine.connection import connect
 from gpuenv.errors import (
     BuildError,
     GpuenvError,

@@ -1,4 +1,4 @@
-"""The click command tree of `gpuenv` (`gpuenv.cli.main`).
+"""The click command tree of `gpuenv` (`gpuenv.cli.tree.main`).
 
 The tree is loaded lazily (one module per command group): `gpuenv --version` imports
 none of them, and `gpuenv run` only the run commands.

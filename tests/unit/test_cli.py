@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from tests.scripted_nvml import ScriptedNvml, gpu, scenario
 from tests.unit.fake_engine import lock_packages
 

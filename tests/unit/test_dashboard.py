@@ -19,9 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.app.dashboard import usage_payload
-from gpuenv.cli import main
 from gpuenv.cli.charts import line_chart
 from gpuenv.cli.dashboard_server import Site, read_token, serve
+from gpuenv.cli.tree import main
 from gpuenv.errors import UsageError
 from gpuenv.monitoring.usage import UsageLog
 

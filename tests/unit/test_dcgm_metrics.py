@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.dcgm import DCGM_LABELS, dcgm_families, xid_messages
 from gpuenv.monitoring.metrics import ALERT_RULES, Holder, idle_families

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.errors import SpecError
 from gpuenv.lock.lockfile import requirements_hashes
 from gpuenv.project.dependencies import plan_install, read_dependencies

@@ -368,7 +368,7 @@ def test_podman_refuses_the_legacy_request() -> None:
 
 
 def test_connect_picks_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuenv.engine import connect
+    from gpuenv.engine.connection import connect
     from gpuenv.engine.dockerpy import DockerEngine
     from gpuenv.engine.podman import PodmanEngine
     from gpuenv.errors import EngineError

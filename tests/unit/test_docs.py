@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.errors import COMMAND_EXIT_NOTE, EXIT_CODES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 import docker.tls
 import pytest
 
-from gpuenv.engine import connect
+from gpuenv.engine.connection import connect
 from gpuenv.engine.dockerpy import DockerEngine, _tls
 from gpuenv.engine.hosts import engine_error
 from gpuenv.engine.podman import PodmanEngine

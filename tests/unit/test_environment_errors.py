@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.errors import EXIT_BROKEN_PIPE, EXIT_FILE, EXIT_INTERNAL, EXIT_LOCKED
 
 from ..jsonschemas import validate_output

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.cluster.manifests import env_secret
 from gpuenv.cluster.submit import exported_environment
 from gpuenv.project.validate import load_spec

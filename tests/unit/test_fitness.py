@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.common.siteconfig import SiteConfig
 from gpuenv.errors import GpuenvWarning, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.common.text import visible
 from gpuenv.engine.protocol import ImageInfo
 from gpuenv.monitoring.usage import UsageLog

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 
 LOCKED_FOR = ["--driver", "550.54.15", "--gpu", "H100"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.common.files import NotAFile, read_capped
 from gpuenv.errors import HostError
 from gpuenv.host.hostfile import load_host_file

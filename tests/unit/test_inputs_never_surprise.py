@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.reservations.claims import CLAIM_PREFIX, ClaimStore
 from gpuenv.reservations.statedir import SHARED_STATE_DIR
 

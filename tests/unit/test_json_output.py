@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import COMMANDS, main
+from gpuenv.cli.tree import COMMANDS, main
 from gpuenv.errors import EXIT_CODES
 from tests.unit.fake_engine import lock_packages
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 
 H100 = ["--driver", "550.54.15", "--gpu", "H100"]
 POETRY = """[tool.poetry]

@@ -237,7 +237,7 @@ def test_a_lock_that_pins_what_gpuenv_would_not_is_refused(
     everything that loads the project refuse a lock whose image does not fit."""
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
     from gpuenv.lock.lockfile import check_locked_row
     from gpuenv.lock.project import load_project
 
@@ -270,7 +270,7 @@ def test_a_lock_a_matrix_correction_invalidated_says_lock_upgrade(
 
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     from ..conftest import MATRICES
 

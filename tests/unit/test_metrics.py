@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.metrics import Holder, families, holders
 from gpuenv.monitoring.monitor import runs_from
@@ -228,7 +228,7 @@ def test_alert_rules_are_refused_for_names_they_are_not_written_on() -> None:
     DCGM_FI_* names: refused with the fix; printed for gpuenv's names or both."""
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     refused = CliRunner().invoke(main, ["exporter", "--print-alert-rules", "--names", "dcgm"])
     assert refused.exit_code == 2 and "--names both" in refused.stderr

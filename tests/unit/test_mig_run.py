@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.cluster.manifests import KubernetesOptions, compose_file, kubernetes_manifests
 from gpuenv.cluster.submit import job_gpus
 from gpuenv.containers.devices import CdiSpec, EngineFacts, choose_path, device_requests

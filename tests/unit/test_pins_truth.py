@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 
 H100 = ["--driver", "560.35.03", "--gpu", "H100"]
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.app.platforms import check_platform
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.load import ImageRow, Matrix, load_matrix

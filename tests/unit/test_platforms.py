@@ -104,7 +104,7 @@ def test_the_host_file_names_a_platform(tmp_path: Path) -> None:
 def test_the_platform_flag(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     args = ["-C", str(tmp_path), "resolve", "--framework", "pytorch", "--driver", "570.124.06"]
     good = CliRunner().invoke(main, [*args, "--gpu", "H100", "--platform", "linux/arm64", "--json"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.containers.publish import check_free, port_taken
 from gpuenv.errors import SpecError, StartError
 from gpuenv.project.ports import Port, engine_ports, listed, merged, parse_port, published

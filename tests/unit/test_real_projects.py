@@ -231,7 +231,7 @@ def test_why_a_build_system_torch_pin_picks_an_image_that_has_it(tmp_path: Path)
 
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     shutil.copytree(DATA / "facebookresearch__sam2", tmp_path / "sam2")
     result = CliRunner().invoke(
@@ -256,7 +256,7 @@ def test_framework_flag_picks_one_of_several_backends(tmp_path: Path) -> None:
 
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     shutil.copytree(DATA / "keras-team__keras", tmp_path / "keras")
     runner = CliRunner()

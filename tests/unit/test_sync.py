@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 from gpuenv.engine.protocol import Manifest, UnknownRepository
 from gpuenv.errors import MatrixError
 from gpuenv.matrix import overlay

@@ -301,7 +301,7 @@ def test_a_run_leaves_its_record_and_a_reaped_one_its_end(tmp_path: Path) -> Non
 def test_the_usage_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     log = UsageLog(str(tmp_path))
     now = time.time()

@@ -188,7 +188,7 @@ def test_the_usage_command_survives_malformed_records(
 ) -> None:
     from click.testing import CliRunner
 
-    from gpuenv.cli import main
+    from gpuenv.cli.tree import main
 
     _write(tmp_path, 0, [{"event": "start", "id": "x", "uid": "x"}, start(uid=0, start="y")])
     monkeypatch.setenv("GPUENV_STATE_DIR", str(tmp_path))

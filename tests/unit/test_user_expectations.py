@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.cli import main
+from gpuenv.cli.tree import main
 
 A100 = ["--driver", "550.54.15", "--gpu", "A100"]
 
@@ -101,7 +101,7 @@ def test_completion_names_matrix_subjects_and_gpu_models(
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     result = subprocess.run(
-        [sys.executable, "-c", "from gpuenv.cli import main; main(prog_name='gpuenv')"],
+        [sys.executable, "-c", "from gpuenv.cli.tree import main; main(prog_name='gpuenv')"],
         capture_output=True,
         text=True,
         env=env,
