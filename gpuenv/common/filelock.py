@@ -27,6 +27,25 @@ DEFAULT_TIMEOUT = 10.0
 _POLL = 0.05
 
 
+def wait_for_lock(fd: int, timeout: float, *, posix: bool = False, poll: float = _POLL) -> bool:
+    """Take an exclusive lock on `fd`, waiting at most `timeout` seconds: whether it was
+    taken (the caller says who holds it, and what to do). A flock by default; `posix`: a
+    POSIX record lock (lockf), which `F_GETLK` can name the holder of. Both are dropped by
+    the kernel when their holder ends, however it ends. Other failures are raised."""
+    take = fcntl.lockf if posix else fcntl.flock
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            take(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+
+
 def lock_file_of(path: str) -> str:
     """``dir/.NAME.lock`` for ``dir/NAME``."""
     folder, name = os.path.split(os.path.abspath(path))
@@ -87,23 +106,15 @@ def exclusive(path: str, timeout: float | None = None) -> Iterator[None]:
         return
     fd, writable = opened
     try:
-        deadline = time.monotonic() + (_timeout() if timeout is None else timeout)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = _holder(fd)
-                    pid = holder.split()[1] if holder.startswith("pid ") else None
-                    stop = f" (`kill {pid}`)" if pid else ""
-                    raise LockHeld(
-                        f"{os.path.basename(path)} is being changed by another gpuenv "
-                        f"process: {holder}",
-                        hint=f"wait for it to finish and retry, or stop that process{stop}; "
-                        f"set {TIMEOUT_ENV} to wait longer",
-                    ) from None
-                time.sleep(_POLL)
+        if not wait_for_lock(fd, _timeout() if timeout is None else timeout):
+            holder = _holder(fd)
+            pid = holder.split()[1] if holder.startswith("pid ") else None
+            stop = f" (`kill {pid}`)" if pid else ""
+            raise LockHeld(
+                f"{os.path.basename(path)} is being changed by another gpuenv process: {holder}",
+                hint=f"wait for it to finish and retry, or stop that process{stop}; "
+                f"set {TIMEOUT_ENV} to wait longer",
+            )
         if writable:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)

@@ -26,7 +26,7 @@ from gpuenv.common.files import file_from_archive
 from gpuenv.common.labels import DETACHED_LABEL, RUN_LABEL, USAGE_LABEL
 from gpuenv.containers.config import Identity, accounts_archive, merge_accounts
 from gpuenv.containers.publish import port_taken
-from gpuenv.engine.protocol import ContainerEngine, Stream
+from gpuenv.engine.protocol import ContainerEngine, Stream, frames
 from gpuenv.errors import EngineRefused, GpuPathBroken, GpuRuntimeMissing, StartError
 from gpuenv.host.procfs import process_gone
 
@@ -101,16 +101,6 @@ def finished(details: Mapping[str, Any]) -> tuple[int | None, float | None]:
         end = None
     code = state.get("ExitCode")
     return (int(code) if isinstance(code, int) else None), end
-
-
-def _demultiplex(buffer: bytearray, write: Callable[[int, bytes], None]) -> None:
-    """Docker's stream framing without a TTY: [kind, 0, 0, 0, size (4 bytes)] + payload."""
-    while len(buffer) >= 8:
-        size = int.from_bytes(buffer[4:8], "big")
-        if len(buffer) < 8 + size:
-            return
-        write(buffer[0], bytes(buffer[8 : 8 + size]))
-        del buffer[: 8 + size]
 
 
 def _write(kind: int, data: bytes) -> None:
@@ -346,20 +336,20 @@ def _handlers(
 
 def _stream(sock: Stream, ahead: bytes, tty: bool) -> None:
     """The container's output to ours until it ends: as it is from a terminal,
-    demultiplexed into stdout and stderr otherwise."""
-    buffer = bytearray(ahead)
-    if tty and buffer:
-        _write(1, bytes(buffer))
-        buffer.clear()
+    demultiplexed into stdout and stderr otherwise (`frames`, as the logs are)."""
+    for kind, data in frames(_received(sock, ahead), tty):
+        _write(kind, data)
+
+
+def _received(sock: Stream, ahead: bytes) -> Iterator[bytes]:
+    """What the engine sends on the attached stream, from the bytes read ahead, until
+    it closes the stream (or the connection breaks)."""
+    yield ahead
     while True:
         try:
             chunk = sock.recv(65536)
         except OSError:
-            break
+            return
         if not chunk:
-            break
-        if tty:
-            _write(1, chunk)
-        else:
-            buffer += chunk
-            _demultiplex(buffer, _write)
+            return
+        yield chunk

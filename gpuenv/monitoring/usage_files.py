@@ -18,11 +18,11 @@ import fcntl
 import json
 import os
 import stat
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpuenv.common import nesting
+from gpuenv.common.filelock import wait_for_lock
 from gpuenv.common.files import read_up_to
 from gpuenv.errors import StateUnsafe, UsageError
 from gpuenv.reservations.statedir import owner_name
@@ -85,17 +85,10 @@ def open_dir(parent: int, name: str, where: str, owner: int, *, create: bool) ->
 
 @contextlib.contextmanager
 def _locked(fd: int, where: str, timeout: float) -> Iterator[None]:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise UsageError(
-                    f"{where} stayed locked by another gpuenv for {timeout:g}s: usage not recorded"
-                ) from None
-            time.sleep(0.05)
+    if not wait_for_lock(fd, timeout):
+        raise UsageError(
+            f"{where} stayed locked by another gpuenv for {timeout:g}s: usage not recorded"
+        )
     try:
         yield
     finally:

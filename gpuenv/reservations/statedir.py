@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import platformdirs
 
+from gpuenv.common.filelock import wait_for_lock
 from gpuenv.errors import LockHeld, StateUnsafe, UsageError
 from gpuenv.host.procfs import process_owner
 
@@ -326,25 +327,20 @@ def locked(folder: Folder, timeout: float) -> Iterator[None]:
     deadline = time.monotonic() + timeout
     while True:
         fd = _open_lock(folder)
-        while True:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise
-
-                if time.monotonic() >= deadline:
-                    holder = lock_holder(fd)
-                    os.close(fd)
-                    where = os.path.join(folder.path, LOCK_NAME)
-                    raise LockHeld(
-                        f"{where} has been locked for over {timeout:g}s by {holder}",
-                        hint="retry in a moment; if that process is stuck, its owner or root "
-                        f"can stop it; {LOCK_TIMEOUT_ENV} sets how long gpuenv waits",
-                    ) from None
-                time.sleep(0.05)
+        try:
+            taken = wait_for_lock(fd, max(0.0, deadline - time.monotonic()), posix=True)
+        except OSError:
+            os.close(fd)
+            raise
+        if not taken:
+            holder = lock_holder(fd)
+            os.close(fd)
+            where = os.path.join(folder.path, LOCK_NAME)
+            raise LockHeld(
+                f"{where} has been locked for over {timeout:g}s by {holder}",
+                hint="retry in a moment; if that process is stuck, its owner or root "
+                f"can stop it; {LOCK_TIMEOUT_ENV} sets how long gpuenv waits",
+            )
         try:
             now = os.stat(LOCK_NAME, dir_fd=folder.fd, follow_symlinks=False)
             held = os.fstat(fd)
