@@ -2,22 +2,22 @@
 admin's settings ([idle] for `gpuenv idle --enforce`, [history] for the dashboard's
 sampler, [dcgm_exporter] for the job mapping), trusted only when root (or the reader
 itself) owns it and nobody else can write it, since it says what gpuenv does to other
-users' runs."""
+users' runs: the rule every settings file is read with (`userconfig.read_owned`); one
+that breaks it is ignored, and said so."""
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpuenv.common import nesting
+from gpuenv.common.userconfig import UserConfigError, read_owned
 from gpuenv.errors import UsageError
 
 SYSTEM_CONFIG = "/etc/gpuenv/config.toml"
 SYSTEM_CONFIG_ENV = "GPUENV_SYSTEM_CONFIG"
-MAX_CONFIG = 1024 * 1024  # no wait on a FIFO, no reading a huge file: it is a config
 
 
 @dataclass(frozen=True)
@@ -37,23 +37,17 @@ def read_site_config(env: Mapping[str, str] | None = None) -> SiteConfig:
     env = os.environ if env is None else env
     path = env.get(SYSTEM_CONFIG_ENV) or SYSTEM_CONFIG
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return SiteConfig(path, None, f"no {path}", missing=True)
+        raw = read_owned(path, "the site config")
+    except UserConfigError as exc:
+        return SiteConfig(path, None, f"{exc}: ignored")
     except OSError as exc:
         return SiteConfig(path, None, f"{path} cannot be read ({exc.strerror})")
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_uid not in (0, os.getuid()):
-            return SiteConfig(path, None, f"{path} is not a file of root's: ignored")
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return SiteConfig(path, None, f"{path} can be written by others: ignored")
-        if info.st_size > MAX_CONFIG:
-            return SiteConfig(path, None, f"{path} is over {MAX_CONFIG // 1024} KiB: ignored")
-        try:
-            data = nesting.loads(tomllib.loads, handle.read(MAX_CONFIG).decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, nesting.TooDeep) as exc:
-            raise UsageError(f"{path} is not valid TOML: {exc}") from None
+    if raw is None:
+        return SiteConfig(path, None, f"no {path}", missing=True)
+    try:
+        data = nesting.loads(tomllib.loads, raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, nesting.TooDeep) as exc:
+        raise UsageError(f"{path} is not valid TOML: {exc}") from None
     return SiteConfig(path, data)
 
 

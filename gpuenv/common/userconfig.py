@@ -44,10 +44,14 @@ def read_owned(path: str, what: str) -> bytes | None:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise UserConfigError(f"{path}: {what} is not a regular file")
-        if info.st_uid not in (os.getuid(), 0) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if info.st_uid not in (os.getuid(), 0):
             raise UserConfigError(
-                f"{path}: another user owns it or may write it, so gpuenv does not trust it "
-                f"(fix: chown $USER {path}; chmod go-w {path})"
+                f"{path}: another user owns it, so gpuenv does not trust it "
+                f"(fix: chown $USER {path}, or root's)"
+            )
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UserConfigError(
+                f"{path}: others may write it, so gpuenv does not trust it (fix: chmod go-w {path})"
             )
         if info.st_size > MAX_SETTINGS:
             raise UserConfigError(f"{path}: {what} is over {MAX_SETTINGS >> 20} MiB")

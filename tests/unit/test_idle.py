@@ -138,7 +138,7 @@ def test_the_policy_is_off_without_a_root_file(tmp_path: Path) -> None:
     assert policy == IdlePolicy(10, 7200.0, 900.0) and source == str(path)
     path.chmod(0o666)
     policy, why = load_policy({"GPUENV_SYSTEM_CONFIG": str(path)})
-    assert policy is None and "can be written by others" in why
+    assert policy is None and "others may write it" in why
     path.chmod(0o644)
     path.write_text('[idle]\nwarn_after = "soon"\n')
     with pytest.raises(UsageError, match="is not a duration"):

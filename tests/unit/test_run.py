@@ -15,8 +15,8 @@ from gpuenv.containers.config import (
     without_gpus,
 )
 from gpuenv.containers.detached import attach_run
-from gpuenv.containers.session import _demultiplex
-from gpuenv.engine.protocol import Frame
+from gpuenv.containers.session import _received
+from gpuenv.engine.protocol import Frame, frames
 from gpuenv.errors import UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.monitor import RunInfo
@@ -175,14 +175,27 @@ def test_ipc_host_has_no_shm_size(tmp_path: Path) -> None:
     assert host["IpcMode"] == "host" and "ShmSize" not in host
 
 
-def test_demultiplex() -> None:
-    frames = bytearray(
-        b"\x01\x00\x00\x00\x00\x00\x00\x03out\x02\x00\x00\x00\x00\x00\x00\x03err\x01\x00\x00"
+class _Socket:
+    """An attached stream that delivers the engine's bytes in the chunks given."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    def recv(self, size: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def test_attached_output_is_demultiplexed_across_chunks() -> None:
+    """Frames split anywhere across recv()s, after bytes read ahead; an incomplete frame
+    at the end is not shown."""
+    sock = _Socket(
+        b"\x00\x00\x00\x00\x03o", b"ut\x02\x00\x00\x00\x00\x00\x00\x03err", b"\x01\x00\x00"
     )
-    seen: list[tuple[int, bytes]] = []
-    _demultiplex(frames, lambda kind, data: seen.append((kind, data)))
-    assert seen == [(1, b"out"), (2, b"err")]
-    assert frames == bytearray(b"\x01\x00\x00")  # an incomplete frame waits for more
+    ahead = b"\x01\x00\x00\x00\x00\x00\x00\x01a\x01\x00\x00"
+    seen = list(frames(_received(sock, ahead), tty=False))  # type: ignore[arg-type]
+    assert seen == [(1, b"a"), (1, b"out"), (2, b"err")]
+    tty = list(frames(_received(_Socket(b"\x01raw"), b""), tty=True))  # type: ignore[arg-type]
+    assert tty == [(1, b"\x01raw")]
 
 
 def test_spec_gpus_request_default() -> None:
