@@ -6,6 +6,32 @@
 log() { echo "• $*" >&2; }
 die() { echo "error: $*" >&2; exit 1; }
 
+# Where the time goes: `phase NAME` says NAME and starts timing it (ending the phase before);
+# `phases_report` ends the last one and prints each phase's seconds on stderr.
+PHASES=()
+PHASE_NAME=""
+PHASE_START=0
+phase() {
+  phase_end
+  PHASE_NAME=$1
+  PHASE_START=$(date +%s.%N)
+  log "$1"
+}
+phase_end() {
+  if [ -n "$PHASE_NAME" ]; then
+    PHASES+=("$(awk -v a="$PHASE_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%7.1fs", b - a }')  $PHASE_NAME")
+    PHASE_NAME=""
+  fi
+}
+phases_report() {  # phases_report TITLE
+  phase_end
+  if [ ${#PHASES[@]} -gt 0 ]; then
+    echo "• $1:" >&2
+    printf '  %s\n' "${PHASES[@]}" >&2
+  fi
+  PHASES=()
+}
+
 need_root() {
   [ "$(id -u)" = 0 ] || die "the test services need root (a Docker engine, apt): run 'sudo make test'"
 }
@@ -181,6 +207,7 @@ host_check_end() {  # fails when the host's network or its Docker engine changed
 
 services_exit() {  # the EXIT trap of use_services
   local rc=$?
+  phases_report "times of make test's phases"
   if [ -n "$SERVICES_STARTED" ]; then
     scripts/services.sh down || rc=1
   fi

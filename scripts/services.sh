@@ -175,12 +175,15 @@ services_up() {  # services_up SERVICE...: in the order given
   local service
   need_root
   check_needs "$@"
+  phase "packages the services need (apt, where missing)"
   install_packages "$@"
   mkdir -p "$STATE" "$RUN" .cache
   for service in "$@"; do
+    phase "service $service"
     service_call "$service" up
   done
   write_env_file
+  phases_report "times of the services' setup"
 }
 
 services_down() {  # services_down SERVICE...: in the reverse order
