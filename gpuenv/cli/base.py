@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpuenv.cli.quiet import QuietView
 from gpuenv.common.text import visible
-from gpuenv.engine.connection import connect
 from gpuenv.errors import (
     BuildError,
     GpuenvError,
@@ -23,7 +22,6 @@ from gpuenv.errors import (
 )
 
 if TYPE_CHECKING:  # annotations only: `gpuenv --version` loads none of the core
-    from gpuenv.engine.protocol import Engine
     from gpuenv.images.progress import View
 
 
@@ -128,11 +126,6 @@ def _to_devnull(stream: Any) -> None:
 
 def print_traceback() -> None:
     traceback.print_exc()
-
-
-def engine() -> Engine:
-    """The engine the environment names (DOCKER_HOST, CONTAINER_HOST, GPUENV_ENGINE)."""
-    return connect()
 
 
 def view_factory(quiet: bool) -> Callable[[], View]:

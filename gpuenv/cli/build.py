@@ -12,10 +12,9 @@ from gpuenv.app.image import up_to_date_tag
 from gpuenv.cli import output
 from gpuenv.cli.base import up_to_date
 from gpuenv.cli.context import (
-    Context,
+    Application,
     bake_checks,
     bake_option,
-    engine,
     freshness,
     freshness_options,
     quiet_option,
@@ -32,7 +31,7 @@ from gpuenv.images.bake import BakePolicy
 @quiet_option
 @click.pass_obj
 def build(
-    obj: Context,
+    obj: Application,
     bake: bool,
     allow_secrets: tuple[str, ...],
     allow_large: bool,
@@ -64,7 +63,7 @@ def build(
     """
 
     # The no-op path: nothing changed since the last build, and the engine has the image.
-    connected = engine()
+    connected = obj.engine()
     policy = freshness(locked, frozen)
     known = up_to_date_tag(obj.directory, bake, connected)
     if known:

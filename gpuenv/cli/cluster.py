@@ -15,7 +15,7 @@ from gpuenv.app.platforms import engine_platform
 from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platform, submit_job
 from gpuenv.app.variables import expanded_spec
 from gpuenv.cli import output, ui
-from gpuenv.cli.context import Context, apply, engine, view_factory
+from gpuenv.cli.context import Application, apply, view_factory
 from gpuenv.cli.devcontainer import export_devcontainer_command
 from gpuenv.cluster import manifests as k8s
 from gpuenv.cluster.manifests import compose_file
@@ -118,7 +118,7 @@ rendezvous_option = click.option(
 @target_argument
 @click.pass_obj
 def submit(
-    obj: Context,
+    obj: Application,
     gpus: int | None,
     env: tuple[str, ...],
     env_files: tuple[str, ...],
@@ -153,7 +153,7 @@ def submit(
         partition=partition,
         sbatch_args=sbatch_args,
     )
-    job = prepare_job(obj.directory, request, notice=ui.warn, engine=engine)
+    job = prepare_job(obj.directory, request, notice=ui.warn, engine=obj.engine)
     if dry_run:
         click.echo(job.script, nl=False)
         return
@@ -165,7 +165,7 @@ def submit(
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
 @click.pass_obj
-def jobs(obj: Context, as_json: bool) -> None:
+def jobs(obj: Application, as_json: bool) -> None:
     """This project's Slurm jobs: pending, running, ended (sacct).
 
     Pending and running jobs come from squeue; those that ended in the last 7 days from
@@ -224,7 +224,7 @@ def export() -> None:
     help="Write to this file (pylock.toml, say) instead of stdout.",
 )
 @click.pass_obj
-def export_pylock(obj: Context, target: str | None) -> None:
+def export_pylock(obj: Application, target: str | None) -> None:
     """The Python packages gpuenv.lock pins, as a PEP 751 pylock.toml.
 
     Every package gpuenv installs on the base image, with its version, index, file URL
@@ -274,7 +274,7 @@ def export_pylock(obj: Context, target: str | None) -> None:
 @target_argument
 @click.pass_obj
 def export_kubernetes(
-    obj: Context,
+    obj: Application,
     gpus: int | None,
     env: tuple[str, ...],
     env_files: tuple[str, ...],
@@ -293,7 +293,7 @@ def export_kubernetes(
     Variables of -e and --env-file come from a Secret (--env-secret), not the file."""
     project = load_project(obj.directory)
     image = pushed_image(project.lock.extra)
-    spec = expanded_spec(project.spec, image, engine)
+    spec = expanded_spec(project.spec, image, obj.engine)
     variables = exported_environment(spec, env, env_files, write_values=write_values)
     options = k8s.KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout, env_secret)
     if pushed_is_stale(project):
@@ -341,7 +341,7 @@ def export_kubernetes(
 @target_argument
 @click.pass_obj
 def export_compose(
-    obj: Context,
+    obj: Application,
     gpus: int | tuple[str, ...] | None,
     env: tuple[str, ...],
     env_files: tuple[str, ...],
@@ -361,10 +361,10 @@ def export_compose(
     image = (project.lock.extra.get("pushed") or {}).get("image")
     platform = pushed_platform(project)
     if not image:
-        connected = engine()
+        connected = obj.engine()
         image = image_for_run(obj.directory, connected, view_factory(True)).tag
         platform = engine_platform(connected)
-    spec = expanded_spec(project.spec, image, engine)
+    spec = expanded_spec(project.spec, image, obj.engine)
     variables = exported_environment(spec, env, env_files, write_values=write_values)
     request = project.spec.gpus
     devices = list(request.devices) if request.mode == "devices" and gpus is None else []

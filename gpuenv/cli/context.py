@@ -1,4 +1,5 @@
-"""What every click command shares: the context, the lazily loaded command tree (whose
+"""What every click command shares: the application object (click's obj, which makes the
+engine client once), the lazily loaded command tree (whose
 errors take the one error path in `base`, with JSON failures when --json asks), the
 option groups; and, from `base`, the adapters the CLI plugs into the core (the engine,
 the progress view)."""
@@ -9,7 +10,8 @@ import importlib
 import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from click.shell_completion import CompletionItem
@@ -18,7 +20,6 @@ from gpuenv.cli import output
 from gpuenv.cli.base import (
     as_gpuenv_error,
     debugging,
-    engine,
     internal,
     print_traceback,
     report,
@@ -28,6 +29,7 @@ from gpuenv.cli.base import (
     view_factory,
 )
 from gpuenv.cli.failure import error_data, internal_data, interrupted_data, usage_data
+from gpuenv.engine.connection import connect
 from gpuenv.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
@@ -40,23 +42,41 @@ from gpuenv.errors import (
 )
 from gpuenv.lock.locked import Freshness
 
-__all__ = ["Context", "LazyGroup", "apply", "engine", "report", "view_factory"]
+if TYPE_CHECKING:
+    from gpuenv.engine.protocol import Engine
+
+__all__ = ["Application", "LazyGroup", "apply", "report", "view_factory"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 FRAMEWORK_CHOICE = click.Choice(["pytorch", "tensorflow", "jax", "none"])
 
 
-class Context(NamedTuple):
-    directory: str
-    debug: bool
+@dataclass
+class Application:
+    """The one application object of a `gpuenv` process, passed down the commands as
+    click's `obj`: where the project is, --debug, and the engine client, made once, when
+    a command first asks for it (every later ask, a dashboard's refreshes included, gets
+    the same client). Tests give one with a fake engine: `main(args, obj=Application(
+    connected=FakeEngine()))`."""
+
+    directory: str = "."
+    debug: bool = False
     # Where the command was started, relative to `directory`, when gpuenv.yaml was found
     # in a folder above it ("src/models"); "" otherwise. A run starts there in /workspace.
     subfolder: str = ""
+    connected: Engine | None = None
+
+    def engine(self) -> Engine:
+        """The engine the environment names (DOCKER_HOST, CONTAINER_HOST, GPUENV_ENGINE),
+        connected on first use; one that cannot be reached is asked again next time."""
+        if self.connected is None:
+            self.connected = connect()
+        return self.connected
 
 
 def _debug(ctx: click.Context) -> bool:
-    obj = ctx.find_object(Context)
+    obj = ctx.find_object(Application)
     return debugging(bool(obj and obj.debug))
 
 

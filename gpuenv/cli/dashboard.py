@@ -15,6 +15,7 @@ import click
 from gpuenv.app.dashboard import HistorySource, PrometheusHistory, SqliteHistory
 from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.cli import ui
+from gpuenv.cli.context import Application
 from gpuenv.cli.dashboard_server import TOKEN_ENV, Site, read_token, serve
 from gpuenv.cli.listen import bind_hint, parse_listen
 from gpuenv.errors import ExporterError, StateUnsafe, UsageError
@@ -78,7 +79,10 @@ def _reader(folder: Folder, where: str) -> SqliteHistory:
     help="Read the history from this Prometheus (which scrapes `gpuenv exporter`) "
     "instead of sampling into the state folder.",
 )
-def dashboard(listen: str, token_file: str | None, prometheus: str | None) -> None:
+@click.pass_obj
+def dashboard(
+    app: Application, listen: str, token_file: str | None, prometheus: str | None
+) -> None:
     """Serve a read-only page of this host's GPUs on http://HOST:PORT/ (loopback by
     default): live utilization, memory, temperature against the GPU's slowdown
     threshold, power against its cap, clock-event reasons and health findings; who
@@ -120,7 +124,7 @@ def dashboard(listen: str, token_file: str | None, prometheus: str | None) -> No
         return {"sampler": who, "note": sampler.note, "last_sample": sampler.last_sample}
 
     try:
-        server = serve(address, port, Site(history, status, token, port))
+        server = serve(address, port, Site(history, status, token, port, app))
     except OSError as exc:
         if sampler is not None:
             sampler.history.close()

@@ -44,7 +44,7 @@ from gpuenv.app.dashboard import (
     usage_payload,
 )
 from gpuenv.cli.charts import READINGS, line_chart
-from gpuenv.cli.context import engine
+from gpuenv.cli.context import Application
 from gpuenv.common import strictjson
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.host.machine import Host
@@ -115,7 +115,9 @@ class Site:
         status: Callable[[], dict[str, Any]],
         token: str | None,
         port: int,
+        app: Application | None = None,
     ) -> None:
+        self.app = app or Application()  # one engine client for every request
         self.history = history
         self.status = status  # who samples, and how it goes
         self.token = token
@@ -130,7 +132,7 @@ class Site:
         """The right-sizing checks, read at most once a minute (they change slowly)."""
         read_at, found = self._sizing
         if not read_at or time.monotonic() - read_at > 60:
-            found = sizing_payload(engine, host)
+            found = sizing_payload(self.app.engine, host)
             self._sizing = (time.monotonic(), found)
         return found
 
@@ -153,7 +155,9 @@ class Site:
             return _json(usage_payload(viewer))
         with self.lock:
             if path == "/api/gpus":
-                return _json(gpus_payload(engine, self.history, self.status(), self.sizing))
+                return _json(
+                    gpus_payload(self.app.engine, self.history, self.status(), self.sizing)
+                )
             window = query.get("window", "1h")
             if window not in WINDOWS:
                 raise ValueError(f"window must be one of {', '.join(WINDOWS)}")

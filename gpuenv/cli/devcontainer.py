@@ -10,8 +10,8 @@ import click
 from gpuenv.app.devcontainer import claim_for_devcontainer, export_devcontainer
 from gpuenv.app.launch import host_services
 from gpuenv.cli import ui
-from gpuenv.cli.base import engine, say, view_factory
-from gpuenv.cli.context import Context, quiet_option
+from gpuenv.cli.base import say, view_factory
+from gpuenv.cli.context import Application, quiet_option
 
 
 @click.command("devcontainer")
@@ -24,7 +24,9 @@ from gpuenv.cli.context import Context, quiet_option
 @click.option("--force", is_flag=True, help="Replace a devcontainer.json gpuenv did not write.")
 @quiet_option
 @click.pass_obj
-def export_devcontainer_command(obj: Context, gpus: str | None, force: bool, quiet: bool) -> None:
+def export_devcontainer_command(
+    obj: Application, gpus: str | None, force: bool, quiet: bool
+) -> None:
     """Write .devcontainer/devcontainer.json: the project's locked environment for VS
     Code's Dev Containers and the `devcontainer` CLI.
 
@@ -47,7 +49,7 @@ def export_devcontainer_command(obj: Context, gpus: str | None, force: bool, qui
     """
     exported = export_devcontainer(
         obj.directory,
-        engine(),
+        obj.engine(),
         services=host_services(),
         environ=os.environ,
         view=view_factory(quiet),
@@ -71,12 +73,12 @@ def export_devcontainer_command(obj: Context, gpus: str | None, force: bool, qui
 @click.command("devcontainer-claim", hidden=True)
 @quiet_option
 @click.pass_obj
-def devcontainer_claim(obj: Context, quiet: bool) -> None:
+def devcontainer_claim(obj: Application, quiet: bool) -> None:
     """Claim the GPUs .devcontainer/devcontainer.json names, held while its container
     runs (the file's initializeCommand runs this before the editor starts it)."""
     claimed = claim_for_devcontainer(
         obj.directory,
-        engine(),
+        obj.engine(),
         services=host_services(),
         view=view_factory(quiet),
         notice=lambda text: None if quiet else say(f"gpuenv: {text}"),

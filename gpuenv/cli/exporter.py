@@ -19,7 +19,7 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 
 from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.cli import ui
-from gpuenv.cli.context import engine
+from gpuenv.cli.context import Application
 from gpuenv.cli.listen import bind_hint, parse_listen
 from gpuenv.errors import ExporterError, GpuenvError, UsageError
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
@@ -41,9 +41,12 @@ class GpuCollector:
     """Reads the GPUs at each scrape (one scrape at a time) and yields metric families:
     gpuenv's, dcgm-exporter's names, or both (`names`)."""
 
-    def __init__(self, listener: NvmlListener, names: str = "gpuenv") -> None:
+    def __init__(
+        self, listener: NvmlListener, names: str = "gpuenv", app: Application | None = None
+    ) -> None:
         self.listener = listener
         self.names = names
+        self.app = app or Application()  # its engine client, made at the first scrape
         self.hostname = socket.gethostname()  # dcgm-exporter's Hostname: os.Hostname()
         self.lock = threading.Lock()
 
@@ -76,7 +79,7 @@ class GpuCollector:
             last_xid = {gpu.index: gpu.xids[-1] for gpu in host.gpus if gpu.xids}
         claims, idle = _claims_and_idle()
         try:
-            runs, answers = list_runs(engine()), 1.0
+            runs, answers = list_runs(self.app.engine()), 1.0
         except GpuenvError:  # not reachable, or does not answer within seconds
             runs, answers = [], 0.0
         held = holders(claims, runs)
@@ -157,7 +160,10 @@ def _idle(
     help="Also sample the GPUs (and XIDs) into your history in the state folder, for "
     "`gpuenv dashboard`, `top` and `doctor` ([history] settings).",
 )
-def exporter(listen: str, names: str, print_alert_rules: bool, history: bool) -> None:
+@click.pass_obj
+def exporter(
+    app: Application, listen: str, names: str, print_alert_rules: bool, history: bool
+) -> None:
     """Serve this host's GPUs as Prometheus metrics on http://HOST:PORT/metrics.
 
     Per GPU: utilization, memory, temperature and the GPU's slowdown threshold, power
@@ -193,7 +199,7 @@ def exporter(listen: str, names: str, print_alert_rules: bool, history: bool) ->
     settings = HistorySettings.load() if history else None
     listener = NvmlListener()
     listener.start()
-    collector = GpuCollector(listener, names)
+    collector = GpuCollector(listener, names, app)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     sampler = _sampler(listener, collector.lock, settings) if settings else None

@@ -8,10 +8,9 @@ from gpuenv.app.mirror import configured_mirror
 from gpuenv.app.platforms import engine_platform
 from gpuenv.cli import output, ui
 from gpuenv.cli.context import (
-    Context,
+    Application,
     bake_checks,
     bake_option,
-    engine,
     quiet_option,
     view_factory,
 )
@@ -35,7 +34,7 @@ from gpuenv.lock.project import load_project
     "new or empty folder, to build elsewhere: `docker buildx build DIR`.",
 )
 @click.pass_obj
-def render(obj: Context, bake: bool, context_dir: str | None) -> None:
+def render(obj: Application, bake: bool, context_dir: str | None) -> None:
     """Print the Dockerfile `gpuenv build` would build with BuildKit; builds nothing.
 
     The base is pinned by digest once `gpuenv pull` (or `gpuenv build`) has recorded it
@@ -55,7 +54,7 @@ def render(obj: Context, bake: bool, context_dir: str | None) -> None:
 @click.command()
 @quiet_option
 @click.pass_obj
-def pull(obj: Context, quiet: bool) -> None:
+def pull(obj: Application, quiet: bool) -> None:
     """Pull the locked base image and pin its digest in gpuenv.lock.
 
     Uses the digest once the lock has one, so a moved tag never changes what you get.
@@ -66,7 +65,7 @@ def pull(obj: Context, quiet: bool) -> None:
     project = load_project(obj.directory, "frozen")  # the image only: packages may wait
     had_digest = bool(project.lock.digest)
     view = view_factory(quiet)()
-    project, local = ensure_base(project, engine(), view, configured_mirror())
+    project, local = ensure_base(project, obj.engine(), view, configured_mirror())
     output.result(local)
     if had_digest:
         ui.success(f"{project.lock.image} is present (pinned at {project.lock.digest})")
@@ -77,14 +76,15 @@ def pull(obj: Context, quiet: bool) -> None:
 @click.command()
 @click.argument("folders", nargs=-1, type=click.Path(file_okay=False, exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
-def images(folders: tuple[str, ...], as_json: bool) -> None:
+@click.pass_obj
+def images(app: Application, folders: tuple[str, ...], as_json: bool) -> None:
     """List gpuenv-built images: project, size, age, and whether a lock refers to it.
 
     An image is in use while a lock refers to it: the lock of the folder it was built
     from, or of a project in FOLDERS (a project folder, or a folder of projects). With
     FOLDERS, only images built from projects inside them are listed.
     """
-    rows = list_images(engine(), configured_mirror(), folders)
+    rows = list_images(app.engine(), configured_mirror(), folders)
     if as_json:
         output.data([row.to_data() for row in rows])
     elif not rows:
@@ -102,7 +102,8 @@ def images(folders: tuple[str, ...], as_json: bool) -> None:
     help="The builds' dependency caches (downloaded wheels, uv's and apt's caches) "
     "instead of images.",
 )
-def gc(folders: tuple[str, ...], yes: bool, caches: bool) -> None:
+@click.pass_obj
+def gc(app: Application, folders: tuple[str, ...], yes: bool, caches: bool) -> None:
     """Remove gpuenv-built images that no lock refers to.
 
     An image is kept while a lock refers to it: the lock of the folder it was built from,
@@ -119,9 +120,9 @@ def gc(folders: tuple[str, ...], yes: bool, caches: bool) -> None:
     if caches:
         if folders:
             raise UsageError("--caches takes no folders: the caches belong to the engine")
-        _gc_caches(yes)
+        _gc_caches(app, yes)
         return
-    connected = engine()
+    connected = app.engine()
     rows = list_images(connected, configured_mirror(), folders)
     outcome = collect(connected, rows, yes)
     for row in outcome.removed:
@@ -143,8 +144,8 @@ def gc(folders: tuple[str, ...], yes: bool, caches: bool) -> None:
         ui.success("nothing to remove")
 
 
-def _gc_caches(yes: bool) -> None:
-    connected = engine()
+def _gc_caches(app: Application, yes: bool) -> None:
+    connected = app.engine()
     found = dependency_caches(connected)
     if found is None:
         ui.warn(
@@ -175,7 +176,7 @@ def _gc_caches(yes: bool) -> None:
 @quiet_option
 @click.pass_obj
 def push(
-    obj: Context,
+    obj: Application,
     repository: str | None,
     allow_secrets: tuple[str, ...],
     allow_large: bool,
@@ -198,7 +199,7 @@ def push(
         ui.step(f"pushing the project image, code baked in, to {repository}")
 
     view = view_factory(quiet)()
-    connected = engine()
+    connected = obj.engine()
 
     project, image = do_push(
         project,

@@ -18,7 +18,7 @@ from gpuenv.app.keeper import (
     keep,
     keep_named,
 )
-from gpuenv.cli.base import engine
+from gpuenv.cli.context import Application
 from gpuenv.errors import GpuenvError
 from gpuenv.reservations.claims import CLAIM_PREFIX, ClaimStore
 
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(rest) < 2 or not all(n.startswith(CLAIM_PREFIX) and "/" not in n for n in rest[1:]):
         return 2
     container, *names = rest
-    connected = engine()
+    connected = Application().engine()
     try:
         store = ClaimStore()
     except GpuenvError:  # the folder cannot be opened now: hold the locks all the same

@@ -12,7 +12,7 @@ from rich.live import Live
 from gpuenv.app.idle import check_idle
 from gpuenv.app.top import top_snapshot
 from gpuenv.cli import output, ui
-from gpuenv.cli.context import Context, engine
+from gpuenv.cli.context import Application
 from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
 from gpuenv.containers.doctor import run_checks
 from gpuenv.errors import EXIT_DOCTOR
@@ -38,7 +38,8 @@ def _interval(_ctx: click.Context, _param: click.Parameter, value: float) -> flo
     callback=_interval,
     help="Seconds between refreshes (above 0).",
 )
-def top(once: bool, as_json: bool, interval: float) -> None:
+@click.pass_obj
+def top(app: Application, once: bool, as_json: bool, interval: float) -> None:
     """A live view of every GPU: utilization, memory, temperature, power, health, and
     which run, container and user holds it (NVML's process IDs mapped to containers
     through their cgroups). GPUs used by processes outside gpuenv are shown as such.
@@ -52,7 +53,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
 
     Output that is not a terminal (a pipe, a file) gets one snapshot, as with --once."""
     notes: list[str] = []
-    host, rows = top_snapshot(engine, notes)
+    host, rows = top_snapshot(app.engine, notes)
     for note in notes:
         ui.warn(note)
     if not host.gpus:
@@ -77,7 +78,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
         try:
             while True:
                 time.sleep(interval)
-                host, rows = top_snapshot(engine)
+                host, rows = top_snapshot(app.engine)
                 live.update(top_view(host, rows), refresh=True)
         except KeyboardInterrupt:
             pass
@@ -86,7 +87,7 @@ def top(once: bool, as_json: bool, interval: float) -> None:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @click.pass_obj
-def doctor(obj: Context, as_json: bool) -> None:
+def doctor(obj: Application, as_json: bool) -> None:
     """Check this machine for gpuenv: the engine (Docker or Podman, rootless or not) and
     its API, the GPU path (legacy NVIDIA request or CDI, and what is wrong with the CDI
     specs: a cdiVersion the engine cannot read, a spec stale after a driver upgrade),
@@ -95,7 +96,7 @@ def doctor(obj: Context, as_json: bool) -> None:
     memory against GPU memory, nvcr.io credentials, the state folder and, where one is
     set, the dcgm-exporter job mapping folder. Sizing thresholds: [sizing] in
     /etc/gpuenv/config.toml. Exits 15 when a check fails."""
-    checks = run_checks(obj.directory, engine)
+    checks = run_checks(obj.directory, obj.engine)
     if as_json:
         output.data([c.to_data() for c in checks])
     else:
@@ -115,14 +116,15 @@ def doctor(obj: Context, as_json: bool) -> None:
     help="Apply the admin's idle policy (root): warn, then stop runs idle too long.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the claimed GPUs as JSON.")
-def idle(enforce: bool, as_json: bool) -> None:
+@click.pass_obj
+def idle(app: Application, enforce: bool, as_json: bool) -> None:
     """For how long each claimed GPU has been idle (below the policy's threshold, 5% by
     default), from the samples gpuenv keeps in the state folder; each call adds one.
     With --enforce, run by root every minute (a systemd timer or cron), the policy in
     /etc/gpuenv/config.toml ([idle]) warns the owner of a run whose GPUs all stayed idle
     `warn_after`, and stops it `stop_after` later, recording why. Off without a policy."""
     policy, source = load_policy()
-    report = check_idle(engine(), policy, source, enforcing=enforce)
+    report = check_idle(app.engine(), policy, source, enforcing=enforce)
     for text in report.done:
         ui.info(text)
     rows, log = report.claims, report.log

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from gpuenv.app.notebook import notebook_options
-from gpuenv.cli.context import Context
+from gpuenv.cli.context import Application
 from gpuenv.cli.run import launch_run, run_options
 
 
@@ -30,7 +30,7 @@ from gpuenv.cli.run import launch_run, run_options
 )
 @click.option("--name", metavar="NAME", help="Name the detached notebook (gpuenv ps shows it).")
 @click.pass_obj
-def notebook(obj: Context, /, quiet: bool, port: int, **options: Any) -> None:
+def notebook(obj: Application, /, quiet: bool, port: int, **options: Any) -> None:
     """Start JupyterLab in the project's container, set up as for run: as you, the
     project at /workspace, the GPUs the spec (or --gpus) asks for, claimed like a run's
     (--wait queues for them).
@@ -48,7 +48,7 @@ def notebook(obj: Context, /, quiet: bool, port: int, **options: Any) -> None:
       gpuenv notebook -d --name lab && gpuenv ps
     """
     launch_run(
-        obj.directory,
+        obj,
         quiet,
         workdir=obj.subfolder,
         **notebook_options(options, port, os.environ, os.getuid()),

@@ -12,8 +12,8 @@ from gpuenv.app.init import init_project
 from gpuenv.app.lock import Note, update_lock, verify_lock
 from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output, ui
-from gpuenv.cli.base import engine, view_factory
-from gpuenv.cli.context import Context, host_options, json_option, report, spec_options
+from gpuenv.cli.base import view_factory
+from gpuenv.cli.context import Application, host_options, json_option, report, spec_options
 from gpuenv.cli.failure import error_fields
 from gpuenv.cli.views import show_resolution
 from gpuenv.errors import UsageError
@@ -90,7 +90,7 @@ def _lock_data(
 @json_option("what happened to the lock")
 @click.pass_obj
 def lock(
-    obj: Context,
+    obj: Application,
     driver: str | None,
     gpu_models: tuple[str, ...],
     platform: str | None,
@@ -151,7 +151,7 @@ def lock(
         upgrade=upgrade,
         newest=newest,
         notify=_notify,
-        read_base=engine_reader(engine, view_factory(as_json)),
+        read_base=engine_reader(obj.engine, view_factory(as_json)),
     )
     if update.resolution is None:
         ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
@@ -166,7 +166,7 @@ def lock(
         else:
             ui.success(f"updated {LOCK_FILENAME}: {update.previous_image} → {image}")
         show_resolution(update.resolution)
-    packages = _lock_packages(obj.directory, upgrade, upgrade_packages, cutoff, quiet=as_json)
+    packages = _lock_packages(obj, upgrade, upgrade_packages, cutoff, quiet=as_json)
     if as_json:
         output.data(
             _lock_data(
@@ -181,7 +181,7 @@ def lock(
 
 
 def _lock_packages(
-    directory: str,
+    app: Application,
     upgrade: bool,
     upgrade_packages: tuple[str, ...],
     exclude_newer: str | None,
@@ -193,8 +193,8 @@ def _lock_packages(
     from gpuenv.lock.lockfile import read_lock
 
     outcome = relock_overlay(
-        directory,
-        engine,
+        app.directory,
+        app.engine,
         view_factory(quiet),
         upgrade=upgrade,
         upgrade_packages=upgrade_packages,
@@ -202,7 +202,7 @@ def _lock_packages(
         on_line=notice_line(ui.info),
     )
     if isinstance(outcome, str):
-        overlay = read_lock(os.path.join(directory, LOCK_FILENAME)).overlay
+        overlay = read_lock(os.path.join(app.directory, LOCK_FILENAME)).overlay
         (ui.info if overlay.resolved else ui.warn)(outcome)
         changes: tuple[str, ...] = ()
     else:
@@ -238,7 +238,7 @@ def _lock_packages(
 @json_option("what was found and written")
 @click.pass_obj
 def init(
-    obj: Context,
+    obj: Application,
     framework: str | None,
     version: str | None,
     python: str | None,
@@ -310,7 +310,7 @@ def init(
 @click.command()
 @json_option("every item checked, and the first error")
 @click.pass_obj
-def check(obj: Context, as_json: bool) -> None:
+def check(obj: Application, as_json: bool) -> None:
     """Validate the matrices, gpuenv.yaml, gpuenv.lock and the dependency sources,
     reporting every problem, and what the build will leave to the image. A valid
     lock is judged against the known host (this machine's NVML, or GPUENV_HOST_FILE):

@@ -12,7 +12,7 @@ import click
 
 from gpuenv.cli import output, ui
 from gpuenv.cli.base import report
-from gpuenv.cli.context import engine
+from gpuenv.cli.context import Application
 from gpuenv.cli.views import health_lines, runs_table
 from gpuenv.containers.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
 from gpuenv.errors import GpuenvError
@@ -31,8 +31,8 @@ from gpuenv.reservations.claims import ClaimStore
 from gpuenv.reservations.statedir import state_dir
 
 
-def _runs(show_all: bool) -> list[RunInfo]:
-    return list_runs(engine(), show_all=show_all)
+def _runs(app: Application, show_all: bool) -> list[RunInfo]:
+    return list_runs(app.engine(), show_all=show_all)
 
 
 def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
@@ -66,12 +66,13 @@ def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
     help="Also runs that have stopped but not been removed (as `docker ps -a`).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
-def ps(show_all: bool, as_json: bool) -> None:
+@click.pass_obj
+def ps(app: Application, show_all: bool, as_json: bool) -> None:
     """List the gpuenv runs on this host: project, user, GPUs, command, image, uptime,
     and the health of the GPUs each one holds (a throttled or failing GPU slows or
     breaks the run on it; `gpuenv top` shows every GPU), and whether each is detached
     (`gpuenv run -d`). --all adds ended detached runs."""
-    runs = _with_idle(_runs(show_all))
+    runs = _with_idle(_runs(app, show_all))
     host = detect_host() if any(r.state == "running" for r in runs) else None
     health = {run.id: [f.to_data() for f in run_health(run, host)] if host else [] for run in runs}
     if as_json:
@@ -88,14 +89,15 @@ def ps(show_all: bool, as_json: bool) -> None:
 
 @click.command()
 @click.argument("run_name", metavar="RUN")
-def stop(run_name: str) -> None:
+@click.pass_obj
+def stop(app: Application, run_name: str) -> None:
     """Stop a gpuenv run (by name or id, as `gpuenv ps` shows): its owner, or root.
 
     The run's command gets SIGTERM, then SIGKILL after 10 s; its gpuenv process then
     removes the container and releases its GPUs. A detached run's GPUs are free once it
     has stopped; its container stays (`gpuenv logs`, `gpuenv rm`).
     """
-    run = stop_run(engine(), _runs(True), run_name, os.getuid())
+    run = stop_run(app.engine(), _runs(app, True), run_name, os.getuid())
     if run.state in ENDED_STATES:
         ui.info(
             f"{run.name} has already ended ({run.state}): nothing to stop; `gpuenv logs "
@@ -115,33 +117,36 @@ def _write(kind: int, data: bytes) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Go on printing output as it comes.")
 @click.option("--tail", default="all", metavar="N", help="Only the last N lines (default: all).")
 @click.argument("run_name", metavar="RUN")
-def logs(run_name: str, follow: bool, tail: str) -> None:
+@click.pass_obj
+def logs(app: Application, run_name: str, follow: bool, tail: str) -> None:
     """Print a run's output (stdout and stderr, as it wrote them): its owner, or root.
     With -f, follow it until the run ends (Ctrl-C stops following, not the run)."""
     if tail != "all" and not tail.isdigit():
         raise click.BadParameter("a number of lines, or all", param_hint="--tail")
-    run = owned_run(_runs(True), run_name, os.getuid(), "read the output of")
+    run = owned_run(_runs(app, True), run_name, os.getuid(), "read the output of")
     with contextlib.suppress(KeyboardInterrupt):
-        stream_logs(engine(), run, follow=follow, tail=tail, write=_write)
+        stream_logs(app.engine(), run, follow=follow, tail=tail, write=_write)
 
 
 @click.command()
 @click.argument("run_name", metavar="RUN")
-def attach(run_name: str) -> None:
+@click.pass_obj
+def attach(app: Application, run_name: str) -> None:
     """Follow a running run's output from now on, and exit with its exit code when it
     ends. Ctrl-C detaches: the run goes on. Its owner, or root."""
-    run = owned_run(_runs(True), run_name, os.getuid(), "attach to")
+    run = owned_run(_runs(app, True), run_name, os.getuid(), "attach to")
     code = attach_run(
-        engine(), run, write=_write, notice=lambda text: click.echo(f"gpuenv: {text}", err=True)
+        app.engine(), run, write=_write, notice=lambda text: click.echo(f"gpuenv: {text}", err=True)
     )
     sys.exit(0 if code is None else code)
 
 
 @click.command(name="wait")
 @click.argument("run_name", metavar="RUN")
-def wait_command(run_name: str) -> None:
+@click.pass_obj
+def wait_command(app: Application, run_name: str) -> None:
     """Wait until a run ends, and exit with its command's exit code."""
-    sys.exit(wait_run(engine(), find_run(_runs(True), run_name)))
+    sys.exit(wait_run(app.engine(), find_run(_runs(app, True), run_name)))
 
 
 def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
@@ -154,13 +159,14 @@ def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
 
 @click.command()
 @click.argument("run_names", metavar="RUN...", nargs=-1, required=True)
-def rm(run_names: tuple[str, ...]) -> None:
+@click.pass_obj
+def rm(app: Application, run_names: tuple[str, ...]) -> None:
     """Remove detached runs that have ended, with their output: their owner, or root.
 
     Several may be named (`gpuenv rm a b c`, as `docker rm`): each is removed or its
     error said, and the exit code is the first error's. Each end goes into the GPU-hours
     records (`gpuenv usage`)."""
-    runs, connected = _runs(True), engine()
+    runs, connected = _runs(app, True), app.engine()
     failed: GpuenvError | None = None
     for run_name in dict.fromkeys(run_names):
         try:

@@ -12,8 +12,8 @@ import click
 from gpuenv.app.lock import resolve_project
 from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output
-from gpuenv.cli.base import engine, view_factory
-from gpuenv.cli.context import Context, host_options, json_option, spec_options
+from gpuenv.cli.base import view_factory
+from gpuenv.cli.context import Application, host_options, json_option, spec_options
 from gpuenv.errors import ResolutionError
 from gpuenv.lock.locked import LOCK_FILENAME
 from gpuenv.matrix.load import load_matrix
@@ -42,7 +42,7 @@ from gpuenv.resolution.hostplan import HostPlan
 @json_option("the resolution")
 @click.pass_obj
 def resolve(
-    obj: Context,
+    obj: Application,
     framework: str | None,
     version: str | None,
     python: str | None,
@@ -78,7 +78,7 @@ def resolve(
     matrix = load_matrix()
     host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
-        reader = engine_reader(engine, view_factory(as_json))
+        reader = engine_reader(obj.engine, view_factory(as_json))
         resolution = resolve_project(spec, matrix, host, newest=newest, read_base=reader)
         if os.path.exists(os.path.join(obj.directory, LOCK_FILENAME)):
             from gpuenv.app.lock import differs_from_lock  # the lock reader: ~60 ms

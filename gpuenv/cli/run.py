@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import click
 
 from gpuenv.app.launch import RunRequest, Terminal, host_services, launch, oom_advice
-from gpuenv.cli.base import engine, say, view_factory
-from gpuenv.cli.context import Context, apply, freshness, freshness_options, quiet_option
+from gpuenv.cli.base import say, view_factory
+from gpuenv.cli.context import Application, apply, freshness, freshness_options, quiet_option
 from gpuenv.containers.session import stdin_is_input
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,8 +95,8 @@ run_options = apply(
 )
 
 
-def _launch(obj: Context, quiet: bool, **options: Any) -> None:
-    launch_run(obj.directory, quiet, workdir=obj.subfolder, **options)
+def _launch(obj: Application, quiet: bool, **options: Any) -> None:
+    launch_run(obj, quiet, workdir=obj.subfolder, **options)
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -117,7 +117,7 @@ def _launch(obj: Context, quiet: bool, **options: Any) -> None:
     "arguments", nargs=-1, type=click.UNPROCESSED, required=True, metavar="TARGET [ARGS]..."
 )
 @click.pass_obj
-def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any) -> None:
+def run(obj: Application, /, arguments: tuple[str, ...], quiet: bool, **options: Any) -> None:
     """Run TARGET in the project's container: `train.py ARGS` runs python3 on it, and
     `-- CMD ARGS` any command.
 
@@ -161,7 +161,7 @@ def run(obj: Context, /, arguments: tuple[str, ...], quiet: bool, **options: Any
 @click.command()
 @run_options
 @click.pass_obj
-def shell(obj: Context, /, quiet: bool, **options: Any) -> None:
+def shell(obj: Application, /, quiet: bool, **options: Any) -> None:
     """Open an interactive shell (bash -l) in the project's container, set up as for run.
 
     \b
@@ -173,7 +173,7 @@ def shell(obj: Context, /, quiet: bool, **options: Any) -> None:
     _launch(obj, quiet, shell=True, **options)
 
 
-def launch_run(directory: str, quiet: bool, **options: Any) -> None:
+def launch_run(app: Application, quiet: bool, **options: Any) -> None:
     """Run the request to its end and exit with the command's code; a detached run
     prints its container's name and returns."""
 
@@ -185,9 +185,9 @@ def launch_run(directory: str, quiet: bool, **options: Any) -> None:
     options["freshness"] = freshness(options.pop("locked"), options.pop("frozen"))
     request = RunRequest(wait=(wait_timeout or 0.0) if wait or wait_timeout else None, **options)
     tty = sys.stdin.isatty() and sys.stdout.isatty()
-    connected = engine()
+    connected = app.engine()
     outcome = launch(
-        directory,
+        app.directory,
         request,
         connected,
         services=host_services(),

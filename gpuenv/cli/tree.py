@@ -11,7 +11,7 @@ import os
 import click
 
 from gpuenv import __version__
-from gpuenv.cli.context import Context, LazyGroup
+from gpuenv.cli.context import Application, LazyGroup
 from gpuenv.errors import exit_codes_help
 from gpuenv.project.location import find_project_dir
 
@@ -96,7 +96,8 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
         found = find_project_dir(folder)  # as git, uv and Compose find theirs
         if found is not None and found != folder:
             folder, subfolder = found, os.path.relpath(folder, found)
-    ctx.obj = Context(directory=folder, debug=debug, subfolder=subfolder)
+    passed = ctx.obj if isinstance(ctx.obj, Application) else Application()  # a test's engine
+    ctx.obj = Application(folder, debug, subfolder, connected=passed.connected)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gpuenv.cli.context import Application
 from gpuenv.cli.tree import main
 
 from .fake_engine import FakeEngine
@@ -94,11 +95,15 @@ def test_the_no_op_build_prints_the_tag(
     argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = FakeEngine(images_present={"gpuenv/demo:0123456789abcdef"})
-    monkeypatch.setattr("gpuenv.cli.build.engine", lambda: engine)
     monkeypatch.setattr(
         "gpuenv.project.stamp.fresh_tag", lambda directory, bake: "gpuenv/demo:0123456789abcdef"
     )
-    clicked = CliRunner().invoke(main, ["-C", str(tmp_path), *argv], catch_exceptions=False)
+    clicked = CliRunner().invoke(
+        main,
+        ["-C", str(tmp_path), *argv],
+        catch_exceptions=False,
+        obj=Application(connected=engine),
+    )
     assert clicked.exit_code == 0
     assert clicked.stdout == "gpuenv/demo:0123456789abcdef\n"
     quiet = "-q" in argv or "--quiet" in argv

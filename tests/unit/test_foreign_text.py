@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from gpuenv.cli.context import Application
 from gpuenv.cli.tree import main
 from gpuenv.common.text import visible
 from gpuenv.engine.protocol import ImageInfo
@@ -104,10 +105,13 @@ def nasty(
     log = UsageLog(str(state))
     run = log.begin(text, [("GPU-x", f"NVIDIA {text}")], start=time.time() - 3600)
     log.finish(run, 0)
-    engine = ListingEngine(text)
-    for module in ("ps", "monitoring", "images"):
-        monkeypatch.setattr(f"gpuenv.cli.{module}.engine", lambda: engine)
     return text
+
+
+def _with_engine(text: str) -> Application:
+    """The application object of a command whose engine lists a run and an image named
+    with the text."""
+    return Application(connected=ListingEngine(text))
 
 
 @pytest.mark.parametrize(
@@ -118,7 +122,7 @@ def nasty(
 def test_piped_views_show_the_text_and_nothing_else(nasty: str, command: list[str]) -> None:
     """(`usage` by user shows this process's user; `doctor` shows only the GPU's name,
     whose control characters the NVML reader already replaces with '?'.)"""
-    result = CliRunner().invoke(main, command, env={"COLUMNS": "250"})
+    result = CliRunner().invoke(main, command, env={"COLUMNS": "250"}, obj=_with_engine(nasty))
     assert "internal error" not in result.output, result.output
     assert result.exit_code in (0, 15), result.output  # doctor: 15 when a check fails
     assert not leaks(result.stdout) and not leaks(result.stderr), leaks(result.stdout) + leaks(
@@ -130,7 +134,7 @@ def test_piped_views_show_the_text_and_nothing_else(nasty: str, command: list[st
 
 def test_the_json_keeps_the_whole_text(nasty: str) -> None:
     """--json is data: the text as it is (JSON escapes control characters itself)."""
-    result = CliRunner().invoke(main, ["ps", "--json"])
+    result = CliRunner().invoke(main, ["ps", "--json"], obj=_with_engine(nasty))
     assert result.exit_code == 0, result.output
     (run,) = json.loads(result.stdout)
     assert run["project"] == nasty and run["command"] == f"python3 {nasty}"
