@@ -17,8 +17,9 @@ from gpuenv.cli.context import (
 from gpuenv.cli.views import images_table
 from gpuenv.errors import UsageError
 from gpuenv.images.bake import BakePolicy
+from gpuenv.images.inventory import collect, dependency_caches, list_images
 from gpuenv.images.registry import parse_reference
-from gpuenv.images.service import collect, dependency_caches, ensure_base, list_images, plan
+from gpuenv.images.service import ensure_base, plan
 from gpuenv.images.service import push as do_push
 from gpuenv.lock.project import load_project
 

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from gpuenv import __version__
 from gpuenv.common.labels import LABEL_PREFIX
@@ -258,38 +259,67 @@ class Caches:
         return self.mount("apt", "/var/cache/apt", sharing="locked")
 
 
-def _steps(spec: Spec, overlay: Overlay | None, caches: Caches, *, uv: bool, bake: bool) -> str:
+CACHED = None  # in a step's arguments: where `--cached` goes when the builder mounts caches
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the image, as data: its template (images/ngc), the exec-form
+    arguments it passes (`CACHED` marks where `--cached` goes when a cache is mounted),
+    the cache mount it takes (pip's and uv's, or apt's), and its other fields. The
+    Dockerfile a build runs, the one its tag hashes and the one without cache mounts are
+    the same steps rendered with other `Caches`."""
+
+    template: str
+    arguments: tuple[str | None, ...] | None = None
+    cache: Literal["python", "apt"] | None = None  # the cache mount it takes
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def render(self, caches: Caches) -> str:
+        values = dict(self.fields)
+        if self.cache is not None:
+            values["mounts"] = caches.python if self.cache == "python" else caches.apt
+        if self.arguments is not None:
+            mounted = caches.owner is not None
+            passed = [
+                a if a is not None else "--cached"
+                for a in self.arguments
+                if a is not None or mounted
+            ]
+            values["arguments"] = _json_args(passed)
+        return _template(self.template).substitute(values)
+
+
+def image_steps(spec: Spec, overlay: Overlay | None, *, uv: bool, bake: bool) -> list[Step]:
     """The image's steps in the order users change things: the base checked against the
     lock, apt packages, the locked overlay's install, then (with --bake) the project.
     With `uv`, the install step installs uv (from the project's index, by its pinned
     hashes) into the cache mount, or without one for
     itself alone: the image never carries it. (Not a build stage bound into the step:
     Podman 4.3 cannot bind a stage that came from its cache, containers/podman#16281.)"""
-    steps: list[str] = []
-    cached = ["--cached"] if caches.owner is not None else []
+    steps: list[Step] = []
     if overlay is not None and overlay.base is not None:
         # First, before apt can add Python packages: the base is the one the packages
         # were resolved on (a re-pushed tag, another image under the name, stop here).
-        counted = [str(overlay.base.distributions), overlay.base.inventory]
-        steps.append(_template("check.in").substitute(arguments=_json_args(counted)))
+        counted = (str(overlay.base.distributions), overlay.base.inventory)
+        steps.append(Step("check.in", counted))
     if spec.apt:
-        packages = _json_args([*cached, *spec.apt])
-        steps.append(_template("apt.in").substitute(mounts=caches.apt, arguments=packages))
+        steps.append(Step("apt.in", (CACHED, *spec.apt), cache="apt"))
     if overlay is not None:
-        steps.append(
-            _template("copy.in").substitute(
-                source=json.dumps("requirements/"), target=json.dumps(f"{REQUIREMENTS_DIR}/")
-            )
+        copied = (
+            ("source", json.dumps("requirements/")),
+            ("target", json.dumps(f"{REQUIREMENTS_DIR}/")),
         )
-        arguments = [REQUIREMENTS_DIR, *cached, *(["--uv"] if uv else [])]
-        steps.append(
-            _template("requirements.in").substitute(
-                mounts=caches.python, arguments=_json_args(arguments)
-            )
-        )
+        steps.append(Step("copy.in", fields=copied))
+        arguments = (REQUIREMENTS_DIR, CACHED, *(["--uv"] if uv else []))
+        steps.append(Step("requirements.in", arguments, cache="python"))
     if bake:
-        steps.append(_template("bake.in").substitute())
-    return "".join(steps)
+        steps.append(Step("bake.in"))
+    return steps
+
+
+def _rendered(steps: list[Step], caches: Caches) -> str:
+    return "".join(step.render(caches) for step in steps)
 
 
 def _dockerfile(base: str, canonical: str, steps: str) -> str:
@@ -334,11 +364,10 @@ def plan_build(
     reference = parse_reference(lock.image)
     canonical = base_reference(lock, reference.repository)
     base = base_reference(lock, pull_repository)
-    dockerfile = _dockerfile(
-        base, canonical, _steps(spec, overlay, Caches(owner), uv=uv, bake=bake)
-    )
-    # The tag hashes what the image is made of, whoever builds it: not whose caches.
-    neutral = _steps(spec, overlay, Caches("USER" if mounting else None), uv=uv, bake=bake)
+    steps = image_steps(spec, overlay, uv=uv, bake=bake)
+    dockerfile = _dockerfile(base, canonical, _rendered(steps, Caches(owner)))
+    # The tag hashes the steps, whoever builds them: not whose caches they mount.
+    neutral = _rendered(steps, Caches("USER" if mounting else None))
     canonical_dockerfile = _dockerfile(canonical, canonical, neutral)
 
     digest = hashlib.sha256(b"gpuenv-image-v1\n" + canonical_dockerfile.encode())
@@ -365,8 +394,7 @@ def plan_build(
     label_lines = _template("labels.in").substitute(labels=_label_arguments(labels))
     uncached = ""
     if mounting:
-        without = _steps(spec, overlay, Caches(None), uv=uv, bake=bake)
-        uncached = _dockerfile(base, canonical, without) + label_lines
+        uncached = _dockerfile(base, canonical, _rendered(steps, Caches(None))) + label_lines
     sources = tuple(os.path.join(spec.project_dir, f) for f in sorted(lock.requirements))
     return BuildPlan(
         dockerfile + label_lines,

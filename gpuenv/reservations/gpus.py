@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from gpuenv.common.yamlfile import YamlDocument
 from gpuenv.errors import GpuenvWarning, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
+from gpuenv.project.gpus import parse_gpus_value
 from gpuenv.project.spec import GpuRequest
-from gpuenv.project.validate import SpecChecker, parse_gpus_value
+from gpuenv.project.validate import SpecChecker
 from gpuenv.reservations.claims import Claim
 
 

@@ -19,7 +19,7 @@ from gpuenv.images.accounts import (
     image_accounts,
     usable_account_image,
 )
-from gpuenv.images.service import collect, list_images
+from gpuenv.images.inventory import collect, list_images
 
 from .fake_engine import FakeEngine
 

@@ -12,9 +12,10 @@ import pytest
 
 from gpuenv.engine.protocol import BuildCache, Event
 from gpuenv.errors import BuildError
+from gpuenv.images.inventory import dependency_caches
 from gpuenv.images.progress import BuildProgress
 from gpuenv.images.render import BuildPlan
-from gpuenv.images.service import build, dependency_caches
+from gpuenv.images.service import build
 from tests.unit.fake_engine import FakeEngine
 
 MOUNT = "--mount=type=cache,id=gpuenv-python-999,target=/root/.cache,sharing=shared "

@@ -151,7 +151,7 @@ def test_drawn_tables_show_the_text_and_nothing_else(nasty: str) -> None:
     (a hyperlink is an OSC 8 sequence) nor a crash."""
     from gpuenv.app.top import top_snapshot
     from gpuenv.cli.views import images_table, runs_table, top_view
-    from gpuenv.images.service import list_images
+    from gpuenv.images.inventory import list_images
     from gpuenv.monitoring.monitor import list_runs
 
     engine = ListingEngine(nasty)

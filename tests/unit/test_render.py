@@ -12,7 +12,7 @@ import pytest
 
 from gpuenv.engine.protocol import Builder
 from gpuenv.images.context import project_files
-from gpuenv.images.render import UV_HASHES, label_value, plan_build
+from gpuenv.images.render import CACHED, UV_HASHES, Caches, Step, label_value, plan_build
 from gpuenv.lock.lockfile import lock_from_resolution
 from gpuenv.lock.overlay import Overlay, overlay_from_report
 from gpuenv.matrix.load import Matrix
@@ -385,3 +385,55 @@ def test_a_file_added_to_a_baked_project_makes_its_build_stamp_stale(
     assert stamp.fresh_tag(str(project), True) == "gpuenv/demo:1"
     (project / "src" / "new.py").write_text("print('new')\n")
     assert stamp.fresh_tag(str(project), True) is None
+
+
+APT_STEP = Step("apt.in", (CACHED, "git"), cache="apt")
+INSTALL_STEP = Step("requirements.in", ("/tmp/gpuenv/requirements", CACHED, "--uv"), cache="python")
+
+
+@pytest.mark.parametrize(
+    ("step", "owner", "rendered"),
+    [
+        (
+            APT_STEP,
+            "1000",
+            "RUN --mount=type=cache,id=gpuenv-apt-1000,target=/var/cache/apt,sharing=locked "
+            '["/bin/sh", "/usr/local/lib/gpuenv/apt-install.sh", "--cached", "git"]\n',
+        ),
+        (
+            APT_STEP,
+            None,
+            'RUN ["/bin/sh", "/usr/local/lib/gpuenv/apt-install.sh", "git"]\n',
+        ),
+        (
+            INSTALL_STEP,
+            "USER",
+            "RUN --mount=type=cache,id=gpuenv-python-USER,target=/root/.cache,sharing=shared "
+            '["/bin/sh", "/usr/local/lib/gpuenv/pip-install.sh", "/tmp/gpuenv/requirements", '
+            '"--cached", "--uv"]\n',
+        ),
+        (
+            Step("check.in", ("3", "")),  # an empty argument is passed, not dropped
+            None,
+            'RUN ["python3", "/usr/local/lib/gpuenv/install.py", "--check-base", "3", ""]\n',
+        ),
+    ],
+)
+def test_a_step_is_data_rendered_for_the_caches_a_build_has(
+    step: Step, owner: str | None, rendered: str
+) -> None:
+    """The Dockerfile a build runs (the user's caches), the one its tag hashes (neutral
+    caches) and the one without cache mounts are one list of steps, rendered three ways."""
+    assert step.render(Caches(owner)) == rendered
+
+
+def test_the_three_dockerfiles_are_the_same_steps(project: Path, matrix: Matrix) -> None:
+    plan = planned(project, matrix)
+    steps = [line for line in plan.dockerfile.splitlines() if line.startswith(("RUN", "COPY"))]
+    hashed = [
+        line for line in plan.canonical_dockerfile.splitlines() if line.startswith(("RUN", "COPY"))
+    ]
+    bare = [line for line in plan.uncached.splitlines() if line.startswith(("RUN", "COPY"))]
+    assert len(steps) == len(hashed) == len(bare) > 2
+    assert [s.replace("-1000,", "-USER,") for s in steps] == hashed
+    assert all("--mount" not in line and "--cached" not in line for line in bare)
