@@ -1,60 +1,19 @@
-"""gpuenv ps, stop, logs, attach, wait, rm: the runs on this host."""
+"""gpuenv ps, stop, logs, attach, wait, rm: the runs on this host (`app.runs`)."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
-import time
 
 import click
 
+from gpuenv.app import runs
 from gpuenv.cli import output, ui
 from gpuenv.cli.base import report
 from gpuenv.cli.context import Application
 from gpuenv.cli.views import health_lines, runs_table
-from gpuenv.containers.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
 from gpuenv.errors import GpuenvError
-from gpuenv.host.detect import detect_host
-from gpuenv.monitoring.idle import known_state, run_idle
-from gpuenv.monitoring.monitor import (
-    ENDED_STATES,
-    RunInfo,
-    find_run,
-    list_runs,
-    run_health,
-    stop_run,
-)
-from gpuenv.monitoring.usage import UsageLog
-from gpuenv.reservations.claims import ClaimStore
-from gpuenv.reservations.statedir import state_dir
-
-
-def _runs(app: Application, show_all: bool) -> list[RunInfo]:
-    return list_runs(app.engine(), show_all=show_all)
-
-
-def _with_idle(runs: list[RunInfo]) -> list[RunInfo]:
-    """Each run with its GPUs' idle time, where `gpuenv idle` keeps samples."""
-    try:
-        store = ClaimStore()
-        state = known_state(store)
-        store.close()
-    except GpuenvError:
-        return runs
-    now = time.time()
-    warned = state.get("warned") or {}
-    return [
-        dataclasses.replace(
-            r,
-            idle_seconds=run_idle(state, r.gpus, now),
-            idle_warned=r.id in warned or f"pid {r.pid}" in warned,
-        )
-        if r.state == "running"
-        else r
-        for r in runs
-    ]
 
 
 @click.command()
@@ -72,17 +31,16 @@ def ps(app: Application, show_all: bool, as_json: bool) -> None:
     and the health of the GPUs each one holds (a throttled or failing GPU slows or
     breaks the run on it; `gpuenv top` shows every GPU), and whether each is detached
     (`gpuenv run -d`). --all adds ended detached runs."""
-    runs = _with_idle(_runs(app, show_all))
-    host = detect_host() if any(r.state == "running" for r in runs) else None
-    health = {run.id: [f.to_data() for f in run_health(run, host)] if host else [] for run in runs}
+    listed = runs.list_on_host(app.engine(), show_all=show_all)
+    health = listed.health
     if as_json:
-        output.data([{**r.to_data(), "health": health[r.id]} for r in runs])
-    elif not runs:
+        output.data([{**r.to_data(), "health": health[r.id]} for r in listed.runs])
+    elif not listed.runs:
         ui.info("no gpuenv runs on this host")
     else:
-        ui.table(runs_table(runs))
+        ui.table(runs_table(listed.runs))
         # Findings are messages, not rows: on stderr, so a piped table stays plain rows.
-        for run in runs:
+        for run in listed.runs:
             for line in health_lines(health[run.id]):
                 ui.err.print(f"{ui.cell(run.name)}: {line}")
 
@@ -97,8 +55,8 @@ def stop(app: Application, run_name: str) -> None:
     removes the container and releases its GPUs. A detached run's GPUs are free once it
     has stopped; its container stays (`gpuenv logs`, `gpuenv rm`).
     """
-    run = stop_run(app.engine(), _runs(app, True), run_name, os.getuid())
-    if run.state in ENDED_STATES:
+    run, ended = runs.stop(app.engine(), run_name, os.getuid())
+    if ended:
         ui.info(
             f"{run.name} has already ended ({run.state}): nothing to stop; `gpuenv logs "
             f"{run.name}` shows its output, `gpuenv rm {run.name}` removes it"
@@ -123,9 +81,8 @@ def logs(app: Application, run_name: str, follow: bool, tail: str) -> None:
     With -f, follow it until the run ends (Ctrl-C stops following, not the run)."""
     if tail != "all" and not tail.isdigit():
         raise click.BadParameter("a number of lines, or all", param_hint="--tail")
-    run = owned_run(_runs(app, True), run_name, os.getuid(), "read the output of")
     with contextlib.suppress(KeyboardInterrupt):
-        stream_logs(app.engine(), run, follow=follow, tail=tail, write=_write)
+        runs.logs(app.engine(), run_name, os.getuid(), follow=follow, tail=tail, write=_write)
 
 
 @click.command()
@@ -134,9 +91,12 @@ def logs(app: Application, run_name: str, follow: bool, tail: str) -> None:
 def attach(app: Application, run_name: str) -> None:
     """Follow a running run's output from now on, and exit with its exit code when it
     ends. Ctrl-C detaches: the run goes on. Its owner, or root."""
-    run = owned_run(_runs(app, True), run_name, os.getuid(), "attach to")
-    code = attach_run(
-        app.engine(), run, write=_write, notice=lambda text: click.echo(f"gpuenv: {text}", err=True)
+    code = runs.attach(
+        app.engine(),
+        run_name,
+        os.getuid(),
+        write=_write,
+        notice=lambda text: click.echo(f"gpuenv: {text}", err=True),
     )
     sys.exit(0 if code is None else code)
 
@@ -146,15 +106,7 @@ def attach(app: Application, run_name: str) -> None:
 @click.pass_obj
 def wait_command(app: Application, run_name: str) -> None:
     """Wait until a run ends, and exit with its command's exit code."""
-    sys.exit(wait_run(app.engine(), find_run(_runs(app, True), run_name)))
-
-
-def _record_end(label: str, exit_code: int | None, end: float | None) -> None:
-    """A removed detached run's end, into its owner's usage file (never stops `rm`)."""
-    try:
-        UsageLog(state_dir()).finish_for(label, exit_code, end)
-    except (GpuenvError, OSError) as exc:
-        ui.warn(f"GPU usage of the run not recorded: {getattr(exc, 'message', exc)}")
+    sys.exit(runs.wait(app.engine(), run_name))
 
 
 @click.command()
@@ -166,18 +118,14 @@ def rm(app: Application, run_names: tuple[str, ...]) -> None:
     Several may be named (`gpuenv rm a b c`, as `docker rm`): each is removed or its
     error said, and the exit code is the first error's. Each end goes into the GPU-hours
     records (`gpuenv usage`)."""
-    runs, connected = _runs(app, True), app.engine()
     failed: GpuenvError | None = None
-    for run_name in dict.fromkeys(run_names):
-        try:
-            run = owned_run(runs, run_name, os.getuid(), "remove")
-            remove_run(connected, run, _record_end)
-        except GpuenvError as exc:
+    for _, outcome in runs.remove(app.engine(), run_names, os.getuid(), ui.warn):
+        if isinstance(outcome, GpuenvError):
             if len(run_names) == 1:
-                raise
-            report(exc)
-            failed = failed or exc
+                raise outcome
+            report(outcome)
+            failed = failed or outcome
             continue
-        ui.success(f"removed {run.name}")
+        ui.success(f"removed {outcome.name}")
     if failed is not None:
         raise click.exceptions.Exit(failed.exit_code)
