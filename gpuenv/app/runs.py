@@ -13,6 +13,7 @@ from typing import Any
 from gpuenv.containers.detached import attach_run, owned_run, remove_run, stream_logs, wait_run
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError
+from gpuenv.host.detect import detect_host
 from gpuenv.monitoring.idle import known_state, run_idle
 from gpuenv.monitoring.monitor import (
     ENDED_STATES,
@@ -41,11 +42,7 @@ class Listed:
 def list_on_host(engine: ContainerEngine, *, show_all: bool) -> Listed:
     """The gpuenv runs on this host; `show_all`: ended detached runs too."""
     runs = _with_idle(list_runs(engine, show_all=show_all))
-    host = None
-    if any(r.state == "running" for r in runs):
-        from gpuenv.host.detect import detect_host  # NVML: only when a run holds GPUs
-
-        host = detect_host()
+    host = detect_host() if any(r.state == "running" for r in runs) else None
     health = {r.id: [f.to_data() for f in run_health(r, host)] if host else [] for r in runs}
     return Listed(runs, health)
 
