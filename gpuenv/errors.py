@@ -10,6 +10,7 @@ import errno
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -216,8 +217,10 @@ class ResolutionError(GpuenvError):
     ) -> None:
         super().__init__(message, hint=hint)
         self.explanation = tuple(explanation)
-        # The resolver's Candidate list, for `resolve --explain` after a failure.
+        # The resolver's Candidate list, and the host they were judged against, for
+        # `resolve --explain` after a failure.
         self.candidates: tuple[object, ...] = ()
+        self.host: Any = None  # a gpuenv.host.machine.Host
 
 
 class EngineError(GpuenvError):

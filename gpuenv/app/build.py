@@ -4,6 +4,7 @@ user's account image made, the build stamp recorded."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,7 +12,7 @@ from gpuenv.app.mirror import configured_mirror
 from gpuenv.app.platforms import check_platform
 from gpuenv.common.files import file_hash
 from gpuenv.engine.protocol import Engine
-from gpuenv.images.accounts import Identity, account_image, image_accounts
+from gpuenv.images.accounts import Identity, account_image, image_accounts, invoking_identity
 from gpuenv.images.bake import BakePolicy, check_bake
 from gpuenv.images.progress import ViewFactory
 from gpuenv.images.service import (
@@ -49,6 +50,12 @@ def _stamp_project(
     if account is not None:
         data["account"] = dict(account)
     return data
+
+
+def caller_identity() -> Identity | None:
+    """Whom the account image is made for: the user who builds, None for root (root runs
+    as root)."""
+    return None if os.getuid() == 0 else invoking_identity()
 
 
 def build_project(

@@ -22,13 +22,18 @@ from gpuenv.matrix.load import load_matrix
 from gpuenv.matrix.model import FRAMEWORK_NAMES
 from gpuenv.project.dependencies import check_installable
 from gpuenv.project.detect import detect_project, render_spec, version_from_specifier
-from gpuenv.project.overrides import Overrides
+from gpuenv.project.overrides import Overrides, checked_overrides
 from gpuenv.project.spec import SPEC_FILENAME, GpuRequest
 from gpuenv.project.unread import FIXES, unread_pins
 from gpuenv.project.validate import parse_spec_text
 from gpuenv.resolution.hostplan import HostPlan
 from gpuenv.resolution.resolve import resolve
 from gpuenv.resolution.verdicts import Resolution
+
+
+def project_files(directory: str) -> tuple[str, str]:
+    """The paths of the project's gpuenv.yaml and gpuenv.lock."""
+    return os.path.join(directory, SPEC_FILENAME), os.path.join(directory, LOCK_FILENAME)
 
 
 def init_project(
@@ -43,7 +48,9 @@ def init_project(
 ) -> Resolution:
     """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
     lock. When no image fits, the spec is still written (to edit) and no lock is.
-    `strict_driver` is written into the spec; `newest` is how this first lock resolves."""
+    `strict_driver` is written into the spec; `newest` is how this first lock resolves.
+    The flags in `overrides` are checked first (a bad constraint is a usage error)."""
+    overrides = checked_overrides(*overrides)
     with exclusive(os.path.join(directory, LOCK_FILENAME)):
         return _init_project(
             directory,

@@ -34,7 +34,13 @@ from gpuenv.containers.config import (
 )
 from gpuenv.containers.devices import MissingCdiDevice, detect_path, device_requests
 from gpuenv.containers.publish import check_free, ssh_tunnel, urls
-from gpuenv.containers.session import Outcome, reap_orphans, run_container, start_detached
+from gpuenv.containers.session import (
+    Outcome,
+    reap_orphans,
+    run_container,
+    start_detached,
+    stdin_is_input,
+)
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import (
     EngineRefused,
@@ -96,6 +102,13 @@ class Terminal:
     tty: bool = False
     stdin: bool = False
     uid: int = 0
+
+    @classmethod
+    def of_this_process(cls) -> Terminal:
+        """This process's: a terminal when stdin and stdout both are one, stdin attached
+        when it is a terminal, a pipe or a file."""
+        tty = sys.stdin.isatty() and sys.stdout.isatty()
+        return cls(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid())
 
 
 @dataclass(frozen=True)

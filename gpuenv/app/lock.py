@@ -20,7 +20,7 @@ from gpuenv.app.own_base import BaseReader, own_base_notes, with_own_base
 from gpuenv.common.filelock import exclusive
 from gpuenv.common.versions import parse_version
 from gpuenv.containers.devcontainer import stale_devcontainer
-from gpuenv.errors import GpuenvError, LockError
+from gpuenv.errors import GpuenvError, LockError, UsageError
 from gpuenv.host.machine import Host
 from gpuenv.lock.lockfile import (
     LOCK_FILENAME,
@@ -35,6 +35,7 @@ from gpuenv.lock.lockfile import (
     requirements_hashes,
     write_lock,
 )
+from gpuenv.lock.overlay import cutoff_time
 from gpuenv.matrix.load import Matrix, load_matrix
 from gpuenv.matrix.model import Companion
 from gpuenv.project.dependencies import check_installable, read_dependencies
@@ -71,6 +72,17 @@ class LockUpdate:
     pinned: str
     previous_image: str | None = None
     resolution: Resolution | None = None
+
+
+def checked_cutoff(exclude_newer: str | None) -> str | None:
+    """`--exclude-newer`'s value as the UTC time pip reads (None when not given); a
+    usage error for anything but a date or a time in UTC."""
+    if exclude_newer is None:
+        return None
+    try:
+        return cutoff_time(exclude_newer)
+    except ValueError as exc:
+        raise UsageError(f"--exclude-newer: {exc}") from None
 
 
 def differs_from_lock(directory: str, image: str) -> str | None:

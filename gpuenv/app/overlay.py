@@ -11,6 +11,7 @@ resolver's constraints first), unless an upgrade asks; what changed is always to
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,8 +26,21 @@ from gpuenv.images.render import python_plan, resolve_files
 from gpuenv.images.resolver import OverlayUnresolvable, run_resolver
 from gpuenv.images.service import build_network, ensure_base
 from gpuenv.lock.hashes import check_user_hashes
-from gpuenv.lock.lockfile import LOCK_FILENAME, overlay_sources, requirements_hashes, write_lock
-from gpuenv.lock.overlay import NOTHING, LockedPackage, changes, overlay_from_report, sdist_notes
+from gpuenv.lock.lockfile import (
+    LOCK_FILENAME,
+    overlay_sources,
+    read_lock,
+    requirements_hashes,
+    write_lock,
+)
+from gpuenv.lock.overlay import (
+    NOTHING,
+    LockedPackage,
+    Overlay,
+    changes,
+    overlay_from_report,
+    sdist_notes,
+)
 from gpuenv.lock.project import Project, load_project
 from gpuenv.project.dependencies import InstallPlan
 from gpuenv.project.packages import normalize
@@ -112,6 +126,11 @@ def notice_line(notice: Callable[[str], None]) -> Callable[[str], None]:
             notice(line.removeprefix("gpuenv: "))
 
     return shown
+
+
+def locked_overlay(directory: str) -> Overlay:
+    """The Python packages gpuenv.lock pins now, as it is on disk."""
+    return read_lock(os.path.join(directory, LOCK_FILENAME)).overlay
 
 
 def relock_overlay(

@@ -4,8 +4,6 @@ path nor rich until there is something to build."""
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from gpuenv.app.image import up_to_date_tag
@@ -20,7 +18,6 @@ from gpuenv.cli.context import (
     quiet_option,
     view_factory,
 )
-from gpuenv.images.accounts import invoking_identity
 from gpuenv.images.bake import BakePolicy
 
 
@@ -71,11 +68,9 @@ def build(
         return
 
     # The build path (the lock, the matrix, render, pull) and rich's output: only now.
-    from gpuenv.app.build import build_project
+    from gpuenv.app.build import build_project, caller_identity
     from gpuenv.cli import ui
 
-    # The account image is made for whoever builds (not root: root runs as root).
-    identity = None if os.getuid() == 0 else invoking_identity()
     _, tag, result = build_project(
         obj.directory,
         connected,
@@ -83,7 +78,7 @@ def build(
         bake=bake,
         bake_policy=BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
-        identity=identity,
+        identity=caller_identity(),
         freshness=policy,
     )
     if result is None:

@@ -243,10 +243,10 @@ def _complete_gpu_models(
     _ctx: click.Context, _param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """The GPU models the matrix knows, for `--gpu <TAB>` (`A1` -> A100, A10, ...)."""
-    from gpuenv.matrix.load import load_matrix  # only when completing
+    from gpuenv.app.resolve import gpu_model_names  # only when completing
 
     try:
-        names = [model.name for model in load_matrix().gpus]
+        names = gpu_model_names()
     except GpuenvError:
         return []
     wanted = incomplete.lower()

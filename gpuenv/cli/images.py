@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import click
 
-from gpuenv.app.mirror import configured_mirror
-from gpuenv.app.platforms import engine_platform
+from gpuenv.app.images import (
+    collect_images,
+    image_rows,
+    pull_base,
+    push_image,
+    push_repository,
+    render_plan,
+    sweep_caches,
+)
 from gpuenv.cli import output, ui
 from gpuenv.cli.context import (
     Application,
@@ -17,11 +24,6 @@ from gpuenv.cli.context import (
 from gpuenv.cli.views import images_table
 from gpuenv.errors import UsageError
 from gpuenv.images.bake import BakePolicy
-from gpuenv.images.inventory import collect, dependency_caches, list_images
-from gpuenv.images.registry import parse_reference
-from gpuenv.images.service import ensure_base, plan
-from gpuenv.images.service import push as do_push
-from gpuenv.lock.project import load_project
 
 
 @click.command()
@@ -44,8 +46,7 @@ def render(obj: Application, bake: bool, context_dir: str | None) -> None:
     requirements (installer: pip in gpuenv.yaml for pip); it builds with any BuildKit
     (`docker buildx build`, `docker build` on Docker 23 and later) and with Podman.
     """
-    project = load_project(obj.directory)
-    planned = plan(project, configured_mirror(), bake=bake)
+    planned = render_plan(obj.directory, bake)
     click.echo(planned.dockerfile, nl=False)
     if context_dir:
         planned.write(context_dir)
@@ -63,15 +64,12 @@ def pull(obj: Application, quiet: bool) -> None:
     GPUENV_REGISTRY_MIRROR=host:port (or registry_mirror in the user config file)
     nvcr.io images are pulled from the mirror, and the lock keeps the canonical name.
     """
-    project = load_project(obj.directory, "frozen")  # the image only: packages may wait
-    had_digest = bool(project.lock.digest)
-    view = view_factory(quiet)()
-    project, local = ensure_base(project, obj.engine(), view, configured_mirror())
-    output.result(local)
-    if had_digest:
-        ui.success(f"{project.lock.image} is present (pinned at {project.lock.digest})")
+    pulled = pull_base(obj.directory, obj.engine(), view_factory(quiet)())
+    output.result(pulled.local)
+    if pulled.had_digest:
+        ui.success(f"{pulled.image} is present (pinned at {pulled.digest})")
     else:
-        ui.success(f"pinned {project.lock.image} at {project.lock.digest} in gpuenv.lock")
+        ui.success(f"pinned {pulled.image} at {pulled.digest} in gpuenv.lock")
 
 
 @click.command()
@@ -85,7 +83,7 @@ def images(app: Application, folders: tuple[str, ...], as_json: bool) -> None:
     from, or of a project in FOLDERS (a project folder, or a folder of projects). With
     FOLDERS, only images built from projects inside them are listed.
     """
-    rows = list_images(app.engine(), configured_mirror(), folders)
+    rows = image_rows(app.engine(), folders)
     if as_json:
         output.data([row.to_data() for row in rows])
     elif not rows:
@@ -123,9 +121,7 @@ def gc(app: Application, folders: tuple[str, ...], yes: bool, caches: bool) -> N
             raise UsageError("--caches takes no folders: the caches belong to the engine")
         _gc_caches(app, yes)
         return
-    connected = app.engine()
-    rows = list_images(connected, configured_mirror(), folders)
-    outcome = collect(connected, rows, yes)
+    outcome = collect_images(app.engine(), folders, yes)
     for row in outcome.removed:
         ui.success(f"removed {', '.join(row.info.tags) or row.info.id} ({row.reason})")
     for row, holders in outcome.held:
@@ -147,28 +143,25 @@ def gc(app: Application, folders: tuple[str, ...], yes: bool, caches: bool) -> N
 
 def _gc_caches(app: Application, yes: bool) -> None:
     connected = app.engine()
-    found = dependency_caches(connected)
-    if found is None:
+    sweep = sweep_caches(connected, yes)
+    if not sweep.found:
         ui.warn(
             f"{connected.endpoint} builds with buildah, which keeps cache mounts in folders on "
             "the Podman host and offers no API for them: remove the gpuenv-* folders in "
             "/var/tmp/buildah-cache there (rootless Podman: in its user's TMPDIR)"
         )
         return
-    unused = [cache for cache in found if not cache.in_use]
-    for cache in found:
-        if cache.in_use:
-            ui.warn(f"kept {cache.id} ({ui.size_text(cache.size)}): a build is using it")
-    if not unused:
+    for cache in sweep.in_use:
+        ui.warn(f"kept {cache.id} ({ui.size_text(cache.size)}): a build is using it")
+    if not sweep.unused:
         ui.success("no dependency caches to remove")
         return
-    total = ui.size_text(sum(cache.size for cache in unused))
-    caches = f"{len(unused)} dependency cache" + ("s" if len(unused) > 1 else "")
-    if not yes:
+    total = ui.size_text(sum(cache.size for cache in sweep.unused))
+    caches = f"{len(sweep.unused)} dependency cache" + ("s" if len(sweep.unused) > 1 else "")
+    if sweep.freed is None:
         ui.info(f"would remove {caches} ({total}); run again with --yes")
         return
-    freed = connected.remove_build_caches([cache.id for cache in unused])
-    ui.success(f"removed {caches} ({ui.size_text(freed)} freed)")
+    ui.success(f"removed {caches} ({ui.size_text(sweep.freed)} freed)")
 
 
 @click.command("push")
@@ -188,32 +181,17 @@ def push(
     submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
     argument, pushes to the repository of the last push. The baked project is checked
     as for `gpuenv build --bake` (credentials, size) before anything is built."""
-    project = load_project(obj.directory)
-    if repository is None:
-        previous = (project.lock.extra.get("pushed") or {}).get("reference")
-        if not previous:
-            raise UsageError(
-                "where to? give a repository, e.g. gpuenv push registry.example.com/team/project"
-            )
-        repository = parse_reference(str(previous)).repository
+    repository = push_repository(obj.directory, repository)
     if not quiet:
         ui.step(f"pushing the project image, code baked in, to {repository}")
-
-    view = view_factory(quiet)()
-    connected = obj.engine()
-
-    project, image = do_push(
-        project,
-        connected,
-        view,
-        configured_mirror(),
+    reference, image = push_image(
+        obj.directory,
         repository,
-        engine_platform(connected),
-        bake_policy=BakePolicy(allow_secrets, allow_large),
+        obj.engine(),
+        view_factory(quiet)(),
+        BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
     )
     output.result(image)
     if not quiet:
-        ui.success(
-            f"pushed {project.lock.extra['pushed']['reference']}; gpuenv.lock records {image}"
-        )
+        ui.success(f"pushed {reference}; gpuenv.lock records {image}")

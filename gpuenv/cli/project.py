@@ -8,8 +8,8 @@ import sys
 import click
 
 from gpuenv.app.check import check_project
-from gpuenv.app.init import init_project
-from gpuenv.app.lock import Note, update_lock, verify_lock
+from gpuenv.app.init import init_project, project_files
+from gpuenv.app.lock import Note, checked_cutoff, update_lock, verify_lock
 from gpuenv.app.own_base import engine_reader
 from gpuenv.cli import output, ui
 from gpuenv.cli.base import view_factory
@@ -17,11 +17,10 @@ from gpuenv.cli.context import Application, host_options, json_option, report, s
 from gpuenv.cli.failure import error_fields
 from gpuenv.cli.views import show_resolution
 from gpuenv.errors import UsageError
-from gpuenv.lock.lockfile import LOCK_FILENAME
-from gpuenv.lock.overlay import cutoff_time
-from gpuenv.project.overrides import checked_overrides
-from gpuenv.project.spec import SPEC_FILENAME
+from gpuenv.project.overrides import Overrides
 from gpuenv.resolution.hostplan import HostPlan
+
+LOCK = "gpuenv.lock"  # as the messages name it
 
 
 def _notify(note: object) -> None:
@@ -132,18 +131,13 @@ def lock(
             "--check cannot be combined with --upgrade, --newest, --upgrade-package or "
             "--exclude-newer: --check writes nothing"
         )
-    cutoff = None
-    if exclude_newer is not None:
-        try:
-            cutoff = cutoff_time(exclude_newer)
-        except ValueError as exc:
-            raise UsageError(f"--exclude-newer: {exc}") from None
-    lock_path = os.path.join(obj.directory, LOCK_FILENAME)
+    cutoff = checked_cutoff(exclude_newer)
+    _, lock_path = project_files(obj.directory)
     if check_only:
         current = verify_lock(obj.directory)
         if as_json:
             output.data(_lock_data("up-to-date", current.pinned_image, lock_path))
-        ui.success(f"{LOCK_FILENAME} is up to date ({current.pinned_image})")
+        ui.success(f"{LOCK} is up to date ({current.pinned_image})")
         return
     update = update_lock(
         obj.directory,
@@ -154,17 +148,17 @@ def lock(
         read_base=engine_reader(obj.engine, view_factory(as_json)),
     )
     if update.resolution is None:
-        ui.success(f"{LOCK_FILENAME} is up to date ({update.pinned})")
+        ui.success(f"{LOCK} is up to date ({update.pinned})")
     else:
         image = update.resolution.row.image
         if not as_json:
             output.result(image)
         if update.status == "written":
-            ui.success(f"wrote {LOCK_FILENAME}")
+            ui.success(f"wrote {LOCK}")
         elif update.status == "updated-same-image":
-            ui.success(f"updated {LOCK_FILENAME}; the image is unchanged")
+            ui.success(f"updated {LOCK}; the image is unchanged")
         else:
-            ui.success(f"updated {LOCK_FILENAME}: {update.previous_image} → {image}")
+            ui.success(f"updated {LOCK}: {update.previous_image} → {image}")
         show_resolution(update.resolution)
     packages = _lock_packages(obj, upgrade, upgrade_packages, cutoff, quiet=as_json)
     if as_json:
@@ -189,8 +183,7 @@ def _lock_packages(
     quiet: bool,
 ) -> dict[str, object]:
     """The Python packages' half of `gpuenv lock` (app.overlay), shown; its JSON."""
-    from gpuenv.app.overlay import notice_line, relock_overlay
-    from gpuenv.lock.lockfile import read_lock
+    from gpuenv.app.overlay import locked_overlay, notice_line, relock_overlay
 
     outcome = relock_overlay(
         app.directory,
@@ -202,7 +195,7 @@ def _lock_packages(
         on_line=notice_line(ui.info),
     )
     if isinstance(outcome, str):
-        overlay = read_lock(os.path.join(app.directory, LOCK_FILENAME)).overlay
+        overlay = locked_overlay(app.directory)
         (ui.info if overlay.resolved else ui.warn)(outcome)
         changes: tuple[str, ...] = ()
     else:
@@ -274,28 +267,29 @@ def init(
 
     resolution = init_project(
         obj.directory,
-        checked_overrides(framework, version, python, cuda),
+        Overrides(framework, version, python, cuda),
         HostPlan(driver, gpu_models, platform),
         force=force,
         strict_driver=strict_driver,
         newest=newest,
         notify=notify,
     )
+    spec_path, lock_path = project_files(obj.directory)
     if as_json:
         output.data(
             {
                 "ok": True,
                 "exit_code": 0,
                 "image": resolution.row.image,
-                "spec": os.path.join(obj.directory, SPEC_FILENAME),
-                "lock": os.path.join(obj.directory, LOCK_FILENAME),
+                "spec": spec_path,
+                "lock": lock_path,
                 "notes": [{"kind": n.kind, "text": n.text} for n in notes],
                 "resolution": resolution.to_data(),
             }
         )
     else:
         output.result(resolution.row.image)
-    ui.success(f"wrote {SPEC_FILENAME} and {LOCK_FILENAME}")
+    ui.success(f"wrote gpuenv.yaml and {LOCK}")
     show_resolution(resolution)
     if resolution.spec.requirements or resolution.spec.packages:
         ui.info(

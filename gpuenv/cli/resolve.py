@@ -4,20 +4,15 @@ what resolving needs; the rich tables of its human output are loaded when shown.
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
-
 import click
 
-from gpuenv.app.lock import resolve_project
 from gpuenv.app.own_base import engine_reader
+from gpuenv.app.resolve import resolve_spec
 from gpuenv.cli import output
 from gpuenv.cli.base import view_factory
 from gpuenv.cli.context import Application, host_options, json_option, spec_options
 from gpuenv.errors import ResolutionError
-from gpuenv.lock.locked import LOCK_FILENAME
-from gpuenv.matrix.load import load_matrix
-from gpuenv.project.overrides import checked_overrides, spec_for
+from gpuenv.project.overrides import Overrides
 from gpuenv.resolution.hostplan import HostPlan
 
 
@@ -72,36 +67,32 @@ def resolve(
       gpuenv resolve --framework pytorch --version 2.4 --driver 535.104.05 --gpu 'RTX 4090'
       gpuenv resolve --json | jq -r .image
     """
-    spec = spec_for(obj.directory, checked_overrides(framework, version, python, cuda))
-    if strict_driver:
-        spec = spec.with_overrides(strict_driver=True)
-    matrix = load_matrix()
-    host = HostPlan(driver, gpu_models, platform).host(matrix)
     try:
-        reader = engine_reader(obj.engine, view_factory(as_json))
-        resolution = resolve_project(spec, matrix, host, newest=newest, read_base=reader)
-        if os.path.exists(os.path.join(obj.directory, LOCK_FILENAME)):
-            from gpuenv.app.lock import differs_from_lock  # the lock reader: ~60 ms
-
-            differs = differs_from_lock(obj.directory, resolution.row.image)
-            if differs:
-                resolution = replace(resolution, warnings=(*resolution.warnings, differs))
+        answer = resolve_spec(
+            obj.directory,
+            Overrides(framework, version, python, cuda),
+            HostPlan(driver, gpu_models, platform),
+            strict_driver=strict_driver,
+            newest=newest,
+            read_base=engine_reader(obj.engine, view_factory(as_json)),
+        )
     except ResolutionError as exc:
-        if explain:
+        if explain and exc.host is not None:
             from gpuenv.cli.views import explain_table  # rich: only to show the table
 
-            explain_table(exc.candidates, None, host)
+            explain_table(exc.candidates, None, exc.host)
         raise exc from None
+    resolution = answer.resolution
     if as_json:
         # Warnings are in the object (`warnings`); stdout carries nothing else.
         payload = resolution.to_data()
-        payload["matrix_version"] = matrix.version
+        payload["matrix_version"] = answer.matrix_version
         output.data(payload)
         return
 
     from gpuenv.cli.views import explain_table, show_resolution  # rich: not for --json
 
     if explain:
-        explain_table(resolution.candidates, resolution.candidate, host)
+        explain_table(resolution.candidates, resolution.candidate, answer.host)
     output.result(resolution.row.image)
     show_resolution(resolution)

@@ -12,7 +12,6 @@ import click
 from gpuenv.app.launch import RunRequest, Terminal, host_services, launch, oom_advice
 from gpuenv.cli.base import say, view_factory
 from gpuenv.cli.context import Application, apply, freshness, freshness_options, quiet_option
-from gpuenv.containers.session import stdin_is_input
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -184,14 +183,13 @@ def launch_run(app: Application, quiet: bool, **options: Any) -> None:
     wait, wait_timeout = options.pop("wait"), options.pop("wait_timeout")
     options["freshness"] = freshness(options.pop("locked"), options.pop("frozen"))
     request = RunRequest(wait=(wait_timeout or 0.0) if wait or wait_timeout else None, **options)
-    tty = sys.stdin.isatty() and sys.stdout.isatty()
     connected = app.engine()
     outcome = launch(
         app.directory,
         request,
         connected,
         services=host_services(),
-        terminal=Terminal(tty=tty, stdin=tty or stdin_is_input(), uid=os.getuid()),
+        terminal=Terminal.of_this_process(),
         environ=os.environ,
         view=view_factory(quiet),
         notice=notice,

@@ -6,14 +6,12 @@ none of them, and `gpuenv run` only the run commands.
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from gpuenv import __version__
+from gpuenv.app.folders import project_folder
 from gpuenv.cli.context import Application, LazyGroup
 from gpuenv.errors import exit_codes_help
-from gpuenv.project.location import find_project_dir
 
 COMMANDS = {
     "init": "gpuenv.cli.project.init",
@@ -90,12 +88,9 @@ def main(ctx: click.Context, directory: str, debug: bool) -> None:
     Script:  --json on check, lock, init, resolve, matrix, doctor, ps, top,
              images, jobs (failures too); piped tables are tab-separated
     """
-    folder, subfolder = os.path.abspath(directory), ""
     given = ctx.get_parameter_source("directory") is not click.core.ParameterSource.DEFAULT
-    if not given and ctx.invoked_subcommand != "init":
-        found = find_project_dir(folder)  # as git, uv and Compose find theirs
-        if found is not None and found != folder:
-            folder, subfolder = found, os.path.relpath(folder, found)
+    search = not given and ctx.invoked_subcommand != "init"
+    folder, subfolder = project_folder(directory, search=search)
     passed = ctx.obj if isinstance(ctx.obj, Application) else Application()  # a test's engine
     ctx.obj = Application(folder, debug, subfolder, connected=passed.connected)
 

@@ -10,9 +10,8 @@ from rich.table import Table
 
 from gpuenv.cli import ui
 from gpuenv.cli.ui import cell, safe
+from gpuenv.common.units import duration
 from gpuenv.host.machine import Host
-from gpuenv.monitoring.idle import duration as for_people
-from gpuenv.resolution.explain import evidence_text
 from gpuenv.resolution.verdicts import Resolution
 
 
@@ -32,7 +31,7 @@ def show_resolution(resolution: Resolution) -> None:
     if row.min_compute_capability:
         requires += f", compute capability ≥ {row.min_compute_capability}"
     ui.detail(f"{requires}; host: {resolution.candidate.driver_route}")
-    ui.detail(f"evidence: {evidence_text(row)}")
+    ui.detail(f"evidence: {row.evidence_text}")
     for warning in resolution.warnings:
         ui.warn(warning)
 
@@ -86,10 +85,6 @@ def images_table(rows: Any) -> Table:
             status,
         )
     return table
-
-
-def duration(seconds: float) -> str:
-    return for_people(seconds)
 
 
 def runs_table(runs: Any) -> Table:

@@ -37,6 +37,15 @@ IMAGE_FIELDS = (
 OPTIONAL_IMAGE_FIELDS = ("platforms", "ships", "framework_version_unknown", "caveat")
 
 
+# What each evidence level means, as `resolve` and `matrix` say it.
+EVIDENCE_WORDS = {
+    "primary": "confirmed by NVIDIA's documents",
+    "secondary": "from image metadata or other public evidence, not NVIDIA's documents",
+    "unverified": "unverified: not confirmed by NVIDIA's documents",
+    "image": "read from the image itself",
+}
+
+
 @dataclass(frozen=True)
 class ImageRow:
     """One container image and what it needs from a host."""
@@ -85,6 +94,17 @@ class ImageRow:
         if self.release:
             return f"{FRAMEWORK_NAMES[self.framework]} {self.release}"
         return self.image.removeprefix("docker.io/")
+
+    @property
+    def evidence_text(self) -> str:
+        """Where the row's facts come from, for people: ``primary: confirmed by NVIDIA's
+        documents (matrix row ngc-pytorch.yaml:546)``."""
+        words = EVIDENCE_WORDS.get(self.evidence, self.evidence)
+        if not words.startswith(self.evidence):
+            words = f"{self.evidence}: {words}"
+        if self.source == self.family:  # a base of the team's own: no matrix file has it
+            return f"{words} ({self.note})" if self.note else words
+        return f"{words} (matrix row {self.source})"
 
     def sort_key(self) -> tuple[Any, ...]:
         """Newest last: by NGC release, then (for images without one, Docker Hub's) by

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuenv.common.labels import RUN_LABEL
 from gpuenv.common.siteconfig import read_site_config, seconds
+from gpuenv.common.units import duration
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import GpuenvError, UsageError
 from gpuenv.monitoring.monitor import user_uid
@@ -24,20 +25,6 @@ MAX_GAP = 600.0  # samples further apart than this say nothing about the time be
 
 # GPU key -> utilization in percent (None: unknown)
 Sampler = Callable[[], Mapping[str, int | None]]
-
-
-def duration(seconds: float) -> str:
-    """For people: 2h05m, 3m20s, 7s.
-
-    >>> [duration(s) for s in (7, 200, 7500)]
-    ['7s', '3m20s', '2h05m']
-    """
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds}s"
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,6 @@ def describe_request(spec: Spec) -> str:
 
 
 # Evidence in the user's words: never the research tags of the matrix notes.
-EVIDENCE_WORDS = {
-    "primary": "confirmed by NVIDIA's documents",
-    "secondary": "from image metadata or other public evidence, not NVIDIA's documents",
-    "unverified": "unverified: not confirmed by NVIDIA's documents",
-    "image": "read from the image itself",
-}
 FIELD_WORDS = {
     "framework_version": "the framework version",
     "cuda": "the CUDA version",
@@ -55,16 +49,6 @@ FIELD_WORDS = {
     "min_compute_capability": "the minimum compute capability",
     "platforms": "the platforms it is built for",
 }
-
-
-def evidence_text(row: ImageRow) -> str:
-    """``primary: confirmed by NVIDIA's documents (ngc-pytorch.yaml:546)``."""
-    words = EVIDENCE_WORDS.get(row.evidence, row.evidence)
-    if not words.startswith(row.evidence):
-        words = f"{row.evidence}: {words}"
-    if row.source == row.family:  # a base of the team's own: no matrix file has it
-        return f"{words} ({row.note})" if row.note else words
-    return f"{words} (matrix row {row.source})"
 
 
 def _listed(names: Sequence[str]) -> str:
