@@ -1,4 +1,5 @@
-"""`gpuenv check`: every file gpuenv reads for a project, validated, every problem kept."""
+"""`gpuenv check`: every file gpuenv reads for a project, validated, every problem kept;
+and `gpuenv doctor`: whether this machine is ready for gpuenv (`check_machine`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpuenv.containers.devcontainer import stale_devcontainer
+from gpuenv.containers.doctor import Check, run_checks
 from gpuenv.containers.preflight import preflight
+from gpuenv.engine.protocol import Engine
 from gpuenv.errors import (
     FileAccessError,
     GpuenvError,
@@ -256,3 +259,10 @@ def _host_file_item(path: str) -> CheckItem:
     except (HostError, FileAccessError) as exc:
         return CheckItem(HOST_FILE_ENV, error=exc)
     return CheckItem(HOST_FILE_ENV, ok=f"{HOST_FILE_ENV}: valid")
+
+
+def check_machine(directory: str, connect: Callable[[], Engine]) -> list[Check]:
+    """`gpuenv doctor`: every check of this machine (and of the project's lock in
+    `directory` against it), in the order they are shown. `connect` makes the engine;
+    its failure is a check."""
+    return run_checks(directory, connect)

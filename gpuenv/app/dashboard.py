@@ -9,6 +9,7 @@ line, an environment value or a process ID.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sqlite3
 import time
@@ -17,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.app.top import Shared, read_runs, read_shared
 from gpuenv.common import nesting
 from gpuenv.containers.sizing import (
@@ -28,18 +30,20 @@ from gpuenv.containers.sizing import (
     system_memory_mib,
 )
 from gpuenv.engine.protocol import Engine
-from gpuenv.errors import GpuenvError
+from gpuenv.errors import GpuenvError, StateUnsafe
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host
+from gpuenv.host.nvml import NvmlListener
+from gpuenv.host.procfs import loopback_peer
 from gpuenv.monitoring.fitness import unfit_gpus
 from gpuenv.monitoring.health import assess
-from gpuenv.monitoring.history import READINGS, RECENT_XIDS, History
+from gpuenv.monitoring.history import READINGS, RECENT_XIDS, History, SamplerBusy, history_folder
 from gpuenv.monitoring.idle import idle_for
 from gpuenv.monitoring.metrics import CLOCK_EVENT_REASONS
 from gpuenv.monitoring.monitor import RunInfo, process_user
 from gpuenv.monitoring.usage import UsageLog, load_prices, usage_summary
 from gpuenv.reservations.claims import Claim
-from gpuenv.reservations.statedir import owner_name, state_dir
+from gpuenv.reservations.statedir import Folder, open_state, owner_name, state_dir
 
 WINDOWS = {"1h": 3600.0, "1d": 86400.0}
 USAGE_DAYS = (7, 30)
@@ -81,6 +85,31 @@ class SqliteHistory:
             return [xid.to_data() for xid in history.xids(since)]
         finally:
             history.close()
+
+
+def open_history(settings: HistorySettings) -> tuple[SqliteHistory | None, str, Sampler | None]:
+    """This user's history in the state folder, who samples into it (for the page) and
+    the sampler this process runs (None where another process of theirs samples; it
+    owns its NVML session, started): never a reason not to serve the live page."""
+    folder = open_state()
+    where = os.path.join(folder.path, history_folder(os.getuid()))
+    try:
+        history = History.for_sampling(folder, settings.max_mib)
+    except SamplerBusy:
+        return _reader(folder, where), f"another process of {owner_name(os.getuid())}'s", None
+    except StateUnsafe as exc:
+        return None, f"none: {exc.message}", None
+    listener = NvmlListener()
+    listener.start()
+    sampler = Sampler(history, settings, detect_sampled, listener, owns_listener=True)
+    return _reader(folder, where), "this dashboard", sampler
+
+
+def _reader(folder: Folder, where: str) -> SqliteHistory:
+    def open_reading() -> History | None:
+        return History.for_reading(folder)
+
+    return SqliteHistory(open_reading, where)
 
 
 # gpuenv exporter's series behind each reading, and the factor to the reading's unit.
@@ -245,6 +274,22 @@ def sizing_payload(engine: Callable[[], Engine], host: Host) -> list[dict[str, s
     ]
 
 
+class SizingChecks:
+    """`sizing_payload`, read at most once per `every` seconds (it changes slowly)."""
+
+    def __init__(self, engine: Callable[[], Engine], every: float = 60.0) -> None:
+        self.engine = engine
+        self.every = every
+        self._read: tuple[float, list[dict[str, str]]] = (0.0, [])
+
+    def __call__(self, host: Host) -> list[dict[str, str]]:
+        read_at, found = self._read
+        if not read_at or time.monotonic() - read_at > self.every:
+            found = sizing_payload(self.engine, host)
+            self._read = (time.monotonic(), found)
+        return found
+
+
 def gpus_payload(
     engine: Callable[[], Engine],
     history: HistorySource | None,
@@ -312,6 +357,12 @@ def history_payload(
         "source": history.name if history else None,
         "points": history.series(key, since, readings) if history else [],
     }
+
+
+def viewer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """Whose process holds the client end of a loopback connection from `client` to
+    `server` (/proc/net/tcp); None when it cannot be told."""
+    return loopback_peer(client, server)
 
 
 def usage_payload(viewer: int | None, now: float | None = None) -> dict[str, Any]:

@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gpuenv.engine.protocol import Engine
 from gpuenv.errors import UsageError
 from gpuenv.host.detect import detect_host
-from gpuenv.monitoring.idle import IdlePolicy, enforce, idle_for, record_name, update
+from gpuenv.monitoring.idle import (
+    IdlePolicy,
+    enforce,
+    idle_for,
+    load_policy,
+    record_name,
+    update,
+)
 from gpuenv.reservations.claims import ClaimStore
 
 DEFAULT_THRESHOLD = 5  # percent: without a policy, below this a GPU counts as idle
@@ -20,19 +28,23 @@ DEFAULT_THRESHOLD = 5  # percent: without a policy, below this a GPU counts as i
 
 @dataclass(frozen=True)
 class IdleReport:
-    """Each claim with its GPU's idle time, the policy's log, and what enforcing did."""
+    """The admin's policy (None: there is none) and `source`, where it came from or why
+    there is none; each claim with its GPU's idle time, the policy's log, and what
+    enforcing did."""
 
+    policy: IdlePolicy | None
+    source: str
     claims: list[dict[str, Any]]
     log: list[dict[str, Any]]
     done: list[str]
 
 
-def check_idle(
-    engine: Engine, policy: IdlePolicy | None, source: str, *, enforcing: bool
-) -> IdleReport:
+def check_idle(connect: Callable[[], Engine], *, enforcing: bool) -> IdleReport:
     """Sample every GPU once (the samples are the caller's record in the state folder),
-    then, when `enforcing` (root, with a policy), warn or stop the runs idle too long.
-    `source` says where the policy came from, or why there is none."""
+    then, when `enforcing` (root, with the admin's policy), warn or stop the runs idle
+    too long. `connect` makes the engine, once the policy is read."""
+    policy, source = load_policy()
+    engine = connect()
     me = os.getuid()
     if enforcing and me != 0:
         raise UsageError(
@@ -64,7 +76,7 @@ def check_idle(
         }
         for claim in claims
     ]
-    return IdleReport(rows, list(state.get("log") or []), done)
+    return IdleReport(policy, source, rows, list(state.get("log") or []), done)
 
 
 def _sample() -> dict[str, int | None]:

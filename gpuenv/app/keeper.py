@@ -26,12 +26,40 @@ from collections.abc import Callable, Sequence
 
 from gpuenv.engine.protocol import ContainerEngine
 from gpuenv.errors import EngineRefused, GpuenvError
-from gpuenv.reservations.claims import HEARTBEAT_INTERVAL, ClaimStore
+from gpuenv.reservations.claims import CLAIM_PREFIX, HEARTBEAT_INTERVAL, ClaimStore
 
 RETRY = 5.0  # seconds between asks of an engine that does not answer
 PATIENCE = 900.0  # an engine silent this long (removed, down for good) frees the claims
 START_PATIENCE = 300.0  # an editor's container not running this long after its claim: freed
 GRACE = 15.0  # an editor's container replaced (rebuilt) within this keeps its claims
+
+
+def is_claim_name(name: str) -> bool:
+    """Whether `name` names a claim file (in the state folder, never a path)."""
+    return name.startswith(CLAIM_PREFIX) and "/" not in name
+
+
+def hold_claims(
+    engine: ContainerEngine, container: str, names: Sequence[str], *, named: bool
+) -> int:
+    """The keeper's work: hold the claims `names` (their locks inherited) while
+    `container` runs (`keep`), or, `named`, for the editor's container of that name
+    (`keep_named`), then release them: 0. Where the state folder cannot be opened the
+    locks are held all the same while it runs, then dropped with the process: 1 (the
+    files stay, dead: the owner's next command deletes them)."""
+    try:
+        store = ClaimStore()
+    except GpuenvError:
+        if named:
+            follow_named(engine, container, START_PATIENCE, GRACE, 1.0)
+        else:
+            follow(engine, container)
+        return 1
+    if named:
+        keep_named(engine, container, store, names)
+    else:
+        keep(engine, container, store, names)
+    return 0
 
 
 def follow(

@@ -53,11 +53,14 @@ class Sampler:
         detect: Callable[[NvmlListener], Host | str],
         listener: NvmlListener,
         lock: threading.Lock | None = None,
+        *,
+        owns_listener: bool = False,
     ) -> None:
         self.history = history
         self.settings = settings
         self.detect = detect
         self.listener = listener
+        self.owns_listener = owns_listener  # started for it: `close` stops it
         self.lock = lock or threading.Lock()  # shared with the exporter's scrapes, if any
         self._seen: dict[tuple[int, int], int] = {}  # XID counts already recorded
         self.stopped = threading.Event()
@@ -106,6 +109,13 @@ class Sampler:
                 self.note = f"the last sample was not recorded: {exc}"
             if self.stopped.wait(self.settings.interval):
                 return
+
+    def close(self) -> None:
+        """Close the history (after the rounds stopped), and the NVML session where it
+        is the sampler's own."""
+        self.history.close()
+        if self.owns_listener:
+            self.listener.stop()
 
 
 def detect_sampled(listener: NvmlListener) -> Host | str:

@@ -5,23 +5,19 @@ the wheel: gpuenv/cli/static/, no CDN, no build step)."""
 from __future__ import annotations
 
 import ipaddress
-import os
 import signal
 import threading
 from typing import Any
 
 import click
 
-from gpuenv.app.dashboard import HistorySource, PrometheusHistory, SqliteHistory
-from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
+from gpuenv.app.dashboard import HistorySource, PrometheusHistory, open_history
+from gpuenv.app.sampler import HistorySettings
 from gpuenv.cli import ui
 from gpuenv.cli.context import Application
 from gpuenv.cli.dashboard_server import TOKEN_ENV, Site, read_token, serve
 from gpuenv.cli.listen import bind_hint, parse_listen
-from gpuenv.errors import ExporterError, StateUnsafe, UsageError
-from gpuenv.host.nvml import NvmlListener
-from gpuenv.monitoring.history import History, SamplerBusy, history_folder
-from gpuenv.reservations.statedir import Folder, open_state, owner_name
+from gpuenv.errors import ExporterError, UsageError
 
 DEFAULT_LISTEN = "127.0.0.1:8478"
 
@@ -33,31 +29,6 @@ def _loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-def _history(
-    folder: Folder, settings: HistorySettings
-) -> tuple[SqliteHistory | None, str, Sampler | None]:
-    """This user's history and the sampler this process runs (None where another
-    process of theirs samples): never a reason not to serve the live page."""
-    where = os.path.join(folder.path, history_folder(os.getuid()))
-    try:
-        history = History.for_sampling(folder, settings.max_mib)
-    except SamplerBusy:
-        return _reader(folder, where), f"another process of {owner_name(os.getuid())}'s", None
-    except StateUnsafe as exc:
-        return None, f"none: {exc.message}", None
-    listener = NvmlListener()
-    listener.start()
-    sampler = Sampler(history, settings, detect_sampled, listener)
-    return _reader(folder, where), "this dashboard", sampler
-
-
-def _reader(folder: Folder, where: str) -> SqliteHistory:
-    def open_history() -> History | None:
-        return History.for_reading(folder)
-
-    return SqliteHistory(open_history, where)
 
 
 @click.command()
@@ -116,7 +87,7 @@ def dashboard(
         history, who = PrometheusHistory(prometheus), "Prometheus"
     else:
         settings = HistorySettings.load()
-        history, who, sampler = _history(open_state(), settings)
+        history, who, sampler = open_history(settings)
 
     def status() -> dict[str, Any]:
         if sampler is None:
@@ -127,8 +98,7 @@ def dashboard(
         server = serve(address, port, Site(history, status, token, port, app))
     except OSError as exc:
         if sampler is not None:
-            sampler.history.close()
-            sampler.listener.stop()
+            sampler.close()
         raise ExporterError(
             f"cannot listen on {listen}: {exc.strerror or exc}", hint=bind_hint(exc, port, 8478)
         ) from None
@@ -150,5 +120,4 @@ def dashboard(
         if sampler is not None:
             sampler.stopped.set()
             threads[-1].join(timeout=10)
-            sampler.history.close()
-            sampler.listener.stop()
+            sampler.close()

@@ -38,17 +38,16 @@ from typing import Any
 from gpuenv.app.dashboard import (
     WINDOWS,
     HistorySource,
+    SizingChecks,
     gpus_payload,
     history_payload,
-    sizing_payload,
     usage_payload,
+    viewer_uid,
 )
 from gpuenv.cli.charts import READINGS, line_chart
 from gpuenv.cli.context import Application
 from gpuenv.common import strictjson
 from gpuenv.errors import GpuenvError, UsageError
-from gpuenv.host.machine import Host
-from gpuenv.host.procfs import loopback_peer
 
 TOKEN_ENV = "GPUENV_DASHBOARD_TOKEN"
 TOKEN_CHARACTERS = r"[A-Za-z0-9._~-]{16,256}"  # safe in a URL and a cookie as it is
@@ -126,15 +125,7 @@ class Site:
         self.port = port
         self.hosts = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}  # for people
         self.lock = threading.Lock()  # one host reading at a time (NVML, the engine)
-        self._sizing: tuple[float, list[dict[str, str]]] = (0.0, [])
-
-    def sizing(self, host: Host) -> list[dict[str, str]]:
-        """The right-sizing checks, read at most once a minute (they change slowly)."""
-        read_at, found = self._sizing
-        if not read_at or time.monotonic() - read_at > 60:
-            found = sizing_payload(self.app.engine, host)
-            self._sizing = (time.monotonic(), found)
-        return found
+        self.sizing = SizingChecks(self.app.engine)  # read at most once a minute
 
     def allowed(self, headers: Any) -> bool:
         if self.token is None:
@@ -322,7 +313,7 @@ def handler_for(site: Site) -> type[BaseHTTPRequestHandler]:
             def viewer() -> int | None:
                 client = (str(self.client_address[0]), int(self.client_address[1]))
                 host, port = self.connection.getsockname()[:2]  # the server's end
-                return loopback_peer(client, (str(host), int(port)))
+                return viewer_uid(client, (str(host), int(port)))
 
             status, kind, body, extra = respond(site, self.path, self.headers, viewer)
             self.send_response(status)

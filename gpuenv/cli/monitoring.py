@@ -9,14 +9,14 @@ import time
 import click
 from rich.live import Live
 
+from gpuenv.app.check import check_machine
 from gpuenv.app.idle import check_idle
 from gpuenv.app.top import top_snapshot
 from gpuenv.cli import output, ui
 from gpuenv.cli.context import Application
 from gpuenv.cli.views import health_lines, mig_note, top_table, top_view
-from gpuenv.containers.doctor import run_checks
+from gpuenv.common.units import duration
 from gpuenv.errors import EXIT_DOCTOR
-from gpuenv.monitoring.idle import duration, load_policy
 
 
 def _interval(_ctx: click.Context, _param: click.Parameter, value: float) -> float:
@@ -96,7 +96,7 @@ def doctor(obj: Application, as_json: bool) -> None:
     memory against GPU memory, nvcr.io credentials, the state folder and, where one is
     set, the dcgm-exporter job mapping folder. Sizing thresholds: [sizing] in
     /etc/gpuenv/config.toml. Exits 15 when a check fails."""
-    checks = run_checks(obj.directory, obj.engine)
+    checks = check_machine(obj.directory, obj.engine)
     if as_json:
         output.data([c.to_data() for c in checks])
     else:
@@ -123,8 +123,8 @@ def idle(app: Application, enforce: bool, as_json: bool) -> None:
     With --enforce, run by root every minute (a systemd timer or cron), the policy in
     /etc/gpuenv/config.toml ([idle]) warns the owner of a run whose GPUs all stayed idle
     `warn_after`, and stops it `stop_after` later, recording why. Off without a policy."""
-    policy, source = load_policy()
-    report = check_idle(app.engine(), policy, source, enforcing=enforce)
+    report = check_idle(app.engine, enforcing=enforce)
+    policy, source = report.policy, report.source
     for text in report.done:
         ui.info(text)
     rows, log = report.claims, report.log

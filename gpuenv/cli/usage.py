@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import click
 from rich.table import Table
 
+from gpuenv.app.usage import usage_report
 from gpuenv.cli import output, ui
-from gpuenv.monitoring.usage import UsageLog, load_prices, parse_since, usage_summary
-from gpuenv.reservations.statedir import state_dir
 
 
 @click.command()
@@ -32,19 +29,14 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
     and cleaned up later; running ones count until now). Root sees every user; a user
     their own runs. With prices per GPU model in the host config (GPUENV_HOST_CONFIG,
     default /etc/gpuenv/host.yaml), a cost column too."""
-    now = time.time()
-    start = parse_since(since, now) if since else 0.0
-    prices = load_prices()
-    usage = usage_summary(
-        UsageLog(state_dir()), by, start, now, prices.per_gpu_hour if prices else None
-    )
+    usage = usage_report(since, by)
     rows, running, unrecorded = usage.rows, usage.running, usage.unrecorded
     if as_json:
         output.data(
             {
-                "by": by,
-                "since": start or None,
-                "currency": prices.currency if prices else None,
+                "by": usage.by,
+                "since": usage.since or None,
+                "currency": usage.currency,
                 "rows": [row.to_data() for row in rows],
                 "running": running,
                 "unrecorded": unrecorded,
@@ -55,13 +47,13 @@ def usage(since: str | None, by: str, as_json: bool) -> None:
         ui.info("no GPU usage recorded on this host" + (f" since {since}" if since else ""))
     else:
         table = Table(title_justify="left")
-        for column in (by, "runs", "GPU-hours", *(["cost"] if prices else [])):
+        for column in (by, "runs", "GPU-hours", *(["cost"] if usage.priced else [])):
             table.add_column(column, justify="left" if column == by else "right")
         for row in rows:
             cost = (
                 []
-                if not prices
-                else ["-" if row.cost is None else f"{row.cost:.2f} {prices.currency}".strip()]
+                if not usage.priced
+                else ["-" if row.cost is None else f"{row.cost:.2f} {usage.currency}".strip()]
             )
             table.add_row(ui.cell(row.key), str(row.runs), f"{row.gpu_hours:.2f}", *cost)
         ui.table(table)

@@ -103,11 +103,12 @@ def test_idle_seconds_only_for_held_gpus_and_the_policy_only_with_one() -> None:
 
 
 def _registry(names: str) -> CollectorRegistry:
+    from gpuenv.app.exporter import GpuReadings
+    from gpuenv.cli.context import Application
     from gpuenv.cli.exporter import GpuCollector
-    from gpuenv.host.nvml import NvmlListener
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(NvmlListener(), names))
+    registry.register(GpuCollector(GpuReadings(Application().engine, names)))
     return registry
 
 

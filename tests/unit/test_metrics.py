@@ -94,8 +94,9 @@ def test_the_collector_serves_nvml_readings(nvml: ScriptedNvml, monkeypatch) -> 
     from prometheus_client import generate_latest
     from prometheus_client.core import CollectorRegistry
 
+    from gpuenv.app.exporter import GpuReadings
+    from gpuenv.cli.context import Application
     from gpuenv.cli.exporter import GpuCollector
-    from gpuenv.host.nvml import NvmlListener
 
     monkeypatch.setenv("GPUENV_STATE_DIR", str(nvml.path.parent / "state"))
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")  # no engine: claims only
@@ -106,11 +107,11 @@ def test_the_collector_serves_nvml_readings(nvml: ScriptedNvml, monkeypatch) -> 
             gpu(2, lost=True),
         )
     )
-    listener = NvmlListener()
-    listener.start()
+    readings = GpuReadings(Application().engine)
+    readings.start()
     try:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(GpuCollector(listener))
+        registry.register(GpuCollector(readings))
         nvml.write(
             scenario(
                 gpu(0, temperature_c=88, clocks_event_reasons=0x20, xids=[79]),
@@ -120,7 +121,7 @@ def test_the_collector_serves_nvml_readings(nvml: ScriptedNvml, monkeypatch) -> 
         )
         text = generate_latest(registry).decode()
     finally:
-        listener.stop()
+        readings.stop()
     uuid0 = "GPU-00000000-1111-2222-3333-444444444444"
     uuid1 = "GPU-00000001-1111-2222-3333-444444444444"
     assert "gpuenv_exporter_nvml_up 1.0" in text
@@ -160,8 +161,9 @@ def test_a_host_file_is_served_with_its_xids_and_nvml_down(
 ) -> None:
     """A described host is not NVML: nvml_up is 0 (an alert on it never reads a file as a
     healthy driver); the file's XIDs are exported; cumulative counts end in _total."""
+    from gpuenv.app.exporter import GpuReadings
+    from gpuenv.cli.context import Application
     from gpuenv.cli.exporter import GpuCollector
-    from gpuenv.host.nvml import NvmlListener
 
     described = tmp_path / "host.json"
     described.write_text(
@@ -176,7 +178,7 @@ def test_a_host_file_is_served_with_its_xids_and_nvml_down(
     )
     monkeypatch.setenv("GPUENV_HOST_FILE", str(described))
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(NvmlListener()))
+    registry.register(GpuCollector(GpuReadings(Application().engine)))
     text = generate_latest(registry).decode()
     assert "gpuenv_exporter_nvml_up 0.0" in text
     labels = 'gpu="0",project="",run="",user="",uuid="GPU-0"'
