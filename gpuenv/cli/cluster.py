@@ -2,35 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from typing import Any
 
 import click
 import yaml
 
-from gpuenv.app.build import pushed_is_stale
-from gpuenv.app.image import image_for_run
-from gpuenv.app.platforms import engine_platform
-from gpuenv.app.submit import STALE_PUSH, JobRequest, prepare_job, pushed_platform, submit_job
-from gpuenv.app.variables import expanded_spec
+from gpuenv.app.export import (
+    ComposeRequest,
+    KubernetesRequest,
+    compose_export,
+    kubernetes_export,
+    write_pylock,
+)
+from gpuenv.app.overlay import pylock_text
+from gpuenv.app.submit import JobRequest, list_jobs, prepare_job, submit_job
 from gpuenv.cli import output, ui
 from gpuenv.cli.context import Application, apply, view_factory
 from gpuenv.cli.devcontainer import export_devcontainer_command
-from gpuenv.cluster import manifests as k8s
-from gpuenv.cluster.manifests import compose_file
-from gpuenv.cluster.slurm import Launch, job_name, pushed_image
-from gpuenv.cluster.submit import (
-    exported_environment,
-    finished_jobs,
-    job_gpus,
-    project_jobs,
-)
-from gpuenv.common.dirs import user_cache_dir
-from gpuenv.containers.config import DEFAULT_SHM, command_for, shm_size
-from gpuenv.lock.project import load_project
-from gpuenv.project.mounts import run_binds
-from gpuenv.project.validate import load_spec
 
 count_option = click.option(
     "--gpus",
@@ -142,16 +131,18 @@ def submit(
     are never written: the script names each variable, and its value reaches the job
     through sbatch's environment.
     """
-    sif = os.path.abspath(os.path.expanduser(sif_cache or os.path.join(user_cache_dir(), "sif")))
     request = JobRequest(
         arguments,
-        Launch(launcher, nodes, rendezvous_timeout, sif),
         gpus=gpus,
         env=env,
         env_files=env_files,
         time_limit=time_limit,
         partition=partition,
         sbatch_args=sbatch_args,
+        launcher=launcher,
+        nodes=nodes,
+        rendezvous_timeout=rendezvous_timeout,
+        sif_cache=sif_cache,
     )
     job = prepare_job(obj.directory, request, notice=ui.warn, engine=obj.engine)
     if dry_run:
@@ -170,25 +161,20 @@ def jobs(obj: Application, as_json: bool) -> None:
 
     Pending and running jobs come from squeue; those that ended in the last 7 days from
     sacct, where the cluster keeps Slurm accounting (gpuenv says so where it does not)."""
-    name = job_name(load_spec(obj.directory))
-    data = project_jobs(name)
-    finished = finished_jobs(name)
-    if finished.rows is not None:
-        current = {job["job"] for job in data}
-        data += [job for job in finished.rows if job["job"] not in current]
+    listed = list_jobs(obj.directory)
     if as_json:
-        output.data(data)
-    elif not data:
-        ui.info(f"no jobs named {name}")
+        output.data(listed.rows)
+    elif not listed.rows:
+        ui.info(f"no jobs named {listed.name}")
     else:
-        for job in data:
+        for job in listed.rows:
             code = f"  exit {job['exit_code']}" if job.get("exit_code") else ""
             ui.out.print(
                 f"{job['job']:>8}  {job['state']:<10} {job['time']:>10}  {job['where']}{code}",
                 markup=False,
             )
-    if finished.rows is None:
-        ui.info(f"jobs that ended are not shown: {finished.reason}")
+    if listed.not_shown is not None:
+        ui.info(f"jobs that ended are not shown: {listed.not_shown}")
 
 
 write_values_option = click.option(
@@ -232,15 +218,10 @@ def export_pylock(obj: Application, target: str | None) -> None:
     uv (`uv pip install -r pylock.toml`) and security scanners. The base image's own
     packages are not in it: its digest is, under [tool.gpuenv]. Exit 5 when the lock's
     packages are not resolved (run `gpuenv lock`)."""
-    from gpuenv.app.overlay import pylock_text
-
-    text = pylock_text(obj.directory)
     if target is None:
-        click.echo(text, nl=False)
+        click.echo(pylock_text(obj.directory), nl=False)
         return
-    from gpuenv.common.files import atomic_write
-
-    atomic_write(target, text)
+    write_pylock(obj.directory, target)
     ui.success(f"wrote {target}")
 
 
@@ -291,33 +272,27 @@ def export_kubernetes(
     (or MIG) limits, /dev/shm as a memory-backed emptyDir, a non-root user and no
     restarts; with --nodes N, an Indexed Job of N pods and its headless Service.
     Variables of -e and --env-file come from a Secret (--env-secret), not the file."""
-    project = load_project(obj.directory)
-    image = pushed_image(project.lock.extra)
-    spec = expanded_spec(project.spec, image, obj.engine)
-    variables = exported_environment(spec, env, env_files, write_values=write_values)
-    options = k8s.KubernetesOptions(queue, nodes, mig, pull_secrets, rendezvous_timeout, env_secret)
-    if pushed_is_stale(project):
-        ui.warn(STALE_PUSH)
-    manifests = k8s.kubernetes_manifests(
-        spec,
-        image,
-        command_for(arguments),
-        variables.written,
-        gpus=job_gpus(project.spec, gpus),
-        shm_size=shm_size(project.spec) or DEFAULT_SHM,
-        uid=os.getuid(),
-        gid=os.getgid(),
-        platform=pushed_platform(project),
-        options=options,
-        referenced=variables.referenced,
+    request = KubernetesRequest(
+        arguments,
+        env,
+        env_files,
+        write_values,
+        gpus=gpus,
+        queue=queue,
+        nodes=nodes,
+        mig=mig,
+        pull_secrets=pull_secrets,
+        env_secret=env_secret,
+        rendezvous_timeout=rendezvous_timeout,
     )
-    secret = shlex.quote(env_secret or k8s.env_secret(project.spec))
+    exported = kubernetes_export(obj.directory, request, obj.engine, notice=ui.warn)
+    secret = shlex.quote(exported.secret)
     _say_where_values_come_from(
-        variables.referenced,
+        exported.referenced,
         f"the Job reads them from the Secret {secret}: `kubectl create secret generic "
         f"{secret} --from-env-file=FILE` (or --from-literal=KEY=VALUE) makes it",
     )
-    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+    click.echo(yaml.safe_dump_all(exported.manifests, sort_keys=False), nl=False)
 
 
 @export.command("compose", context_settings=PASS_THROUGH)
@@ -356,40 +331,24 @@ def export_compose(
     unless the user config or --mount allows more; read-only outside the project).
     Variables of -e and --env-file are named without a value: Compose takes them from
     the environment it runs in."""
-    project = load_project(obj.directory)
-    binds = run_binds(project.spec, mounts, allow_mounts, env=os.environ, notice=ui.warn)
-    image = (project.lock.extra.get("pushed") or {}).get("image")
-    platform = pushed_platform(project)
-    if not image:
-        connected = obj.engine()
-        image = image_for_run(obj.directory, connected, view_factory(True)).tag
-        platform = engine_platform(connected)
-    spec = expanded_spec(project.spec, image, obj.engine)
-    variables = exported_environment(spec, env, env_files, write_values=write_values)
-    request = project.spec.gpus
-    devices = list(request.devices) if request.mode == "devices" and gpus is None else []
-    if isinstance(gpus, tuple):
-        devices, gpus = list(gpus), None
-    manifest = compose_file(
-        project.spec,
-        image,
-        command_for(arguments),
-        variables.written,
-        gpus=None if devices else job_gpus(project.spec, gpus),
-        device_ids=devices,
-        shm_size=shm_size(project.spec) or DEFAULT_SHM,
-        uid=os.getuid(),
-        gid=os.getgid(),
-        platform=platform,
-        binds=binds,
-        referenced=variables.referenced,
+    request = ComposeRequest(
+        arguments,
+        env,
+        env_files,
+        write_values,
+        gpus=gpus,
+        mounts=mounts,
+        allow_mounts=allow_mounts,
+    )
+    exported = compose_export(
+        obj.directory, request, obj.engine, view_factory(True), notice=ui.warn
     )
     _say_where_values_come_from(
-        variables.referenced,
+        exported.referenced,
         "Compose takes them from the environment `docker compose` runs in (export them "
         "there; one it lacks is unset in the container)",
     )
-    click.echo(yaml.safe_dump(manifest, sort_keys=False), nl=False)
+    click.echo(yaml.safe_dump(exported.manifest, sort_keys=False), nl=False)
 
 
 export.add_command(export_devcontainer_command)

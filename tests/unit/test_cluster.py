@@ -308,3 +308,47 @@ def test_submit_writes_a_private_script_and_passes_values_in_the_environment(
     assert stat.S_IMODE(os.stat(submitted.script).st_mode) == 0o600
     assert stat.S_IMODE(output.stat().st_mode) == 0o700
     assert "s3" not in Path(submitted.script).read_text()
+
+
+@pytest.mark.parametrize("sacct", ["rows", "no accounting", "missing"])
+def test_jobs_are_the_queued_then_the_ended_each_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sacct: str
+) -> None:
+    """`gpuenv jobs`' rows (app.submit.list_jobs): squeue's, then sacct's ended jobs not
+    among them; where sacct cannot say, the queued ones and why the ended are missing.
+    squeue and sacct here are stand-ins (the real ones: tests/integration/test_cluster.py)."""
+    from click.testing import CliRunner
+
+    from gpuenv.app.submit import list_jobs
+    from gpuenv.cli.tree import main
+
+    project = tmp_path / "project"
+    project.mkdir()
+    init = ["-C", str(project), "init", "--driver", "550.54.15", "--gpu", "RTX 4090"]
+    assert CliRunner().invoke(main, init).exit_code == 0
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    asked = tmp_path / "asked"
+    scripts = {"squeue": f'echo "$@" > {asked}\necho "17|RUNNING|1:02|1|node1"\n'}
+    if sacct == "rows":  # 17 ended between the two calls: shown once, as squeue saw it
+        scripts["sacct"] = (
+            "echo '17|COMPLETED|00:01:03|1|node1|0:0'\necho '16|FAILED|00:00:02|1|node1|1:0'\n"
+        )
+    elif sacct == "no accounting":
+        scripts["sacct"] = "echo 'Slurm accounting storage is disabled' >&2\nexit 1\n"
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+    listed = list_jobs(str(project))
+
+    assert f"--name={listed.name}" in asked.read_text().split()
+    queued = {"job": "17", "state": "RUNNING", "time": "1:02", "nodes": "1", "where": "node1"}
+    if sacct == "rows":
+        failed = {**queued, "job": "16", "state": "FAILED", "time": "00:00:02", "exit_code": "1:0"}
+        assert (listed.rows, listed.not_shown) == ([queued, failed], None)
+    else:
+        assert listed.rows == [queued]
+        reason = "sacct is not on PATH" if sacct == "missing" else "keeps no Slurm accounting"
+        assert listed.not_shown is not None and reason in listed.not_shown
