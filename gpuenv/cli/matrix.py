@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import click
 from click.shell_completion import CompletionItem
 
+from gpuenv.app.matrix import matrix_view, sync_matrix, sync_source
 from gpuenv.cli import ui
 from gpuenv.cli.matrix_view import show_matrix, show_sync
-from gpuenv.engine.distribution import DistributionClient
-from gpuenv.errors import MatrixError
-from gpuenv.images import registry as images_registry
-from gpuenv.matrix import overlay
-from gpuenv.matrix.load import load_matrix
-from gpuenv.matrix.sync import repositories_of
-from gpuenv.matrix.sync import sync as do_sync
+from gpuenv.engine.connection import registry_client
 from gpuenv.project.spec import FAMILIES
 
 TABLES = ("pytorch", "tensorflow", "jax", "none", "cuda", "gpus")
@@ -69,10 +63,8 @@ def matrix(ctx: click.Context, base: str, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
 
-    loaded = load_matrix()
-    source = overlay.read_source()
-    rows = overlay.parse_rows(source[1], source[0]) if source else ()
-    show_matrix(loaded, ctx.meta.get("gpuenv.matrix.table"), as_json, rows, base)
+    table = ctx.meta.get("gpuenv.matrix.table")
+    show_matrix(matrix_view(table, base), table, as_json)
 
 
 @matrix.command()
@@ -97,32 +89,14 @@ def sync(repositories: tuple[str, ...], registry: str | None, as_json: bool) -> 
       gpuenv matrix sync pytorch --registry mirror.example:5000 --json
     """
     try:
-        host = (
-            images_registry.check_mirror(registry)
-            if registry
-            else images_registry.registry_mirror()[0] or images_registry.NGC_REGISTRY
-        )
-    except images_registry.InvalidMirror as exc:
+        source = sync_source(registry)
+    except ValueError as exc:  # InvalidMirror: --registry's, or the configured mirror's
         raise click.BadParameter(str(exc), param_hint="--registry") from None
-    scheme = "http" if registry and registry.startswith("http://") else None
-    client = DistributionClient(
-        host, images_registry.credentials(f"{host}/nvidia/pytorch"), scheme=scheme
+    client = registry_client(source.host, source.credentials, scheme=source.scheme)
+    synced = sync_matrix(
+        client, source.host, repositories, progress=_progress(ui), step=ui.step, warn=ui.warn
     )
-    shipped = load_matrix(with_overlay=False)
-    path = overlay.overlay_path()
-    previous: tuple[overlay.OverlayRow, ...] = ()
-    source = overlay.read_source(path)
-    if source:
-        try:
-            previous = overlay.parse_rows(source[1], path)
-        except MatrixError as exc:  # a damaged overlay is rewritten, not fatal here
-            ui.warn(f"the overlay {path} is damaged and is rewritten ({exc})")
-    repos = repositories_of(shipped, repositories)
-    ui.step(f"reading {', '.join(repos)} from {host}")
-    report = do_sync(client, shipped, repos, previous, _progress(ui))
-    synced = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    overlay.write(path, overlay.overlay_text(host, synced, report.rows))
-    show_sync(report, path, as_json)
+    show_sync(synced.report, synced.path, as_json)
 
 
 def _progress(ui: Any) -> Any:

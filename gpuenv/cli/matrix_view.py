@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from rich.table import Table
 
+from gpuenv.app.matrix import ImageTable, Overview
 from gpuenv.cli import output, ui
-from gpuenv.matrix.load import FRAMEWORK_NAMES, Matrix
-from gpuenv.matrix.overlay import OverlayRow, disagreements, origin, overlay_path
-from gpuenv.matrix.sync import SyncReport, how_to_record
+from gpuenv.matrix.model import Matrix
+from gpuenv.matrix.sync import SyncReport
 
 EVIDENCE_STYLE = {"primary": "green", "image": "cyan", "secondary": "yellow", "unverified": "red"}
 
@@ -27,13 +26,9 @@ def _evidence(level: str, unverified: tuple[str, ...] = ()) -> str:
 FAMILY_TITLES = {"ngc": "NGC", "dockerhub": "Docker Hub"}
 
 
-def _images(
-    matrix: Matrix, framework: str, overlay: Sequence[OverlayRow], family: str = "ngc"
-) -> tuple[list[dict[str, Any]], Table]:
-    rows = matrix.images_for(framework, family)
-    platforms = {(found.repository, found.tag): list(found.platforms) for found in overlay}
+def _images(shown: ImageTable) -> tuple[list[dict[str, Any]], Table]:
     table = Table(
-        title=f"{FAMILY_TITLES[family]} {FRAMEWORK_NAMES[framework]} images ({len(rows)})",
+        title=f"{FAMILY_TITLES[shown.family]} {shown.name} images ({len(shown.images)})",
         title_justify="left",
     )
     for column in (
@@ -50,7 +45,7 @@ def _images(
         "from",
     ):
         table.add_column(column, overflow="fold")
-    for row in rows:
+    for row, origin, _ in shown.images:
         table.add_row(
             row.image,
             row.framework_version or "?",
@@ -62,16 +57,11 @@ def _images(
             ", ".join(row.forward_compat) or "-",
             row.min_compute_capability or "?",
             _evidence(row.evidence, row.unverified),
-            origin(row),
+            origin,
         )
     data = [
-        dict(
-            asdict(row),
-            image=row.image,
-            origin=origin(row),
-            platforms=platforms.get((row.repository, row.tag)),
-        )
-        for row in rows
+        dict(asdict(row), image=row.image, origin=origin, platforms=platforms)
+        for row, origin, platforms in shown.images
     ]
     return data, table
 
@@ -136,76 +126,75 @@ def _gpus(matrix: Matrix) -> tuple[list[dict[str, Any]], Table]:
     return data, table
 
 
-def show_matrix(
-    matrix: Matrix,
-    table: str | None,
-    as_json: bool,
-    overlay: Sequence[OverlayRow] = (),
-    family: str = "ngc",
-) -> None:
-    if table is None:
-        counts = {fw: len(matrix.images_for(fw)) for fw in FRAMEWORK_NAMES}
-        origins = Counter(origin(row) for row in matrix.images)
-        conflicts = disagreements(matrix, overlay)
-        if as_json:
-            output.data(
-                {
-                    "version": matrix.version,
-                    "directory": matrix.directory,
-                    "images": counts,
-                    "origins": dict(origins),
-                    "disagreements": [str(d) for d in conflicts],
-                    "overlay": overlay_path() if overlay else None,
-                    "toolkits": len(matrix.toolkits),
-                    "gpus": len(matrix.gpus),
-                }
-            )
-            return
-        ui.out.print(f"matrix {matrix.version} ({matrix.directory})", markup=False)
-        for framework, count in counts.items():
-            ui.out.print(
-                f"  {framework:<11} {count:>3} images   gpuenv matrix {framework}", markup=False
-            )
-        ui.out.print(
-            f"  {'cuda':<11} {len(matrix.toolkits):>3} toolkits gpuenv matrix cuda", markup=False
-        )
-        ui.out.print(
-            f"  {'gpus':<11} {len(matrix.gpus):>3} models   gpuenv matrix gpus", markup=False
-        )
-        if overlay:
-            _origins(origins, conflicts)
+def show_matrix(shown: Overview | ImageTable | Matrix, table: str | None, as_json: bool) -> None:
+    """`gpuenv matrix [TABLE]`: the overview, a framework's images, or the cuda or gpus
+    tables of the matrix; JSON on stdout, warnings on stderr."""
+    if isinstance(shown, Overview):
+        _show_overview(shown, as_json)
+        return
+    if isinstance(shown, ImageTable):
+        _show_images(shown, as_json)
         return
     if table == "cuda":
-        data, tables = _cuda(matrix)
+        data, tables = _cuda(shown)
         if as_json:
             output.data(data)
         else:
             for item in tables:
                 ui.table(item)
         return
-    payload, rendered = (
-        _gpus(matrix) if table == "gpus" else _images(matrix, table, overlay, family)
-    )
+    payload, rendered = _gpus(shown)
     if as_json:
         output.data(payload)
     else:
         ui.table(rendered)
-    notice = matrix.notice(table) if family == "ngc" else None
-    if notice:
-        ui.warn(notice)  # on stderr: the JSON on stdout keeps its shape
-    rows = [] if table in ("gpus", "none") else matrix.images_for(table, family)
-    unknown = [row.tag for row in rows if not row.framework_version]
-    if unknown:
+
+
+def _show_overview(shown: Overview, as_json: bool) -> None:
+    if as_json:
+        output.data(
+            {
+                "version": shown.version,
+                "directory": shown.directory,
+                "images": shown.images,
+                "origins": shown.origins,
+                "disagreements": [str(d) for d in shown.disagreements],
+                "overlay": shown.overlay,
+                "toolkits": shown.toolkits,
+                "gpus": shown.gpus,
+            }
+        )
+        return
+    ui.out.print(f"matrix {shown.version} ({shown.directory})", markup=False)
+    for framework, count in shown.images.items():
+        ui.out.print(
+            f"  {framework:<11} {count:>3} images   gpuenv matrix {framework}", markup=False
+        )
+    ui.out.print(f"  {'cuda':<11} {shown.toolkits:>3} toolkits gpuenv matrix cuda", markup=False)
+    ui.out.print(f"  {'gpus':<11} {shown.gpus:>3} models   gpuenv matrix gpus", markup=False)
+    if shown.overlay:
+        _origins(shown.origins, shown.disagreements, shown.overlay)
+
+
+def _show_images(shown: ImageTable, as_json: bool) -> None:
+    payload, rendered = _images(shown)
+    if as_json:
+        output.data(payload)
+    else:
+        ui.table(rendered)
+    if shown.notice:
+        ui.warn(shown.notice)  # on stderr: the JSON on stdout keeps its shape
+    if shown.unrecorded:
         ui.warn(
-            f"? = not recorded: {len(unknown)} {FRAMEWORK_NAMES[table]} images have no "
+            f"? = not recorded: {len(shown.unrecorded)} {shown.name} images have no "
             "framework version in the matrix (why, per row: `framework_version_unknown` in "
-            f"--json); {how_to_record(table)}"
+            f"--json); {shown.how_to_record}"
         )
 
 
-def _origins(origins: Counter[str], conflicts: Sequence[object]) -> None:
+def _origins(origins: dict[str, int], conflicts: Sequence[object], path: str) -> None:
     shown = ", ".join(f"{count} {name}" for name, count in sorted(origins.items()))
-    ui.out.print(f"image rows: {shown} (overlay {overlay_path()})", markup=False)
+    ui.out.print(f"image rows: {shown} (overlay {path})", markup=False)
     for conflict in conflicts:
         ui.out.print(f"  disagrees: {conflict}", markup=False)
 

@@ -1,5 +1,6 @@
-"""Which engine gpuenv talks to: `connect()` picks the adapter (and imports it); only the
-CLI calls it."""
+"""Which engine gpuenv talks to: `connect()` picks the adapter (and imports it);
+`registry_client()` makes the client of the registry `gpuenv matrix sync` reads. Only the
+CLI calls them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from gpuenv.engine.hosts import engine_choice
 from gpuenv.errors import EngineError
 
 if TYPE_CHECKING:
+    from gpuenv.engine.distribution import DistributionClient
     from gpuenv.engine.protocol import Engine
 
 
@@ -31,3 +33,14 @@ def connect(host: str | None = None) -> Engine:
     if kind == "podman":
         return podman.PodmanEngine(host)
     return dockerpy.DockerEngine(host)
+
+
+def registry_client(
+    host: str, credentials: dict[str, str] | None = None, *, scheme: str | None = None
+) -> DistributionClient:
+    """The client of the registry at `host` that `gpuenv matrix sync` reads (the app
+    layer picks the host, the scheme and the credentials: `app.matrix.sync_source`)."""
+    # Here, as in `connect`: requests is imported by the commands that read a registry.
+    from gpuenv.engine.distribution import DistributionClient
+
+    return DistributionClient(host, credentials, scheme=scheme)

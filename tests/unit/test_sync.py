@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from gpuenv.app.matrix import Synced, SyncSource, sync_matrix, sync_source
 from gpuenv.cli.tree import main
 from gpuenv.engine.protocol import Manifest, UnknownRepository
 from gpuenv.errors import MatrixError
@@ -280,6 +281,72 @@ def test_sync_reads_tags_shaped_like_the_matrix(matrix: Matrix) -> None:
     assert seen == [f"{PYTORCH}:{t}" for t in ("24.05-py3", "25.10-py3", "26.11-py3")]
     again = sync(registry, matrix, {PYTORCH: "pytorch"}, report.rows)
     assert (again.read, again.reused) == (1, 2)  # only the image without metadata again
+
+
+def test_sync_matrix_rewrites_a_damaged_overlay_and_reads_again_only_what_changed() -> None:
+    path = overlay.overlay_path()
+    overlay.write(path, "images: [\n")
+    said: dict[str, list[str]] = {"step": [], "warn": [], "progress": []}
+
+    def run() -> Synced:
+        return sync_matrix(
+            FakeRegistry(),
+            "127.0.0.1:5000",
+            ["pytorch"],
+            progress=lambda done, total, image: said["progress"].append(image),
+            step=said["step"].append,
+            warn=said["warn"].append,
+        )
+
+    report, written = run()
+    assert written == path
+    (warned,) = said["warn"]
+    assert warned.startswith(f"the overlay {path} is damaged and is rewritten (")
+    assert said["step"] == [f"reading {PYTORCH} from 127.0.0.1:5000"]
+    assert said["progress"] == [f"{PYTORCH}:{t}" for t in ("24.05-py3", "25.10-py3", "26.11-py3")]
+    assert overlay.parse_rows(Path(path).read_bytes(), path) == tuple(report.rows)
+    assert "registry: 127.0.0.1:5000" in Path(path).read_text()
+    again, _ = run()
+    assert len(said["warn"]) == 1  # the rewritten overlay is read back, not warned of
+    assert (again.read, again.reused) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("registry", "env", "expected"),
+    [
+        ("http://127.0.0.1:5000", {}, SyncSource("127.0.0.1:5000", "http", None)),
+        ("mirror.example:5000/", {}, SyncSource("mirror.example:5000", None, None)),
+        (None, {"GPUENV_REGISTRY_MIRROR": "m.example"}, SyncSource("m.example", None, None)),
+        (
+            None,
+            {"NGC_API_KEY": "key"},
+            SyncSource(
+                "nvcr.io",
+                None,
+                {"username": "$oauthtoken", "password": "key", "serveraddress": "nvcr.io"},
+            ),
+        ),
+    ],
+)
+def test_sync_source_is_the_registry_asked_for_else_the_mirror_else_nvcr(
+    monkeypatch: pytest.MonkeyPatch,
+    registry: str | None,
+    env: dict[str, str],
+    expected: SyncSource,
+) -> None:
+    monkeypatch.delenv("GPUENV_REGISTRY_MIRROR", raising=False)
+    monkeypatch.delenv("NGC_API_KEY", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert sync_source(registry) == expected
+
+
+def test_sync_source_refuses_a_registry_that_is_no_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="'bad host!' is not a registry mirror"):
+        sync_source("bad host!")
+    monkeypatch.setenv("GPUENV_REGISTRY_MIRROR", "bad mirror")
+    with pytest.raises(ValueError, match="'bad mirror' is not a registry mirror"):
+        sync_source(None)
 
 
 def test_the_overlay_round_trips_and_joins_the_matrix(tmp_path: Path, matrix: Matrix) -> None:
