@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.load import Matrix, load_matrix
 
@@ -39,7 +40,7 @@ def _isolated_env(
 def make_host(driver: str | None, *names: str, brand: str | None = None) -> Host:
     """A described host: GPU names as NVML would print them (cc from the matrix)."""
     gpus = tuple(Gpu(index=i, name=name, brand=brand) for i, name in enumerate(names))
-    return Host(driver, gpus, "test")
+    return Host(DriverVersion.parse(driver) if driver else None, gpus, "test")
 
 
 @pytest.fixture

@@ -317,7 +317,7 @@ def gpus_payload(
         "generated": time.time(),
         "engine_note": engine_notes[0] if engine_notes else None,
         "host": {
-            "driver": host.driver,
+            "driver": str(host.driver) if host.driver else None,
             "cuda_driver": host.cuda_driver,
             "source": host.source,
             "note": host.note,

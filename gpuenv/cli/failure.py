@@ -32,7 +32,7 @@ def candidate_data(candidate: Any) -> dict[str, Any]:
         "framework_version": row.framework_version,
         "cuda": row.cuda,
         "python": row.python,
-        "min_driver": candidate.min_driver,
+        "min_driver": str(candidate.min_driver) if candidate.min_driver else None,
         "fits": not candidate.rejections,
         "rejections": [{"check": r.check, "reason": r.reason} for r in candidate.rejections],
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from rich.table import Table
@@ -53,14 +52,14 @@ def _images(shown: ImageTable) -> tuple[list[dict[str, Any]], Table]:
             row.cudnn or "?",
             row.python or "?",
             row.ubuntu or "?",
-            row.min_driver or "?",
-            ", ".join(row.forward_compat) or "-",
-            row.min_compute_capability or "?",
+            str(row.min_driver or "?"),
+            ", ".join(map(str, row.forward_compat)) or "-",
+            str(row.min_compute_capability or "?"),
             _evidence(row.evidence, row.unverified),
             origin,
         )
     data = [
-        dict(asdict(row), image=row.image, origin=origin, platforms=platforms)
+        dict(row.to_data(), image=row.image, origin=origin, platforms=platforms)
         for row, origin, platforms in shown.images
     ]
     return data, table
@@ -73,29 +72,31 @@ def _cuda(matrix: Matrix) -> tuple[dict[str, Any], list[Table]]:
     compat.add_column("CUDA")
     compat.add_column("driver ≥")
     for major, driver in matrix.minor_compat:
-        compat.add_row(f"{major}.x", driver)
+        compat.add_row(f"{major}.x", str(driver))
     toolkits = Table(title="CUDA toolkit → minimum Linux driver", title_justify="left")
     for column in ("toolkit", "version", "driver ≥", "evidence"):
         toolkits.add_column(column)
     for toolkit in matrix.toolkits:
         toolkits.add_row(
-            toolkit.label, toolkit.version, toolkit.min_driver, _evidence(toolkit.evidence)
+            toolkit.label, toolkit.version, str(toolkit.min_driver), _evidence(toolkit.evidence)
         )
     archs = Table(title="Compute capabilities a CUDA toolkit builds for", title_justify="left")
     for column in ("CC", "architecture", "added in CUDA", "removed in CUDA", "evidence"):
         archs.add_column(column)
     for arch in matrix.architectures:
         archs.add_row(
-            arch.compute_capability,
+            str(arch.compute_capability),
             arch.architecture,
             arch.added_in or "≤ 11.0",
             arch.removed_in or "-",
             _evidence(arch.evidence),
         )
     data = {
-        "minor_version_compat": [{"major": m, "min_driver": d} for m, d in matrix.minor_compat],
-        "toolkits": [asdict(t) for t in matrix.toolkits],
-        "compute_capabilities": [asdict(a) for a in matrix.architectures],
+        "minor_version_compat": [
+            {"major": m, "min_driver": str(d)} for m, d in matrix.minor_compat
+        ],
+        "toolkits": [t.to_data() for t in matrix.toolkits],
+        "compute_capabilities": [a.to_data() for a in matrix.architectures],
     }
     return data, [compat, toolkits, archs]
 
@@ -107,7 +108,7 @@ def _gpus(matrix: Matrix) -> tuple[list[dict[str, Any]], Table]:
     for model in sorted(matrix.gpus, key=lambda m: (m.gpu_class, m.name)):
         table.add_row(
             model.name,
-            model.compute_capability,
+            str(model.compute_capability),
             model.architecture,
             model.gpu_class,
             _evidence(model.evidence),
@@ -116,7 +117,7 @@ def _gpus(matrix: Matrix) -> tuple[list[dict[str, Any]], Table]:
         {
             "name": m.name,
             "match": [" ".join(seq) for seq in m.match],
-            "compute_capability": m.compute_capability,
+            "compute_capability": str(m.compute_capability),
             "class": m.gpu_class,
             "architecture": m.architecture,
             "evidence": m.evidence,

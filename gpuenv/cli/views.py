@@ -57,7 +57,7 @@ def explain_table(candidates: Any, chosen: Any | None, host: Host) -> None:
             cell(row.framework_version or "?"),
             cell(row.cuda or "?"),
             cell(row.python or "?"),
-            cell(candidate.min_driver or "?"),
+            cell(str(candidate.min_driver or "?")),
             why,
         )
     ui.table(table)

@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 
 from gpuenv.common import nesting
 from gpuenv.common.dirs import make_user_dir, user_cache_dir
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 
-FORMAT = 1
+FORMAT = 2  # 2: driver versions and compute capabilities as their text
 KEEP = 8  # entries of one kind kept; older ones are removed when a new one is written
 MAX_BYTES = 64 << 20
 _STALE_TEMP_SECONDS = 600
@@ -112,9 +113,9 @@ def rows(cls: type[Any], value: Any) -> tuple[Any, ...]:
     value again: that would cost more than the rest of a load.
     """
     converters = [
-        (index, _TUPLES[str(f.type)])
+        (index, _CONVERTERS[str(f.type)])
         for index, f in enumerate(dataclasses.fields(cls))
-        if str(f.type) in _TUPLES
+        if str(f.type) in _CONVERTERS
     ]
     size = len(dataclasses.fields(cls))
     out = []
@@ -134,7 +135,9 @@ def checked(kind: type[_Plain], value: Any) -> _Plain:
     return value
 
 
-def _fields(value: Any) -> list[Any]:
+def _fields(value: Any) -> Any:
+    if isinstance(value, DriverVersion | ComputeCapability):
+        return str(value)  # as written; parsed again (cached) on the way back
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [getattr(value, f.name) for f in dataclasses.fields(value)]
     raise TypeError(f"{type(value).__name__} cannot be cached")
@@ -144,10 +147,20 @@ def _str_tuples(value: list[list[str]]) -> tuple[tuple[str, ...], ...]:
     return tuple(map(tuple, value))
 
 
-# Fields JSON gives back as lists, by annotation: how they become tuples again.
-_TUPLES: dict[str, Callable[[Any], Any]] = {
+def _optional(parse: Callable[[str], Any]) -> Callable[[str | None], Any]:
+    return lambda text: None if text is None else parse(text)
+
+
+# Fields JSON gives back as lists or text, by annotation: how they become tuples and
+# values again.
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "tuple[str, ...]": tuple,
     "tuple[tuple[str, ...], ...]": _str_tuples,
+    "DriverVersion": DriverVersion.parse,
+    "DriverVersion | None": _optional(DriverVersion.parse),
+    "tuple[DriverVersion, ...]": lambda texts: tuple(map(DriverVersion.parse, texts)),
+    "ComputeCapability": ComputeCapability.parse,
+    "ComputeCapability | None": _optional(ComputeCapability.parse),
 }
 
 

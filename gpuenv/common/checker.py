@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuenv.common.versions import (
+    ComputeCapability,
+    DriverVersion,
     InvalidComputeCapability,
     InvalidConstraint,
     InvalidDriverVersion,
-    compute_capability,
-    driver_tuple,
     is_version,
     parse_constraint,
 )
@@ -121,31 +121,31 @@ class Checker:
             return None
         return text.strip()
 
-    def driver(self, path: Path, value: Any, *, nullable: bool = True) -> str | None:
+    def driver(self, path: Path, value: Any, *, nullable: bool = True) -> DriverVersion | None:
         text = self.text(
             path, value, 'a quoted driver version like "535.104.05"', nullable=nullable
         )
         if text is None:
             return None
         try:
-            driver_tuple(text)
+            return DriverVersion.parse(text)
         except InvalidDriverVersion as exc:
             self.add(path, str(exc))
             return None
-        return text
 
-    def compute_capability(self, path: Path, value: Any, *, nullable: bool = True) -> str | None:
+    def compute_capability(
+        self, path: Path, value: Any, *, nullable: bool = True
+    ) -> ComputeCapability | None:
         text = self.text(
             path, value, "a compute capability like 8.0", nullable=nullable, numbers=True
         )
         if text is None:
             return None
         try:
-            compute_capability(text)
+            return ComputeCapability.parse(text)
         except InvalidComputeCapability as exc:
             self.add(path, str(exc))
             return None
-        return text
 
     def choice(
         self,

@@ -19,6 +19,7 @@ False
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -122,43 +123,112 @@ def series(text: str, parts: int = 2) -> str:
     return ".".join(str(n) for n in parse_version(text).release[:parts])
 
 
-@lru_cache(maxsize=4096)
-def driver_tuple(text: str) -> tuple[int, int, int, int]:
-    """``535.104.05`` -> ``(535, 104, 5, 0)``; padded so ``545`` < ``545.23``.
+@dataclass(frozen=True, order=True, repr=False)
+class DriverVersion:
+    """An NVIDIA driver version, parsed once where it comes in (the host, the matrix, a
+    host file, --driver): ordered by its numbers, padded so ``545`` < ``545.23.08``,
+    shown as written.
 
-    >>> driver_tuple("545") < driver_tuple("545.23.08")
+    >>> DriverVersion.parse("545") < DriverVersion.parse("545.23.08")
     True
+    >>> driver = DriverVersion.parse("535.104.05")
+    >>> driver.branch, str(driver), driver
+    (535, '535.104.05', DriverVersion('535.104.05'))
     """
+
+    numbers: tuple[int, int, int, int]
+    text: str = field(compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> DriverVersion:
+        """Read ``535.104.05`` (one to four dotted numbers); InvalidDriverVersion else."""
+        return _driver(text)
+
+    @property
+    def branch(self) -> int:
+        """The driver branch (``R535``) it belongs to."""
+        return self.numbers[0]
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"DriverVersion({self.text!r})"
+
+
+@lru_cache(maxsize=4096)
+def _driver(text: str) -> DriverVersion:
     if not re.match(_DRIVER, text.strip()):
         raise InvalidDriverVersion(
             f"'{text}' is not a driver version (expected numbers like 535.104.05)"
         )
     numbers = [int(part) for part in text.strip().split(".")]
     padded = [*numbers, 0, 0, 0, 0][:4]
-    return (padded[0], padded[1], padded[2], padded[3])
+    return DriverVersion((padded[0], padded[1], padded[2], padded[3]), text.strip())
 
 
-def driver_branch(text: str) -> int:
-    """The driver branch (``R535``) a version belongs to."""
-    return driver_tuple(text)[0]
+@dataclass(frozen=True, order=True, repr=False)
+class ComputeCapability:
+    """A GPU's compute capability (``8.6``), parsed once where it comes in: ordered as
+    numbers, so 12.0 is above 9.0; `sm` is the name "no kernel image" errors use.
+
+    >>> ComputeCapability.parse("12.0") > ComputeCapability.parse("9.0")
+    True
+    >>> cc = ComputeCapability.parse("8.6")
+    >>> str(cc), cc.sm, cc
+    ('8.6', 'sm_86', ComputeCapability('8.6'))
+    """
+
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> ComputeCapability:
+        """Read ``major.minor`` (``8.6``); InvalidComputeCapability else."""
+        return _compute_capability(text)
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.major}{self.minor}"
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    def __repr__(self) -> str:
+        return f"ComputeCapability('{self}')"
 
 
 @lru_cache(maxsize=256)
-def compute_capability(text: str) -> tuple[int, int]:
-    """``8.6`` -> ``(8, 6)``.
-
-    >>> compute_capability("12.0") > compute_capability("9.0")
-    True
-    """
+def _compute_capability(text: str) -> ComputeCapability:
     match = re.match(_COMPUTE_CAPABILITY, text.strip())
     if not match:
         raise InvalidComputeCapability(
             f"'{text}' is not a compute capability (expected major.minor like 8.6)"
         )
-    return int(match.group(1)), int(match.group(2))
+    return ComputeCapability(int(match.group(1)), int(match.group(2)))
 
 
-def sm(text: str) -> str:
-    """``8.6`` -> ``sm_86``, the name users see in "no kernel image" errors."""
-    major, minor = compute_capability(text)
-    return f"sm_{major}{minor}"
+def recorded_driver(value: object) -> DriverVersion | None:
+    """A driver version a record kept as text (a lock, a stamp); None where it kept none,
+    or something that is not one (a file edited by hand).
+
+    >>> recorded_driver("550.54.15"), recorded_driver(None), recorded_driver("R550")
+    (DriverVersion('550.54.15'), None, None)
+    """
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return DriverVersion.parse(value)
+    except InvalidDriverVersion:
+        return None
+
+
+def recorded_capability(value: object) -> ComputeCapability | None:
+    """A compute capability a record kept as text; None where it kept none or another
+    thing."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return ComputeCapability.parse(value)
+    except InvalidComputeCapability:
+        return None

@@ -275,7 +275,7 @@ def spec_problems(
         for p in spec.host_paths
         if host.driver
         and (m := re.search(_SO_VERSION, p))
-        and m.group(1) != host.driver
+        and m.group(1) != str(host.driver)
         and os.path.basename(p).startswith(("libnvidia", "libcuda"))
     ]
     if stale:

@@ -3,6 +3,7 @@ image is judged as the resolver judges a matrix row, from what the lock recorded
 
 from __future__ import annotations
 
+from gpuenv.common.versions import recorded_capability, recorded_driver
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Host
 from gpuenv.lock.locked import Locked
@@ -29,9 +30,11 @@ def preflight(lock: Locked, host: Host, grant: Grant, matrix: Matrix) -> list[st
         cudnn=resolved.get("cudnn"),
         python=resolved.get("python"),
         ubuntu=resolved.get("ubuntu"),
-        min_driver=requires.get("min_driver"),
-        forward_compat=tuple(requires.get("forward_compat") or ()),
-        min_compute_capability=requires.get("min_compute_capability"),
+        min_driver=recorded_driver(requires.get("min_driver")),
+        forward_compat=tuple(
+            d for b in requires.get("forward_compat") or () if (d := recorded_driver(b))
+        ),
+        min_compute_capability=recorded_capability(requires.get("min_compute_capability")),
         evidence=str(resolved.get("evidence") or "unverified"),
         unverified=tuple(resolved.get("unverified") or ()),
         note="",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuenv.common.platforms import this_platform
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.host.nvml import detect_nvml
@@ -32,18 +33,18 @@ def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> 
             continue
         values = dict(zip(fields, (cell.strip() for cell in row), strict=False))
         driver = values.get("driver_version") or driver
-        cc = values.get("compute_cap")
+        cc = values.get("compute_cap") or ""
         memory = values.get("memory.total", "")
         gpus.append(
             Gpu(
                 index=int(values["index"]),
                 name=values["name"],
                 uuid=values.get("uuid") or None,
-                compute_capability=cc if cc and cc[0].isdigit() else None,
+                compute_capability=ComputeCapability.parse(cc) if cc[:1].isdigit() else None,
                 memory_total_mib=int(float(memory)) if memory.replace(".", "").isdigit() else None,
             )
         )
-    return Host(driver, tuple(gpus), "nvidia-smi")
+    return Host(DriverVersion.parse(driver) if driver else None, tuple(gpus), "nvidia-smi")
 
 
 def detect_nvidia_smi() -> Host | str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuenv.common.versions import ComputeCapability, DriverVersion
+
 
 @dataclass(frozen=True)
 class GpuProcess:
@@ -40,7 +42,7 @@ class Gpu:
     index: int
     name: str
     uuid: str | None = None
-    compute_capability: str | None = None
+    compute_capability: ComputeCapability | None = None
     memory_total_mib: int | None = None
     brand: str | None = None  # NVML's brand (tesla, geforce_rtx, nvidia_rtx, ...)
     # Live state, for reservations and `gpuenv top` (None when unknown).
@@ -82,7 +84,7 @@ class Gpu:
 class Host:
     """A driver (None when there is none) and the GPUs; `source` says how we know."""
 
-    driver: str | None
+    driver: DriverVersion | None
     gpus: tuple[Gpu, ...] = ()
     source: str = "none"
     cuda_driver: str | None = None  # the newest CUDA the driver supports (NVML)
@@ -99,13 +101,10 @@ class Host:
     def to_data(self) -> dict[str, Any]:
         return {
             "source": self.source,
-            "driver": self.driver,
+            "driver": str(self.driver) if self.driver else None,
             "cuda_driver": self.cuda_driver,
             "platform": self.platform,
-            "gpus": [
-                {k: v for k, v in asdict(gpu).items() if v not in (None, [], ())}
-                for gpu in self.gpus
-            ],
+            "gpus": [_gpu_data(gpu) for gpu in self.gpus],
         }
 
     def without_driver(self) -> tuple[str, str]:
@@ -137,3 +136,11 @@ class Host:
             "lock": "as recorded in gpuenv.lock",
         }.get(self.source, f"described in {self.source.removeprefix('file:')}")
         return f"{driver}, {gpus or 'no GPUs'} ({how})"
+
+
+def _gpu_data(gpu: Gpu) -> dict[str, Any]:
+    """A GPU as data: its known fields, the compute capability as written (``8.6``)."""
+    data = {k: v for k, v in asdict(gpu).items() if v not in (None, [], ())}
+    if gpu.compute_capability is not None:
+        data["compute_capability"] = str(gpu.compute_capability)
+    return data

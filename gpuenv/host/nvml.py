@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from gpuenv.common.versions import ComputeCapability, DriverVersion, InvalidDriverVersion
 from gpuenv.host.machine import Gpu, GpuProcess, Host, MigDevice
 
 # Errors that mean "this GPU is unusable", not "this reading is unsupported".
@@ -57,7 +58,7 @@ def detect_nvml(xids: Callable[[int], tuple[int, ...]] | None = None) -> Host | 
         return "the NVML bindings (nvidia-ml-py) are not installed"
     try:
         with session(pynvml):
-            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            driver = DriverVersion.parse(_text(pynvml.nvmlSystemGetDriverVersion()))
             try:
                 cuda_int = pynvml.nvmlSystemGetCudaDriverVersion_v2()
                 cuda_driver: str | None = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
@@ -76,7 +77,7 @@ def detect_nvml(xids: Callable[[int], tuple[int, ...]] | None = None) -> Host | 
                     gpu = replace(gpu, xids=xids(index))
                 gpus.append(gpu)
             return Host(driver, tuple(gpus), "nvml", cuda_driver)
-    except pynvml.NVMLError as exc:
+    except (pynvml.NVMLError, InvalidDriverVersion) as exc:
         return f"NVML: {exc}"
 
 
@@ -97,7 +98,7 @@ def _gpu(pynvml: Any, index: int, brands: dict[int, str]) -> Gpu:
         index=index,
         name=name,
         uuid=uuid,
-        compute_capability=f"{major}.{minor}",
+        compute_capability=ComputeCapability(int(major), int(minor)),
         memory_total_mib=int(memory.total) // 2**20,
         brand=brand,
         memory_used_mib=int(memory.used) // 2**20,

@@ -21,6 +21,12 @@ import yaml
 from gpuenv import __version__
 from gpuenv.common import nesting
 from gpuenv.common.files import atomic_write, file_hash
+from gpuenv.common.versions import (
+    ComputeCapability,
+    DriverVersion,
+    recorded_capability,
+    recorded_driver,
+)
 from gpuenv.errors import LockError, file_error
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.lock.locked import LOCK_FILENAME as LOCK_FILENAME
@@ -126,25 +132,30 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
             **({"read_from": row.note} if is_image_base(row.family) else {}),
         },
         requires={
-            "min_driver": resolution.candidate.min_driver,
-            "forward_compat": list(row.forward_compat),
-            "min_compute_capability": row.min_compute_capability,
+            "min_driver": _text(resolution.candidate.min_driver),
+            "forward_compat": [str(driver) for driver in row.forward_compat],
+            "min_compute_capability": _text(row.min_compute_capability),
             "compute_capabilities": list(resolution.required_compute_capabilities),
         },
         resolved_for={
             "source": host.source,
-            "driver": host.driver,
+            "driver": _text(host.driver),
             # native | minor-version compatibility | forward compatibility | None
             "compatibility": resolution.candidate.mode,
             # False: a forward route NVIDIA's documents disagree on (see resolve's route)
             "route_verified": resolution.candidate.route_verified,
             "platform": host.platform,
             "gpus": [
-                {"name": g.name, "compute_capability": g.compute_capability}
+                {"name": g.name, "compute_capability": _text(g.compute_capability)}
                 for g in resolution.gpus
             ],
         },
     )
+
+
+def _text(value: DriverVersion | ComputeCapability | None) -> str | None:
+    """A driver version or compute capability as the lock writes it (as written)."""
+    return None if value is None else str(value)
 
 
 INTEGRITY_KEY = "integrity"
@@ -330,16 +341,14 @@ def overlay_differences(lock: Lock, spec: Spec, current: Mapping[str, str]) -> l
 def recorded_host(lock: Lock) -> Host | None:
     """The host a lock was resolved for, to plan for it again from a machine without GPUs."""
     record = lock.resolved_for
-    driver = record.get("driver")
-    if not isinstance(driver, str):
+    driver = recorded_driver(record.get("driver"))
+    if driver is None:
         return None
     gpus = []
     for index, item in enumerate(record.get("gpus") or []):
         if isinstance(item, dict) and isinstance(item.get("name"), str):
-            cc = item.get("compute_capability")
-            gpus.append(
-                Gpu(index, item["name"], compute_capability=cc if isinstance(cc, str) else None)
-            )
+            cc = recorded_capability(item.get("compute_capability"))
+            gpus.append(Gpu(index, item["name"], compute_capability=cc))
     platform = record.get("platform")
     return Host(
         driver, tuple(gpus), "lock", platform=platform if isinstance(platform, str) else None
@@ -371,9 +380,9 @@ def own_row_from_lock(lock: Lock, base: str) -> ImageRow | None:
         cudnn=text(resolved, "cudnn"),
         python=text(resolved, "python"),
         ubuntu=text(resolved, "ubuntu"),
-        min_driver=text(requires, "min_driver"),
-        forward_compat=tuple(str(b) for b in branches if isinstance(b, str)),
-        min_compute_capability=text(requires, "min_compute_capability"),
+        min_driver=recorded_driver(requires.get("min_driver")),
+        forward_compat=tuple(d for b in branches if (d := recorded_driver(b)) is not None),
+        min_compute_capability=recorded_capability(requires.get("min_compute_capability")),
         evidence="image",
         unverified=(),
         note=text(resolved, "read_from") or "",

@@ -22,6 +22,7 @@ from gpuenv.common.checker import Checker
 
 # The model is imported from here too (`as` re-exports it), beside load_matrix.
 from gpuenv.common.platforms import PLATFORMS
+from gpuenv.common.versions import DriverVersion
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlDocument, YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
@@ -160,13 +161,13 @@ def _unverified(rows: Checker, path: YamlPath, value: Any) -> tuple[str, ...]:
     return unverified
 
 
-def _forward_compat(rows: Checker, path: YamlPath, value: Any) -> tuple[str, ...]:
+def _forward_compat(rows: Checker, path: YamlPath, value: Any) -> tuple[DriverVersion, ...]:
     """The driver branches the image runs on through CUDA forward compatibility."""
-    return tuple(
-        d
+    drivers = (
+        rows.driver((*path, i), d, nullable=False)
         for i, d in enumerate(rows.text_list(path, value))
-        if rows.driver((*path, i), d, nullable=False)
     )
+    return tuple(d for d in drivers if d)
 
 
 def _choice(rows: Checker, path: YamlPath, value: Any, choices: tuple[str, ...]) -> str:
@@ -203,9 +204,9 @@ def _where(doc: YamlDocument, path: YamlPath) -> str:
 
 def _cuda(
     doc: YamlDocument, rows: Checker
-) -> tuple[list[tuple[int, str]], list[Toolkit], list[Architecture]]:
+) -> tuple[list[tuple[int, DriverVersion]], list[Toolkit], list[Architecture]]:
     data = doc.data
-    compat: list[tuple[int, str]] = []
+    compat: list[tuple[int, DriverVersion]] = []
     for index, raw in enumerate(data.get("minor_version_compat") or []):
         path: YamlPath = ("minor_version_compat", index)
         entry = rows.mapping(path, raw, ("major", "min_driver", "evidence", "note"))
@@ -312,7 +313,7 @@ class _MatrixParts:
     """What the matrix files hold, gathered file by file."""
 
     images: list[ImageRow] = field(default_factory=list)
-    compat: list[tuple[int, str]] = field(default_factory=list)
+    compat: list[tuple[int, DriverVersion]] = field(default_factory=list)
     toolkits: list[Toolkit] = field(default_factory=list)
     architectures: list[Architecture] = field(default_factory=list)
     gpus: list[GpuModel] = field(default_factory=list)

@@ -5,12 +5,12 @@ answers the resolver's questions. Frozen and validated: `matrix.load_matrix` mak
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
 from gpuenv.common import cache
-from gpuenv.common.versions import compute_capability, driver_branch, driver_tuple, parse_version
+from gpuenv.common.versions import ComputeCapability, DriverVersion, parse_version
 from gpuenv.matrix.branches import DriverBranch, ForwardSupport
 from gpuenv.project.packages import FRAMEWORK_PACKAGES
 
@@ -37,6 +37,20 @@ IMAGE_FIELDS = (
 OPTIONAL_IMAGE_FIELDS = ("platforms", "ships", "framework_version_unknown", "caveat")
 
 
+def record_data(record: Any) -> dict[str, Any]:
+    """A matrix record's fields as data (`matrix --json`): driver versions and compute
+    capabilities as written, tuples as lists."""
+    return {f.name: _plain(getattr(record, f.name)) for f in fields(record)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, DriverVersion | ComputeCapability):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
 # What each evidence level means, as `resolve` and `matrix` say it.
 EVIDENCE_WORDS = {
     "primary": "confirmed by NVIDIA's documents",
@@ -60,9 +74,9 @@ class ImageRow:
     cudnn: str | None
     python: str | None
     ubuntu: str | None
-    min_driver: str | None
-    forward_compat: tuple[str, ...]
-    min_compute_capability: str | None
+    min_driver: DriverVersion | None
+    forward_compat: tuple[DriverVersion, ...]
+    min_compute_capability: ComputeCapability | None
     evidence: str
     unverified: tuple[str, ...]
     note: str
@@ -76,6 +90,10 @@ class ImageRow:
     # What a user of the image must know and do, said whenever the row is chosen (a
     # Docker Hub TensorFlow image whose CUDA is older than its TensorFlow's)
     caveat: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        """Its fields as data: driver versions and compute capabilities as written."""
+        return record_data(self)
 
     def shipped(self, name: str) -> str | None:
         """The version of `name` the image ships: the framework's own, or from `ships`."""
@@ -122,30 +140,38 @@ class ImageRow:
 class Toolkit:
     version: str
     label: str
-    min_driver: str
+    min_driver: DriverVersion
     evidence: str
+
+    def to_data(self) -> dict[str, Any]:
+        """Its fields as data: driver versions and compute capabilities as written."""
+        return record_data(self)
 
 
 @dataclass(frozen=True)
 class Architecture:
-    compute_capability: str
+    compute_capability: ComputeCapability
     architecture: str
     added_in: str | None
     removed_in: str | None
     evidence: str
-    min_driver: str | None = None  # where NVIDIA states the architecture's first driver
-    last_branch: str | None = None  # where NVIDIA states the last branch that drives it
+    min_driver: DriverVersion | None = None  # where NVIDIA states its first driver
+    last_branch: DriverVersion | None = None  # where NVIDIA states the last driving branch
+
+    def to_data(self) -> dict[str, Any]:
+        """Its fields as data: driver versions and compute capabilities as written."""
+        return record_data(self)
 
 
 @dataclass(frozen=True)
 class GpuModel:
     name: str
     match: tuple[tuple[str, ...], ...]
-    compute_capability: str
+    compute_capability: ComputeCapability
     gpu_class: str
     architecture: str
     evidence: str
-    min_driver: str | None = None  # where NVIDIA states a product's own first driver
+    min_driver: DriverVersion | None = None  # where NVIDIA states a product's own first driver
 
 
 @dataclass(frozen=True)
@@ -164,7 +190,7 @@ class DriveFloor:
     """The oldest driver that can drive a GPU at all (forward compatibility cannot help
     below it: it adds newer CUDA libraries, not support for a newer GPU)."""
 
-    driver: str
+    driver: DriverVersion
     why: str  # where the number comes from, in the user's words ("unverified: ...")
 
 
@@ -192,7 +218,7 @@ class Matrix:
     """All matrix data; compared and hashed by identity (caches key on it)."""
 
     images: tuple[ImageRow, ...]
-    minor_compat: tuple[tuple[int, str], ...]
+    minor_compat: tuple[tuple[int, DriverVersion], ...]
     toolkits: tuple[Toolkit, ...]
     architectures: tuple[Architecture, ...]
     gpus: tuple[GpuModel, ...]
@@ -240,31 +266,27 @@ class Matrix:
         lower = [t for key, t in same_minor if key <= release]
         if lower and len(release) >= 3:
             return lower[-1]
-        return min(
-            (t for _, t in same_minor), key=lambda t: driver_tuple(t.min_driver), default=None
-        )
+        return min((t for _, t in same_minor), key=lambda t: t.min_driver, default=None)
 
-    def toolkit_driver(self, cuda: str) -> str | None:
+    def toolkit_driver(self, cuda: str) -> DriverVersion | None:
         """The driver the CUDA toolkit of `cuda` needs natively (`toolkit`'s), if known."""
         toolkit = self.toolkit(cuda)
         return toolkit.min_driver if toolkit else None
 
-    def minor_compat_floor(self, cuda: str) -> str | None:
+    def minor_compat_floor(self, cuda: str) -> DriverVersion | None:
         """The lowest driver that runs any CUDA `major`.x application (minor-version compat)."""
         return self._floors.get(parse_version(cuda).release[0])
 
     @cached_property
-    def _floors(self) -> dict[int, str]:
+    def _floors(self) -> dict[int, DriverVersion]:
         return dict(self.minor_compat)
 
-    def architecture(self, cc: str) -> Architecture | None:
-        wanted = compute_capability(cc)
-        for arch in self.architectures:
-            if compute_capability(arch.compute_capability) == wanted:
-                return arch
-        return None
+    def architecture(self, cc: ComputeCapability) -> Architecture | None:
+        return next((a for a in self.architectures if a.compute_capability == cc), None)
 
-    def drive_floor(self, cc: str | None, model: GpuModel | None) -> DriveFloor | None:
+    def drive_floor(
+        self, cc: ComputeCapability | None, model: GpuModel | None
+    ) -> DriveFloor | None:
         """The GPU's driver floor: its product's stated minimum, else its architecture's,
         else the driver of the first CUDA toolkit that builds for its compute capability.
         None when not known (architectures older than the toolkits the matrix lists)."""
@@ -285,13 +307,13 @@ class Matrix:
         )
         return DriveFloor(first.min_driver, why)
 
-    def drive_ceiling(self, cc: str | None) -> DriveCeiling | None:
+    def drive_ceiling(self, cc: ComputeCapability | None) -> DriveCeiling | None:
         """The last branch that drives the architecture of `cc`, where NVIDIA states it."""
         arch = self.architecture(cc) if cc else None
         if arch is None or arch.last_branch is None:
             return None
         why = "NVIDIA's driver deprecation schedule, as matrices/cuda.yaml records it"
-        return DriveCeiling(driver_branch(arch.last_branch), why)
+        return DriveCeiling(arch.last_branch.branch, why)
 
     def find_gpu(self, name: str) -> GpuModel | None:
         """The model a GPU name refers to (NVML's or a short one); longest match wins."""
@@ -347,7 +369,7 @@ def matrix_from_data(data: Any, directory: str) -> Matrix:
     return Matrix(
         images=cache.rows(ImageRow, data["images"]),
         minor_compat=tuple(
-            (cache.checked(int, major), cache.checked(str, driver))
+            (cache.checked(int, major), DriverVersion.parse(cache.checked(str, driver)))
             for major, driver in cache.checked(list, data["minor_compat"])
         ),
         toolkits=cache.rows(Toolkit, data["toolkits"]),

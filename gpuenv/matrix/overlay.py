@@ -23,7 +23,7 @@ from gpuenv.common.checker import Checker
 from gpuenv.common.dirs import make_user_dir
 from gpuenv.common.files import atomic_write
 from gpuenv.common.platforms import PLATFORMS
-from gpuenv.common.versions import compute_capability, driver_branch
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
@@ -76,10 +76,10 @@ class OverlayRow:
     cudnn: str | None = None
     nccl: str | None = None
     ubuntu: str | None = None
-    min_driver: str | None = None
-    built_for_driver: str | None = None
-    forward_compat: tuple[str, ...] | None = None
-    min_compute_capability: str | None = None
+    min_driver: DriverVersion | None = None
+    built_for_driver: DriverVersion | None = None
+    forward_compat: tuple[DriverVersion, ...] | None = None
+    min_compute_capability: ComputeCapability | None = None
 
     @property
     def image(self) -> str:
@@ -88,8 +88,11 @@ class OverlayRow:
     def to_data(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["platforms"] = list(self.platforms)
+        for name in ("min_driver", "built_for_driver", "min_compute_capability"):
+            value = getattr(self, name)
+            data[name] = None if value is None else str(value)
         if self.forward_compat is not None:
-            data["forward_compat"] = list(self.forward_compat)
+            data["forward_compat"] = [str(driver) for driver in self.forward_compat]
         return {name: data[name] for name in ROW_FIELDS}
 
 
@@ -161,18 +164,19 @@ def _row(check: Checker, path: YamlPath, raw: Any) -> OverlayRow | None:
         check.add((*path, "digest"), "expected a sha256: digest")
     fields["platforms"] = check.text_list((*path, "platforms"), entry.get("platforms"))
     if entry.get("forward_compat") is not None:
+        drivers = check.text_list((*path, "forward_compat"), entry["forward_compat"])
         fields["forward_compat"] = tuple(
-            driver
-            for i, driver in enumerate(
-                check.text_list((*path, "forward_compat"), entry["forward_compat"])
-            )
-            if check.driver((*path, "forward_compat", i), driver, nullable=False)
+            d
+            for i, text in enumerate(drivers)
+            if (d := check.driver((*path, "forward_compat", i), text, nullable=False))
         )
     for name in VERSION_FIELDS:
         check.version((*path, name), entry.get(name))
     for name in DRIVER_FIELDS:
-        check.driver((*path, name), entry.get(name))
-    check.compute_capability((*path, "min_compute_capability"), entry.get("min_compute_capability"))
+        fields[name] = check.driver((*path, name), entry.get(name))
+    fields["min_compute_capability"] = check.compute_capability(
+        (*path, "min_compute_capability"), entry.get("min_compute_capability")
+    )
     if len(check.problems) > count:
         return None
     return OverlayRow(**fields)
@@ -279,7 +283,7 @@ def _filled(shipped: ImageRow, found: OverlayRow) -> ImageRow:
         for name in MERGED_FIELDS
         if getattr(shipped, name) is not None
         and getattr(found, name) is not None
-        and _agree(name, getattr(shipped, name), getattr(found, name))
+        and _agree(getattr(shipped, name), getattr(found, name))
     }
     if not shipped.platforms and _known_platforms(found):
         filled["platforms"] = _known_platforms(found)
@@ -295,12 +299,12 @@ def _filled(shipped: ImageRow, found: OverlayRow) -> ImageRow:
     )
 
 
-def _agree(name: str, shipped: str, from_image: str) -> bool:
+def _agree(shipped: object, from_image: object) -> bool:
     """The same value, or one a less precise spelling of the other (13.0 / 13.0.2,
-    2.9.0a0+145a3a7bda / 2.9.0a0+145a3a7, 580 / 580.65.06)."""
-    if name == "min_compute_capability":
-        return compute_capability(shipped) == compute_capability(from_image)
-    short, long = sorted((shipped, from_image), key=len)
+    2.9.0a0+145a3a7bda / 2.9.0a0+145a3a7, 580 / 580.65.06); compute capabilities equal."""
+    if isinstance(shipped, ComputeCapability):
+        return shipped == from_image
+    short, long = sorted((str(shipped), str(from_image)), key=len)
     return long == short or (long.startswith(short) and ("+" in short or long[len(short)] in ".+"))
 
 
@@ -314,8 +318,8 @@ def disagreements(matrix: Matrix, rows: Sequence[OverlayRow]) -> list[Disagreeme
             continue
         pairs = [(name, getattr(row, name), getattr(found, name)) for name in MERGED_FIELDS]
         if found.forward_compat is not None:
-            shipped_branches = sorted({driver_branch(d) for d in row.forward_compat})
-            image_branches = sorted({driver_branch(d) for d in found.forward_compat})
+            shipped_branches = sorted({d.branch for d in row.forward_compat})
+            image_branches = sorted({d.branch for d in found.forward_compat})
             if shipped_branches != image_branches:
                 pairs.append(
                     ("forward_compat", _branches(shipped_branches), _branches(image_branches))
@@ -323,9 +327,11 @@ def disagreements(matrix: Matrix, rows: Sequence[OverlayRow]) -> list[Disagreeme
         for name, shipped, from_image in pairs:
             if shipped is None or from_image is None:
                 continue
-            if name == "forward_compat" or not _agree(name, shipped, from_image):
+            if name == "forward_compat" or not _agree(shipped, from_image):
                 out.append(
-                    Disagreement(found.image, name, shipped, from_image, row.source, found.digest)
+                    Disagreement(
+                        found.image, name, str(shipped), str(from_image), row.source, found.digest
+                    )
                 )
     return out
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuenv.common import nesting
-from gpuenv.common.versions import is_version
+from gpuenv.common.versions import ComputeCapability, DriverVersion, is_version
 from gpuenv.matrix.model import ImageRow
 from gpuenv.matrix.sync import (
     VERSION_ENV,
@@ -218,7 +218,7 @@ def own_row(
     framework: str,
     reference: str,
     reading: Reading,
-    toolkit_floor: Callable[[str], str | None],
+    toolkit_floor: Callable[[str], DriverVersion | None],
     platforms: tuple[str, ...] = (),
 ) -> ImageRow:
     """The matrix row of `reference` (the spec's `base`, with its tag) from `reading`:
@@ -246,8 +246,8 @@ def own_row(
         python=".".join(values["python"].split(".")[:2]) if values.get("python") else None,
         ubuntu=values.get("ubuntu"),
         min_driver=toolkit_floor(cuda) if cuda else None,
-        forward_compat=reading.forward_compat,
-        min_compute_capability=values.get("min_compute_capability"),
+        forward_compat=tuple(map(DriverVersion.parse, reading.forward_compat)),
+        min_compute_capability=_capability(values.get("min_compute_capability")),
         evidence="image",
         unverified=(),
         note=note,
@@ -283,3 +283,8 @@ def unknowns(row: ImageRow) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+def _capability(text: str | None) -> ComputeCapability | None:
+    """The lowest compute capability the image builds for, as read (None: not stated)."""
+    return ComputeCapability.parse(text) if text else None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.common.versions import compute_capability, is_version
+from gpuenv.common.versions import ComputeCapability, DriverVersion, is_version
 from gpuenv.engine.protocol import RegistryReader, UnknownRepository
 from gpuenv.errors import PullError
 from gpuenv.matrix.model import Matrix
@@ -126,7 +126,7 @@ def lowest_compute_capability(arch_list: str) -> str | None:
         match = re.match(r"^(\d+)\.(\d)", item)
         if match:
             found.append(f"{match.group(1)}.{match.group(2)}")
-    return min(found, key=compute_capability) if found else None
+    return min(found, key=ComputeCapability.parse) if found else None
 
 
 def derive(
@@ -136,7 +136,7 @@ def derive(
     digest: str,
     platforms: Sequence[str],
     config: Mapping[str, Any],
-    toolkit_floor: Callable[[str], str | None],
+    toolkit_floor: Callable[[str], DriverVersion | None],
 ) -> OverlayRow | None:
     """The row an image's config states; None when it carries no NGC metadata.
 
@@ -159,6 +159,7 @@ def derive(
     if labels.get("org.opencontainers.image.ref.name") == "ubuntu":
         ubuntu = release_text(labels.get("org.opencontainers.image.version", ""))
     built_for = env.get("CUDA_DRIVER_VERSION", "")
+    lowest = lowest_compute_capability(env.get("CUDA_ARCH_LIST", ""))
     return OverlayRow(
         repository=repository,
         framework=framework,
@@ -172,10 +173,15 @@ def derive(
         nccl=release_text(env.get("NCCL_VERSION", "")),
         ubuntu=ubuntu,
         min_driver=min_driver,
-        built_for_driver=built_for if re.match(r"^\d+(\.\d+){0,3}$", built_for) else None,
-        forward_compat=requirement.branches or None,
-        min_compute_capability=lowest_compute_capability(env.get("CUDA_ARCH_LIST", "")),
+        built_for_driver=_driver(built_for),
+        forward_compat=tuple(map(DriverVersion.parse, requirement.branches)) or None,
+        min_compute_capability=ComputeCapability.parse(lowest) if lowest else None,
     )
+
+
+def _driver(text: str) -> DriverVersion | None:
+    """A driver version the image states, when it is one."""
+    return DriverVersion.parse(text) if re.match(r"^\d+(\.\d+){0,3}$", text) else None
 
 
 def _minor(version: str) -> tuple[int, ...]:
@@ -310,7 +316,7 @@ def _read(
     framework: str,
     tag: str,
     known: Mapping[tuple[str, str], OverlayRow],
-    floor: Callable[[str], str | None],
+    floor: Callable[[str], DriverVersion | None],
     report: SyncReport,
 ) -> OverlayRow | None:
     manifest = reader.manifest(name, tag)

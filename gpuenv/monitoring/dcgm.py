@@ -102,7 +102,7 @@ def dcgm_families(
             f"nvidia{gpu.index}",
             gpu.name,
             hostname,
-            host.driver or "",
+            str(host.driver or ""),
             by.project,
             by.user,
             by.run,

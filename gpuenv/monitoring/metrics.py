@@ -154,7 +154,7 @@ def _info(host: Host) -> Family:
         ("gpu", "uuid", "name", "driver"),
     )
     for gpu in host.gpus:
-        info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, host.driver or ""), 1))
+        info.samples.append(((str(gpu.index), gpu.uuid or "", gpu.name, str(host.driver or "")), 1))
     return info
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpuenv.common.versions import driver_branch, driver_tuple, parse_version, series
+from gpuenv.common.versions import DriverVersion, parse_version, series
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Host
 from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow
@@ -195,11 +195,11 @@ def _fixes(
     """The smallest changes that make an image fit: a driver upgrade (never to one below
     what the GPUs need), or looser constraints."""
     fixes = []
-    driver_only = [c for c in spec_ok if c.only_rejected_by("driver") and c.min_driver]
-    if driver_only:
-        best = min(driver_only, key=lambda c: driver_tuple(c.min_driver or "0"))
-        floors = [g.floor.driver for g in gpus if g.floor]
-        target = max([best.min_driver or "0", *floors], key=driver_tuple)
+    needs = [(c.min_driver, c) for c in spec_ok if c.only_rejected_by("driver") and c.min_driver]
+    if needs:
+        least, best = min(needs, key=lambda pair: pair[0])
+        floors: list[DriverVersion] = [g.floor.driver for g in gpus if g.floor]
+        target = max([least, *floors])
         fixes.append(f"upgrade the NVIDIA driver to ≥ {target} ({best.row.label} then fits)")
     host_ok = [c for c in candidates if not c.rejected_by("driver", "gpu", "platform")]
     by_changes: dict[tuple[str, ...], list[Candidate]] = {}
@@ -319,7 +319,7 @@ def drive_reason(host: Host, gpu: HostGpu) -> str:
         )
     assert gpu.floor is not None
     return (
-        f"{what}{gpu.compute_capability}): it needs R{driver_branch(gpu.floor.driver)} or "
+        f"{what}{gpu.compute_capability}): it needs R{gpu.floor.driver.branch} or "
         f"newer (≥ {gpu.floor.driver}; {gpu.floor.why})"
     )
 
@@ -340,9 +340,9 @@ def cannot_drive(host: Host, gpus: Sequence[HostGpu]) -> ResolutionError:
         )
     floors = [g.floor.driver for g in gpus if g.floor and g not in old]
     if floors:
-        needed = max(floors, key=driver_tuple)
+        needed = max(floors)
         hints.append(
-            f"upgrade the NVIDIA driver to R{driver_branch(needed)} or newer (≥ {needed}); "
+            f"upgrade the NVIDIA driver to R{needed.branch} or newer (≥ {needed}); "
             "CUDA forward compatibility cannot help here: it brings newer CUDA libraries, "
             "not support for a newer GPU"
         )

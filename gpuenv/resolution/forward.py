@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuenv.common.versions import driver_branch, driver_tuple
+from gpuenv.common.versions import DriverVersion
 from gpuenv.matrix.branches import (
     BRANCH_SOURCE,
     DESIGNATION_WORDS,
@@ -52,11 +52,13 @@ class Forward:
     why_not: str | None = None
 
 
-def forward_verdict(row: ImageRow, matrix: Matrix, driver: str, gpus: Sequence[HostGpu]) -> Forward:
+def forward_verdict(
+    row: ImageRow, matrix: Matrix, driver: DriverVersion, gpus: Sequence[HostGpu]
+) -> Forward:
     """Whether `driver`, below the image's minimum, runs it by forward compatibility."""
-    branch = driver_branch(driver)
-    entry = next((d for d in row.forward_compat if driver_branch(d) == branch), None)
-    if entry is not None and driver_tuple(driver) < driver_tuple(entry):
+    branch = driver.branch
+    entry = next((d for d in row.forward_compat if d.branch == branch), None)
+    if entry is not None and driver < entry:
         # The image's own list names this branch from a later release on: below it the
         # container runtime refuses, whatever the guide says of the branch.
         return Forward(
@@ -98,7 +100,7 @@ def forward_verdict(row: ImageRow, matrix: Matrix, driver: str, gpus: Sequence[H
 def _elsewhere(row: ImageRow) -> str | None:
     if not row.forward_compat:
         return None
-    branches = ", ".join(f"R{driver_branch(d)} ≥ {d}" for d in row.forward_compat)
+    branches = ", ".join(f"R{d.branch} ≥ {d}" for d in row.forward_compat)
     return f"data-center GPUs also run it on {branches}"
 
 

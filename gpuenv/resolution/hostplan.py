@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuenv.common.platforms import PLATFORMS
-from gpuenv.common.versions import InvalidDriverVersion, driver_tuple
+from gpuenv.common.versions import DriverVersion, InvalidDriverVersion
 from gpuenv.errors import UsageError
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host
@@ -18,9 +18,10 @@ from gpuenv.matrix.model import Matrix
 def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> Host:
     """A planned host from `--driver` and `--gpu MODEL` flags, GPUs looked up in the matrix.
     A bad flag value is a UsageError (exit 2), whatever the flag."""
+    parsed = None
     if driver is not None:
         try:
-            driver_tuple(driver)
+            parsed = DriverVersion.parse(driver)
         except InvalidDriverVersion as exc:
             raise UsageError(
                 f"--driver: {exc}", hint="give the driver as `nvidia-smi` prints it"
@@ -39,7 +40,7 @@ def describe_host(driver: str | None, models: Sequence[str], matrix: Matrix) -> 
         gpus.append(Gpu(index=index, name=model.name, compute_capability=model.compute_capability))
     if gpus and driver is None:
         raise UsageError("--gpu needs --driver too: which driver will that host run?")
-    return Host(driver, tuple(gpus), "flags")
+    return Host(parsed, tuple(gpus), "flags")
 
 
 @dataclass(frozen=True)

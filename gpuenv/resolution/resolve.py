@@ -22,13 +22,12 @@ from functools import lru_cache
 from packaging.specifiers import SpecifierSet
 
 from gpuenv.common.versions import (
-    compute_capability,
-    driver_tuple,
+    ComputeCapability,
+    DriverVersion,
     matches,
     parse_version,
     release_of,
     selects_builds,
-    sm,
 )
 from gpuenv.host.machine import Host
 from gpuenv.matrix.load import FRAMEWORK_NAMES, ImageRow, Matrix
@@ -73,12 +72,8 @@ def undrivable(host: Host, gpus: Sequence[HostGpu]) -> list[HostGpu]:
     their architecture, or a branch after the last one that drives it."""
     if host.driver is None:
         return []
-    driver = driver_tuple(host.driver)
-    return [
-        g
-        for g in gpus
-        if (g.floor and driver < driver_tuple(g.floor.driver)) or g.past_last_branch(host.driver)
-    ]
+    driver = host.driver
+    return [g for g in gpus if (g.floor and driver < g.floor.driver) or g.past_last_branch(driver)]
 
 
 def _class_from_brand(brand: str | None) -> str | None:
@@ -115,7 +110,7 @@ def selected_gpus(spec: Spec, gpus: Sequence[HostGpu]) -> tuple[HostGpu, ...]:
     return tuple(gpus)
 
 
-def effective_min_driver(row: ImageRow, matrix: Matrix) -> str | None:
+def effective_min_driver(row: ImageRow, matrix: Matrix) -> DriverVersion | None:
     """The row's stated minimum, raised to its CUDA major's floor; derived when unstated."""
     floors = []
     if row.min_driver:
@@ -128,7 +123,7 @@ def effective_min_driver(row: ImageRow, matrix: Matrix) -> str | None:
         floor = matrix.minor_compat_floor(row.cuda)
         if floor:
             floors.append(floor)
-    return max(floors, key=driver_tuple) if floors else None
+    return max(floors) if floors else None
 
 
 class _SpecChecks:
@@ -181,7 +176,7 @@ FORWARD = "forward compatibility"
 
 def _driver_check(
     row: ImageRow, matrix: Matrix, host: Host, gpus: Sequence[HostGpu], strict: bool = False
-) -> tuple[Rejection | None, str | None, str | None, str | None, bool]:
+) -> tuple[Rejection | None, DriverVersion | None, str | None, str | None, bool]:
     """(rejection, minimum, route, mode, verified). The minimum is NVIDIA's stated minimum
     for the image, raised to its CUDA major's minor-version floor (525 for 12.x, 580 for
     13.x), for 12.x and 13.x alike. At or above the CUDA toolkit's own driver the image
@@ -194,28 +189,24 @@ def _driver_check(
     minimum = effective_min_driver(row, matrix)
     toolkit = matrix.toolkit(row.cuda) if row.cuda else None
     own = toolkit.min_driver if toolkit else None
-    if (
-        strict
-        and own is not None
-        and (minimum is None or driver_tuple(own) > driver_tuple(minimum))
-    ):
+    if strict and own is not None and (minimum is None or own > minimum):
         minimum = own
     if host.driver is None:
         return None, minimum, f"not checked ({host.without_driver()[0]})", None, True
     if minimum is None:
         why = "its minimum driver is not recorded in the matrix"
         return Rejection("driver", why), None, None, None, True
-    driver = driver_tuple(host.driver)
+    driver = host.driver
     if strict and own is None:
         why = (
             f"CUDA {row.cuda or '(not recorded)'}'s own driver is not recorded in the matrix: "
             "strict_driver takes only images the driver runs natively"
         )
         return Rejection("driver", why), minimum, None, None, True
-    if driver >= driver_tuple(minimum):
+    if driver >= minimum:
         if own is None:
             return None, minimum, f"driver {host.driver} ≥ {minimum}", None, True
-        if driver >= driver_tuple(own):
+        if driver >= own:
             return None, minimum, f"driver {host.driver} ≥ {minimum}, native", NATIVE, True
         route = (
             f"driver {host.driver} ≥ {minimum} by CUDA minor-version compatibility (below "
@@ -237,7 +228,7 @@ def _driver_check(
 
 
 @lru_cache(maxsize=4096)
-def _cuda_supports(matrix: Matrix, cuda: str, cc: str) -> str | None:
+def _cuda_supports(matrix: Matrix, cuda: str, cc: ComputeCapability) -> str | None:
     """None when CUDA `cuda` builds for compute capability `cc`, else why not."""
     version = parse_version(cuda)
     arch = matrix.architecture(cc)
@@ -245,22 +236,20 @@ def _cuda_supports(matrix: Matrix, cuda: str, cc: str) -> str | None:
         return None
     if arch.removed_in and version >= parse_version(arch.removed_in):
         return (
-            f"CUDA {arch.removed_in} dropped {sm(cc)} ({arch.architecture}); "
+            f"CUDA {arch.removed_in} dropped {cc.sm} ({arch.architecture}); "
             f"this image has CUDA {cuda}"
         )
     if arch.added_in is None or version >= parse_version(arch.added_in):
         return None
-    major, minor = compute_capability(cc)
     for other in matrix.architectures:
-        other_major, other_minor = compute_capability(other.compute_capability)
-        if other_major == major and other_minor < minor:
+        older = other.compute_capability
+        if older.major == cc.major and older.minor < cc.minor:
             native = other.added_in is None or version >= parse_version(other.added_in)
             kept = other.removed_in is None or version < parse_version(other.removed_in)
             if native and kept:
                 return None
-    return (
-        f"{arch.architecture} ({sm(cc)}) needs CUDA ≥ {arch.added_in}; this image has CUDA {cuda}"
-    )
+    needs = f"{arch.architecture} ({cc.sm}) needs CUDA ≥ {arch.added_in}"
+    return f"{needs}; this image has CUDA {cuda}"
 
 
 def _gpu_checks(row: ImageRow, matrix: Matrix, gpus: Sequence[HostGpu]) -> list[Rejection]:
@@ -270,14 +259,12 @@ def _gpu_checks(row: ImageRow, matrix: Matrix, gpus: Sequence[HostGpu]) -> list[
         cc = gpu.compute_capability
         if cc is None or gpu.name in reported:
             continue
-        if row.min_compute_capability and compute_capability(cc) < compute_capability(
-            row.min_compute_capability
-        ):
+        if row.min_compute_capability and cc < row.min_compute_capability:
             out.append(
                 Rejection(
                     "gpu",
                     f"is built for compute capability ≥ {row.min_compute_capability}; "
-                    f"{gpu.name} is {cc} ({sm(cc)})",
+                    f"{gpu.name} is {cc} ({cc.sm})",
                 )
             )
             reported.add(gpu.name)
@@ -307,8 +294,15 @@ def evaluate(
     # A driver that cannot drive a GPU at all rejects every image, before anything else.
     drive = [Rejection("driver", drive_reason(host, g)) for g in undrivable(host, gpus)]
     host_memo: dict[
-        tuple[str | None, str | None, str | None, tuple[str, ...], str | None, tuple[str, ...]],
-        tuple[list[Rejection], str | None, str | None, str | None, bool],
+        tuple[
+            str | None,
+            str | None,
+            DriverVersion | None,
+            tuple[DriverVersion, ...],
+            ComputeCapability | None,
+            tuple[str, ...],
+        ],
+        tuple[list[Rejection], DriverVersion | None, str | None, str | None, bool],
     ] = {}
     out = []
     for row in rows:
@@ -437,8 +431,8 @@ def driver_unheard_of(host: Host, matrix: Matrix) -> list[str]:
     image counts as native on it, which is true only if the version is; said."""
     if host.driver is None:
         return []
-    newest = max((t.min_driver for t in matrix.toolkits), key=driver_tuple, default=None)
-    if newest is None or driver_tuple(host.driver)[0] < driver_tuple(newest)[0] + 100:
+    newest = max((t.min_driver for t in matrix.toolkits), default=None)
+    if newest is None or host.driver.branch < newest.branch + 100:
         return []
     return [
         f"driver {host.driver} is far newer than any driver the matrix knows (the newest "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.common.versions import driver_branch
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.model import DriveCeiling, DriveFloor, ImageRow
 from gpuenv.project.spec import Spec
@@ -17,7 +17,7 @@ class HostGpu:
     """A host GPU with what the matrix adds: compute capability and class."""
 
     gpu: Gpu
-    compute_capability: str | None
+    compute_capability: ComputeCapability | None
     gpu_class: str | None  # datacenter | workstation | consumer | embedded | None (unknown)
     floor: DriveFloor | None = None  # the oldest driver that can drive it, where known
     architecture: str | None = None
@@ -27,9 +27,9 @@ class HostGpu:
     def name(self) -> str:
         return self.gpu.name
 
-    def past_last_branch(self, driver: str | None) -> bool:
+    def past_last_branch(self, driver: DriverVersion | None) -> bool:
         """Whether `driver`'s branch comes after the last one that drives this GPU."""
-        return bool(driver and self.ceiling and driver_branch(driver) > self.ceiling.branch)
+        return bool(driver and self.ceiling and driver.branch > self.ceiling.branch)
 
     @property
     def datacenter(self) -> bool:
@@ -48,7 +48,7 @@ class Candidate:
 
     row: ImageRow
     rejections: tuple[Rejection, ...]
-    min_driver: str | None
+    min_driver: DriverVersion | None
     driver_route: str | None  # how the host driver qualifies, when it does
     # native | minor-version compatibility | forward compatibility; None: not checked
     mode: str | None = None
@@ -81,7 +81,9 @@ class Resolution:
 
     @property
     def required_compute_capabilities(self) -> tuple[str, ...]:
-        return tuple(sorted({g.compute_capability for g in self.gpus if g.compute_capability}))
+        """The host GPUs' compute capabilities, lowest first, as written (``8.6``)."""
+        found = {g.compute_capability for g in self.gpus if g.compute_capability}
+        return tuple(str(cc) for cc in sorted(found))
 
     def to_data(self) -> dict[str, Any]:
         row = self.row
@@ -96,9 +98,9 @@ class Resolution:
             "cudnn": row.cudnn,
             "python": row.python,
             "ubuntu": row.ubuntu,
-            "min_driver": self.candidate.min_driver,
-            "forward_compat": list(row.forward_compat),
-            "min_compute_capability": row.min_compute_capability,
+            "min_driver": _text(self.candidate.min_driver),
+            "forward_compat": [str(driver) for driver in row.forward_compat],
+            "min_compute_capability": _text(row.min_compute_capability),
             "evidence": row.evidence,
             "unverified": list(row.unverified),
             "driver_route": self.candidate.driver_route,
@@ -107,3 +109,8 @@ class Resolution:
             "warnings": list(self.warnings),
             "host": self.host.to_data(),
         }
+
+
+def _text(value: DriverVersion | ComputeCapability | None) -> str | None:
+    """A driver version or compute capability as written, for data (None stays None)."""
+    return None if value is None else str(value)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuenv.app.own_base import own_base_notes, with_own_base
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 from gpuenv.errors import EngineError, ResolutionError, SpecError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.lock.lockfile import (
@@ -50,7 +51,11 @@ TORCH_PROBE = {
 
 
 def host(driver: str, gpu: str = "NVIDIA A100-SXM4-80GB", cc: str = "8.0") -> Host:
-    return Host(driver, (Gpu(0, gpu, compute_capability=cc),), "test")
+    return Host(
+        DriverVersion.parse(driver),
+        (Gpu(0, gpu, compute_capability=ComputeCapability.parse(cc)),),
+        "test",
+    )
 
 
 def spec_in(tmp_path: Path, text: str):
@@ -177,7 +182,7 @@ def test_own_row_is_checked_like_a_matrix_row(tmp_path: Path) -> None:
         "2025.03",
         OWN,
     )
-    assert row.min_driver == "550.54.15" and row.evidence == "image"
+    assert str(row.min_driver) == "550.54.15" and row.evidence == "image"
     assert unknowns(row) == []
     spec = spec_in(tmp_path, f"framework: pytorch\nbase: '{OWN}'\nversion: '2.5'\n")
     matrix = replace(MATRIX, images=(row, *MATRIX.images))

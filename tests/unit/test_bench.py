@@ -58,7 +58,7 @@ def test_targets(
 
 def test_the_described_host_is_one_gpuenv_reads(bench: ModuleType, tmp_path: Path) -> None:
     host = load_host_file(str(bench.describe_host(tmp_path / "host.json")))
-    assert host.driver == "550.54.15"
+    assert str(host.driver) == "550.54.15"
     assert [gpu.uuid for gpu in host.gpus] == [bench.gpu_uuid(i) for i in range(4)]
     assert len(set(bench.gpu_uuid(i) for i in range(4))) == 4
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import GpusBusy
 from gpuenv.host.machine import Gpu, GpuProcess, Host
 from gpuenv.host.procfs import process_start
@@ -31,7 +32,7 @@ def host(**busy: int) -> Host:
                 processes=processes,
             )
         )
-    return Host("550.54.15", tuple(gpus), "test")
+    return Host(DriverVersion.parse("550.54.15"), tuple(gpus), "test")
 
 
 def claim(gpu: str, pid: int | None = None) -> Claim:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuenv.cli.tree import main
+from gpuenv.common.versions import DriverVersion
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.dcgm import DCGM_LABELS, dcgm_families, xid_messages
 from gpuenv.monitoring.metrics import ALERT_RULES, Holder, idle_families
@@ -30,7 +31,9 @@ A100 = Gpu(
     clocks_event_reasons=0x20 | 0x4,
     pci_bus_id="00000000:17:00.0",
 )
-HOST = Host("550.54.15", (A100, Gpu(1, "unknown (lost)", lost="GPU is lost")), "nvml")
+HOST = Host(
+    DriverVersion.parse("550.54.15"), (A100, Gpu(1, "unknown (lost)", lost="GPU is lost")), "nvml"
+)
 HELD = {"GPU-0": Holder("demo", "alice", "brave_turing")}
 
 
@@ -95,7 +98,7 @@ def test_the_vendored_xid_messages_are_whole() -> None:
 
 
 def test_idle_seconds_only_for_held_gpus_and_the_policy_only_with_one() -> None:
-    host = Host("550.54.15", (A100, Gpu(1, "A100", uuid="GPU-1")), "nvml")
+    host = Host(DriverVersion.parse("550.54.15"), (A100, Gpu(1, "A100", uuid="GPU-1")), "nvml")
     idle, policy = idle_families(host, HELD, {"GPU-0": 4000.0, "GPU-1": 9000.0}, 3600.0)
     assert idle.samples == [(("0", "GPU-0", "demo", "alice", "brave_turing"), 4000.0)]
     assert policy.samples == [((), 3600.0)]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.containers.devices import (
     LEGACY,
     CdiSpec,
@@ -28,7 +29,10 @@ from gpuenv.errors import GpuRuntimeMissing, UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.reservations.gpus import Grant
 
-HOST = Host("550.54.15", (Gpu(0, "NVIDIA H100", uuid="GPU-a"), Gpu(1, "NVIDIA H100", uuid="GPU-b")))
+HOST = Host(
+    DriverVersion.parse("550.54.15"),
+    (Gpu(0, "NVIDIA H100", uuid="GPU-a"), Gpu(1, "NVIDIA H100", uuid="GPU-b")),
+)
 LIB = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
 DOCKER_20 = EngineFacts("docker", "20.10.24+dfsg1", "1.41")
 DOCKER_28 = EngineFacts("docker", "28.2.2", "1.50", cdi_dirs=("/etc/cdi", "/var/run/cdi"))

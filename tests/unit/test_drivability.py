@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuenv.common.versions import driver_branch, driver_tuple
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.load import Matrix
@@ -15,17 +15,25 @@ from gpuenv.project.spec import default_spec
 from gpuenv.resolution.resolve import classify_gpus, resolve
 
 
-def _below(driver: str) -> str:
+def _below(driver: DriverVersion) -> DriverVersion:
     """The newest driver of the branch before `driver`'s (e.g. 520.61.05 -> 515.999.99)."""
-    branch = driver_branch(driver)
-    return f"{branch - 5}.999.99"
+    return DriverVersion.parse(f"{driver.branch - 5}.999.99")
 
 
-def _host(driver: str, cc: str, name: str = "Test GPU", brand: str | None = None) -> Host:
+def _host(
+    driver: DriverVersion | str,
+    cc: ComputeCapability | str,
+    name: str = "Test GPU",
+    brand: str | None = None,
+) -> Host:
+    if isinstance(driver, str):
+        driver = DriverVersion.parse(driver)
+    if isinstance(cc, str):
+        cc = ComputeCapability.parse(cc)
     return Host(driver, (Gpu(0, name, uuid="GPU-0", compute_capability=cc, brand=brand),), "test")
 
 
-def _architectures(matrix: Matrix) -> list[tuple[str, str, str]]:
+def _architectures(matrix: Matrix) -> list[tuple[ComputeCapability, str, DriverVersion]]:
     """(compute capability, architecture, floor) for every architecture with a floor."""
     out = []
     for arch in matrix.architectures:
@@ -48,11 +56,11 @@ def test_below_each_architectures_floor_nothing_resolves(matrix: Matrix, framewo
         below = _host(_below(floor), cc)
         with pytest.raises(ResolutionError, match="cannot drive") as refused:
             resolve(default_spec(".", framework), matrix, below)
-        assert f"R{driver_branch(floor)} or newer" in (refused.value.hint or ""), arch
+        assert f"R{floor.branch} or newer" in (refused.value.hint or ""), arch
         assert all("cannot drive" in line for line in refused.value.explanation)
         # At the floor itself the drivability check passes (other checks may still refuse).
         (gpu,) = classify_gpus(_host(floor, cc), matrix)
-        assert gpu.floor is not None and driver_tuple(floor) == driver_tuple(gpu.floor.driver)
+        assert gpu.floor is not None and floor == gpu.floor.driver
 
 
 @pytest.mark.parametrize(
@@ -67,7 +75,7 @@ def test_below_each_architectures_floor_nothing_resolves(matrix: Matrix, framewo
 def test_a_driver_that_cannot_drive_the_gpu(
     matrix: Matrix, driver: str, gpu: str, branch: str, source: str
 ) -> None:
-    host = Host(driver, (Gpu(0, gpu),), "test")
+    host = Host(DriverVersion.parse(driver), (Gpu(0, gpu),), "test")
     for framework in ("pytorch", "tensorflow", "jax", "none"):
         with pytest.raises(ResolutionError) as refused:
             resolve(default_spec(".", framework), matrix, host)
@@ -78,7 +86,7 @@ def test_a_driver_that_cannot_drive_the_gpu(
 
 @pytest.mark.parametrize("driver", ["535.216.03", "570.124.06"])
 def test_an_h100_on_a_driver_that_drives_it_gets_an_image(matrix: Matrix, driver: str) -> None:
-    host = Host(driver, (Gpu(0, "NVIDIA H100 80GB HBM3"),), "test")
+    host = Host(DriverVersion.parse(driver), (Gpu(0, "NVIDIA H100 80GB HBM3"),), "test")
     chosen = resolve(default_spec(".", "pytorch"), matrix, host)
     assert chosen.row.framework == "pytorch"
 
@@ -86,7 +94,7 @@ def test_an_h100_on_a_driver_that_drives_it_gets_an_image(matrix: Matrix, driver
 def test_hints_never_suggest_a_driver_the_gpu_cannot_use(matrix: Matrix) -> None:
     """An old image pinned on an old driver: the upgrade named is at least Ada's floor."""
     spec = default_spec(".", "pytorch").with_overrides(version="2.4")
-    host = Host("515.105.01", (Gpu(0, "NVIDIA GeForce RTX 4090"),), "test")
+    host = Host(DriverVersion.parse("515.105.01"), (Gpu(0, "NVIDIA GeForce RTX 4090"),), "test")
     with pytest.raises(ResolutionError) as refused:
         resolve(spec, matrix, host)
     hint = refused.value.hint or ""
@@ -112,7 +120,7 @@ def test_unknown_products_fall_back_to_their_architectures_floor(matrix: Matrix)
 
 @pytest.mark.parametrize("name", ["Jetson AGX Orin", "Jetson T5000"])
 def test_jetson_gets_a_clear_no_instead_of_a_desktop_image(matrix: Matrix, name: str) -> None:
-    host = Host("540.4.0", (Gpu(0, name),), "test")
+    host = Host(DriverVersion.parse("540.4.0"), (Gpu(0, name),), "test")
     for framework in ("pytorch", "none"):
         with pytest.raises(ResolutionError) as refused:
             resolve(default_spec(".", framework), matrix, host)

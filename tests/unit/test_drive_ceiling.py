@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuenv.cli.tree import main
+from gpuenv.common.versions import ComputeCapability
 from gpuenv.matrix.load import load_matrix
 
 
@@ -26,7 +27,7 @@ from gpuenv.matrix.load import load_matrix
     ],
 )
 def test_the_matrix_records_each_architectures_last_branch(cc: str, branch: int) -> None:
-    ceiling = load_matrix().drive_ceiling(cc)
+    ceiling = load_matrix().drive_ceiling(ComputeCapability.parse(cc))
     assert ceiling is not None and ceiling.branch == branch
 
 

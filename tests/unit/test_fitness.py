@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from gpuenv.cli.tree import main
 from gpuenv.common.siteconfig import SiteConfig
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import GpuenvWarning, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.fitness import drained, fault, unfit_gpus
@@ -42,7 +43,7 @@ def machine(count: int = 4, **gpu1: object) -> Host:
     gpus = [Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}") for i in range(count)]
     if count > 1:
         gpus[1] = dataclasses.replace(gpus[1], **gpu1)  # type: ignore[arg-type]
-    return Host("550.54.15", tuple(gpus), "test")
+    return Host(DriverVersion.parse("550.54.15"), tuple(gpus), "test")
 
 
 def unfit_of(host: Host) -> dict[str, str]:
@@ -78,14 +79,18 @@ def test_a_count_request_waits_for_healthy_gpus_rather_than_take_a_failing_one()
 
 def test_with_too_few_healthy_gpus_a_failing_one_is_given_with_a_warning() -> None:
     """A workstation with one GPU, which slows down: its owner still runs, and is told."""
-    host = Host("550.54.15", (Gpu(0, "RTX 4090", uuid="GPU-0", clocks_event_reasons=0x8),), "t")
+    host = Host(
+        DriverVersion.parse("550.54.15"),
+        (Gpu(0, "RTX 4090", uuid="GPU-0", clocks_event_reasons=0x8),),
+        "t",
+    )
     with pytest.warns(GpuenvWarning, match="unhealthy ones may be given"):
         _, keys = choose(parse_gpus_option("1"), host, [], unfit_of(host))
     assert keys == ["GPU-0"]
 
 
 def test_a_drained_gpu_is_never_given_to_a_count() -> None:
-    host = Host("550.54.15", (Gpu(0, "A100", uuid="GPU-0"),), "t")
+    host = Host(DriverVersion.parse("550.54.15"), (Gpu(0, "A100", uuid="GPU-0"),), "t")
     with pytest.raises(GpusBusy, match="GPU 0: drained by the admin"):
         choose(parse_gpus_option("1"), host, [], {"GPU-0": "drained by the admin (x)"})
 
@@ -179,7 +184,7 @@ def test_mig_instances_of_a_failing_gpu_come_last() -> None:
             index, "A100", uuid=f"GPU-{index}", mig_mode=True, mig_devices=instances, **state
         )  # type: ignore[arg-type]
 
-    host = Host("550.54.15", (mig_gpu(0, ecc_uncorrected=1), mig_gpu(1)), "t")
+    host = Host(DriverVersion.parse("550.54.15"), (mig_gpu(0, ecc_uncorrected=1), mig_gpu(1)), "t")
     unfit = unfit_of(host)
     _, keys = choose(parse_gpus_option("mig=1g.10gb"), host, [], unfit)
     assert keys == [mig_uuid(1, 0)]

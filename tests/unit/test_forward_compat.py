@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import MatrixError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.load import Matrix, load_matrix
@@ -28,7 +29,7 @@ MATRICES = Path(__file__).resolve().parents[2] / "matrices"
 def _judge(matrix: Matrix, tag: str, driver: str, gpu: str) -> Candidate:
     """The verdict on one NGC PyTorch image for a host of one GPU model."""
     row = next(r for r in matrix.images_for("pytorch") if r.tag == tag)
-    host = Host(driver, (Gpu(0, gpu, uuid="GPU-0"),), "test")
+    host = Host(DriverVersion.parse(driver), (Gpu(0, gpu, uuid="GPU-0"),), "test")
     spec = default_spec("/tmp/p", "pytorch")
     (candidate,) = evaluate(spec, matrix, host, classify_gpus(host, matrix), [row])
     return candidate

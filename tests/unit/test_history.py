@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gpuenv.app.sampler import HistorySettings, Sampler
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import StateUnsafe, UsageError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.history import History, SamplerBusy, Xid
@@ -167,7 +168,7 @@ class Listener:
 def test_the_sampler_records_each_xid_event_once(folder: Folder) -> None:
     history = History.for_sampling(folder, 16)
     listener = Listener()
-    host = Host("550.54.15", (a100(3),), "nvml")
+    host = Host(DriverVersion.parse("550.54.15"), (a100(3),), "nvml")
     sampler = Sampler(history, HistorySettings(), lambda _: host, listener)  # type: ignore[arg-type]
     listener.counts[(0, 79)] = 1
     sampler.round(100.0)
@@ -180,7 +181,7 @@ def test_the_sampler_records_each_xid_event_once(folder: Folder) -> None:
 
 def test_a_host_files_xids_count_once(folder: Folder) -> None:
     history = History.for_sampling(folder, 16)
-    host = Host("550.54.15", (a100(3, xids=(48,)),), "file:/etc/host.yaml")
+    host = Host(DriverVersion.parse("550.54.15"), (a100(3, xids=(48,)),), "file:/etc/host.yaml")
     sampler = Sampler(history, HistorySettings(), lambda _: host, Listener())  # type: ignore[arg-type]
     sampler.round(100.0)
     sampler.round(200.0)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import HostError, UsageError
 from gpuenv.host.detect import detect_host, detect_nvidia_smi, parse_nvidia_smi
 from gpuenv.host.hostfile import load_host_file
@@ -21,9 +22,9 @@ SMI_OUTPUT = """\
 
 def test_parse_nvidia_smi() -> None:
     host = parse_nvidia_smi(SMI_OUTPUT)
-    assert host.driver == "535.104.05"
+    assert host.driver == DriverVersion.parse("535.104.05")
     assert [g.index for g in host.gpus] == [0, 1]
-    assert host.gpus[0].compute_capability == "8.0"
+    assert str(host.gpus[0].compute_capability) == "8.0"
     assert host.gpus[1].uuid == "GPU-1a2b3c4d-0000-0000-0000-000000000001"
     assert host.gpus[0].memory_total_mib == 81920
     assert (
@@ -36,7 +37,7 @@ def test_parse_old_nvidia_smi_without_compute_cap() -> None:
     fields = ("index", "uuid", "name", "memory.total", "driver_version")
     host = parse_nvidia_smi("0, GPU-x, Tesla V100-SXM2-32GB, 32768, 470.82.01\n", fields)
     assert host.gpus[0].compute_capability is None
-    assert host.driver == "470.82.01"
+    assert host.driver == DriverVersion.parse("470.82.01")
 
 
 def test_this_machine_without_gpu_is_a_valid_host(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +64,7 @@ def test_nvidia_smi_fallback_runs_the_program(
     monkeypatch.setenv("PATH", str(tmp_path))
     host = detect_nvidia_smi()
     assert not isinstance(host, str)
-    assert host.gpus[0].name == "Tesla T4" and host.driver == "470.82.01"
+    assert host.gpus[0].name == "Tesla T4" and str(host.driver) == "470.82.01"
 
 
 def write(tmp_path: Path, data: object) -> str:
@@ -192,7 +193,7 @@ def test_missing_host_file(tmp_path: Path) -> None:
 def test_describe_host(matrix: Matrix) -> None:
     host = describe_host("535.104.05", ["a100", "RTX 4090"], matrix)
     assert [g.name for g in host.gpus] == ["A100", "RTX 4090"]
-    assert [g.compute_capability for g in host.gpus] == ["8.0", "8.9"]
+    assert [str(g.compute_capability) for g in host.gpus] == ["8.0", "8.9"]
     assert host.source == "flags"
 
 
@@ -218,6 +219,6 @@ def test_flags_win_over_host_file(
     matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUENV_HOST_FILE", write(tmp_path, {"driver": "470.82.01"}))
-    assert HostPlan("580.95.05").host(matrix).driver == "580.95.05"
-    assert HostPlan().host(matrix).driver == "470.82.01"
+    assert str(HostPlan("580.95.05").host(matrix).driver) == "580.95.05"
+    assert str(HostPlan().host(matrix).driver) == "470.82.01"
     assert os.environ["GPUENV_HOST_FILE"]

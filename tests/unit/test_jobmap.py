@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.host.detect import detect_host
 from gpuenv.host.machine import Gpu, Host, MigDevice
 from gpuenv.reservations.claims import Claim, ClaimStore
@@ -94,7 +95,10 @@ def test_a_file_lists_at_most_max_lines_and_every_user_first() -> None:
 
 def test_slots_name_gpus_and_mig_instances_as_dcgm_does() -> None:
     migs = (MigDevice("MIG-a", gpu_instance=1), MigDevice("MIG-b", gpu_instance=None))
-    host = Host("550", (Gpu(0, "A100", "GPU-0"), Gpu(1, "A100", "GPU-1", mig_devices=migs)))
+    host = Host(
+        DriverVersion.parse("550"),
+        (Gpu(0, "A100", "GPU-0"), Gpu(1, "A100", "GPU-1", mig_devices=migs)),
+    )
     assert slots(host) == {"GPU-0": "0", "0": "0", "GPU-1": "1", "1": "1", "MIG-a": "1.1"}
     assert SLOT.pattern == DCGM_NAME.pattern.strip("^$")
 
@@ -129,7 +133,7 @@ def test_an_unsafe_or_missing_folder_is_a_problem_not_a_failure(tmp_path: Path) 
 
 
 HOST4 = Host(
-    "550.54.15",
+    DriverVersion.parse("550.54.15"),
     (
         Gpu(0, "A100", "GPU-0"),
         Gpu(1, "A100", "GPU-1"),

@@ -11,6 +11,7 @@ import pytest
 
 from gpuenv.app.init import init_project
 from gpuenv.app.launch import RunRequest, Services, Terminal, launch, memory_limit, oom_advice
+from gpuenv.common.versions import DriverVersion
 from gpuenv.containers.config import Identity
 from gpuenv.errors import GpuPathBroken, GpuRuntimeMissing, GpusBusy, UsageError
 from gpuenv.host.machine import Gpu, Host
@@ -22,7 +23,7 @@ from tests.unit.fake_engine import FakeEngine, lock_packages
 
 NO_DRIVER = 'could not select device driver "" with capabilities: [[gpu]]'
 HOST = Host(
-    "550.54.15",
+    DriverVersion.parse("550.54.15"),
     tuple(Gpu(i, "NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}") for i in range(4)),
     "test",
 )
@@ -433,7 +434,7 @@ def test_the_account_image_holds_the_users_entries_and_home(project: Path, state
 
 
 OLD_DRIVER = Host(  # too old for the locked image, and no forward compatibility on GeForce
-    "535.104.05",
+    DriverVersion.parse("535.104.05"),
     tuple(Gpu(i, "NVIDIA GeForce RTX 4090", uuid=f"GPU-{i}") for i in range(4)),
     "test",
 )

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuenv.common.versions import driver_tuple, is_version
+from gpuenv.common.versions import is_version
 from gpuenv.errors import MatrixError
 from gpuenv.matrix.load import Matrix, load_matrix
 
@@ -43,7 +43,7 @@ def test_known_rows(
     matrix: Matrix, tag: str, framework_version: str, cuda: str, min_driver: str
 ) -> None:
     row = next(r for r in matrix.images_for("pytorch") if r.tag == tag)
-    assert (row.framework_version, row.cuda, row.min_driver) == (
+    assert (row.framework_version, row.cuda, str(row.min_driver)) == (
         framework_version,
         cuda,
         min_driver,
@@ -59,7 +59,7 @@ def test_rows_are_consistent(matrix: Matrix) -> None:
             floor = matrix.minor_compat_floor(row.cuda)
             assert floor is not None
             # Every stated minimum ("525+") is on or above the CUDA major's floor branch.
-            assert driver_tuple(row.min_driver)[0] >= driver_tuple(floor)[0], row.tag
+            assert row.min_driver.branch >= floor.branch, row.tag
         if row.evidence == "primary":
             assert not {"framework_version", "cuda"} & set(row.unverified), row.tag
 
@@ -91,7 +91,7 @@ def test_rows_are_consistent(matrix: Matrix) -> None:
 def test_gpu_names(matrix: Matrix, name: str, model: str, cc: str, gpu_class: str) -> None:
     found = matrix.find_gpu(name)
     assert found is not None
-    assert (found.name, found.compute_capability, found.gpu_class) == (model, cc, gpu_class)
+    assert (found.name, str(found.compute_capability), found.gpu_class) == (model, cc, gpu_class)
 
 
 @pytest.mark.parametrize("name", ["NVIDIA Graphics Device", "Radeon RX 7900", "RTX", ""])

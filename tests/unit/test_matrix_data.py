@@ -34,8 +34,9 @@ def image(matrix: Matrix, framework: str, release: str) -> ImageRow:
 
 
 def value(row: ImageRow, field: str) -> object:
-    got = getattr(row, field)
-    return list(got) if isinstance(got, tuple) else got
+    """A row's field as the matrix file writes it (driver versions and compute
+    capabilities as their text, tuples as lists)."""
+    return row.to_data()[field]
 
 
 NO545 = ["470.57", "525.85", "535.86"]
@@ -240,7 +241,7 @@ def test_no_r545_forward_compat_from_cuda_12_4(shipped: Matrix) -> None:
     # forward-compatible with CUDA 12.6" (Triton rel-24-10, rel-25-06 [P]).
     for row in shipped.images:
         if row.cuda and parse_version(row.cuda) >= parse_version("12.4"):
-            assert not any(d.split(".")[0] == "545" for d in row.forward_compat), row.image
+            assert not any(d.branch == 545 for d in row.forward_compat), row.image
 
 
 def test_every_row_names_its_source(shipped: Matrix) -> None:
@@ -269,7 +270,7 @@ TOOLKIT_CASES = [
 def test_toolkit(shipped: Matrix, cuda: str, label: str, min_driver: str, source: str) -> None:
     toolkit = next((t for t in shipped.toolkits if t.version == cuda), None)
     assert toolkit is not None, source
-    assert (toolkit.label, toolkit.min_driver) == (label, min_driver), source
+    assert (toolkit.label, str(toolkit.min_driver)) == (label, min_driver), source
 
 
 # Plain CUDA images require `cuda>=X.Y` (NVIDIA_REQUIRE_CUDA of nvidia/cuda [S]): a driver of
@@ -288,7 +289,7 @@ PLAIN_CUDA_CASES = [
     ("tag", "driver", "why"), PLAIN_CUDA_CASES, ids=[c[0] for c in PLAIN_CUDA_CASES]
 )
 def test_plain_cuda_minor_rule(shipped: Matrix, tag: str, driver: str, why: str) -> None:
-    assert image(shipped, "cuda", tag).min_driver == driver, why
+    assert value(image(shipped, "cuda", tag), "min_driver") == driver, why
 
 
 # brand=tesla/nvidia branches of NVIDIA_REQUIRE_CUDA in nvidia/cuda image configs [S]
@@ -306,7 +307,7 @@ PLAIN_FC_CASES = [
 
 @pytest.mark.parametrize(("tag", "expected"), PLAIN_FC_CASES, ids=[c[0] for c in PLAIN_FC_CASES])
 def test_plain_cuda_forward_compat(shipped: Matrix, tag: str, expected: list[str]) -> None:
-    assert list(image(shipped, "cuda", tag).forward_compat) == expected
+    assert value(image(shipped, "cuda", tag), "forward_compat") == expected
 
 
 # (NVML name, model, compute capability, class): matrix-audit 4; Jetson names from NVIDIA
@@ -338,7 +339,7 @@ GPU_CASES = [
 def test_gpu(shipped: Matrix, name: str, model: str, cc: str, gpu_class: str) -> None:
     found = shipped.find_gpu(name)
     assert found is not None, name
-    assert (found.name, found.compute_capability, found.gpu_class) == (model, cc, gpu_class)
+    assert (found.name, str(found.compute_capability), found.gpu_class) == (model, cc, gpu_class)
 
 
 def test_low_confidence_gpu_is_marked(shipped: Matrix) -> None:

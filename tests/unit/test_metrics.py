@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuenv.cli.tree import main
+from gpuenv.common.versions import DriverVersion
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.monitoring.metrics import Holder, families, holders
 from gpuenv.monitoring.monitor import runs_from
@@ -36,7 +37,7 @@ def test_holders_prefer_the_run_over_the_claim() -> None:
 
 def test_families_label_every_gpu_and_bound_their_labels() -> None:
     host = Host(
-        "550.54.15",
+        DriverVersion.parse("550.54.15"),
         (
             Gpu(
                 0,

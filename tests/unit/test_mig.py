@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import GpusBusy, HostError, SpecError, UsageError
 from gpuenv.host.hostfile import load_host_file
 from gpuenv.host.machine import Gpu, Host, MigDevice
@@ -226,7 +227,7 @@ def mig_host() -> Host:
         for i, p in enumerate(("1g.10gb", "1g.10gb", "2g.20gb"))
     )
     return Host(
-        "550.54.15",
+        DriverVersion.parse("550.54.15"),
         (
             Gpu(0, "NVIDIA A100-SXM4-80GB", uuid="GPU-0", mig_mode=True, mig_devices=instances),
             Gpu(1, "NVIDIA A100-SXM4-80GB", uuid="GPU-1", mig_mode=False),
@@ -412,8 +413,12 @@ def test_a_gpu_whose_instances_run_processes_is_not_free_whole() -> None:
         mig_devices=(MigDevice("MIG-0a", processes=(GpuProcess(4242),)),),
     )
     idle = Gpu(1, "NVIDIA A100-SXM4-80GB", uuid="GPU-1")
-    granted, keys = choose(parse_gpus_option("1"), Host("550.54.15", (busy, idle), "test"), [])
+    granted, keys = choose(
+        parse_gpus_option("1"), Host(DriverVersion.parse("550.54.15"), (busy, idle), "test"), []
+    )
     assert granted.devices == ("GPU-1",)
     assert keys == ["GPU-1"]
     with pytest.raises(GpusBusy, match=r"GPU 0: busy with processes outside gpuenv \(pid 4242\)"):
-        choose(parse_gpus_option("2"), Host("550.54.15", (busy, idle), "test"), [])
+        choose(
+            parse_gpus_option("2"), Host(DriverVersion.parse("550.54.15"), (busy, idle), "test"), []
+        )

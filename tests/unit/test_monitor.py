@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import time
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.host.machine import Gpu, GpuProcess, Host
 from gpuenv.host.procfs import process_start
 from gpuenv.monitoring.monitor import container_of, gpu_rows, runs_from
@@ -52,7 +53,7 @@ def test_gpu_rows_attribute_claims_and_processes(monkeypatch) -> None:
     )
     monkeypatch.setattr("gpuenv.monitoring.monitor.process_owner", lambda pid: "bob")
     host = Host(
-        "550.54.15",
+        DriverVersion.parse("550.54.15"),
         (
             Gpu(0, "NVIDIA A100-SXM4-80GB", uuid="GPU-0", processes=(GpuProcess(777, 900),)),
             Gpu(

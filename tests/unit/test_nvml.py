@@ -31,10 +31,10 @@ def test_detect_host_reads_every_gpu_through_nvml(nvml: ScriptedNvml) -> None:
         )
     )
     host = detect_host()
-    assert (host.source, host.driver, host.cuda_driver) == ("nvml", "535.104.05", "12.2")
+    assert (host.source, str(host.driver), host.cuda_driver) == ("nvml", "535.104.05", "12.2")
     assert host.describe() == "driver 535.104.05, 2× NVIDIA A100-SXM4-80GB (detected through NVML)"
     first, second = host.gpus
-    assert (first.index, first.name, first.uuid, first.compute_capability) == (
+    assert (first.index, first.name, first.uuid, str(first.compute_capability)) == (
         0,
         A100,
         "GPU-00000000-1111-2222-3333-444444444444",
@@ -114,7 +114,7 @@ def test_unsupported_readings_stay_unknown(nvml: ScriptedNvml) -> None:
     host = detect_nvml()
     assert not isinstance(host, str)
     (card,) = host.gpus
-    assert (card.name, card.brand, card.compute_capability) == (
+    assert (card.name, card.brand, str(card.compute_capability)) == (
         "NVIDIA GeForce RTX 4090",
         "geforce_rtx",
         "8.9",

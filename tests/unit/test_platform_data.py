@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from gpuenv.app.platforms import check_platform
 from gpuenv.cli.tree import main
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.load import ImageRow, Matrix, load_matrix
@@ -103,7 +104,7 @@ def test_an_amd64_only_row_is_rejected_on_arm64(shipped: Matrix) -> None:
     row = _row(shipped, "nvcr.io/nvidia/pytorch:25.10-py3")
     only = dataclasses.replace(row, platforms=("linux/amd64",))
     matrix = dataclasses.replace(shipped, images=(only,))
-    host = Host("580.82.07", H100, "test", platform="linux/arm64")
+    host = Host(DriverVersion.parse("580.82.07"), H100, "test", platform="linux/arm64")
     with pytest.raises(ResolutionError) as refused:
         resolve(default_spec(".", "pytorch"), matrix, host)
     assert "is built for linux/amd64; this host is linux/arm64" in "\n".join(

@@ -11,6 +11,7 @@ import pytest
 
 from gpuenv.app.platforms import check_platform, engine_platform
 from gpuenv.common.platforms import platform_of_machine, this_platform
+from gpuenv.common.versions import DriverVersion
 from gpuenv.errors import HostError, ResolutionError
 from gpuenv.host.hostfile import load_host_file
 from gpuenv.host.machine import Gpu, Host
@@ -41,7 +42,7 @@ def _only(matrix: Matrix, platforms: tuple[str, ...]) -> Matrix:
 def test_the_resolver_checks_the_platform(
     matrix: Matrix, image_platforms: tuple[str, ...], host_platform: str | None, fits: bool
 ) -> None:
-    host = Host("570.124.06", H100, "test", platform=host_platform)
+    host = Host(DriverVersion.parse("570.124.06"), H100, "test", platform=host_platform)
     spec = default_spec(".", "pytorch")
     if fits:
         assert resolve(spec, _only(matrix, image_platforms), host).row.framework == "pytorch"
@@ -54,7 +55,7 @@ def test_the_resolver_checks_the_platform(
 
 
 def test_the_lock_records_both_platforms(matrix: Matrix) -> None:
-    host = Host("570.124.06", H100, "test", platform="linux/arm64")
+    host = Host(DriverVersion.parse("570.124.06"), H100, "test", platform="linux/arm64")
     both = _only(matrix, ("linux/amd64", "linux/arm64"))
     lock = lock_from_resolution(resolve(default_spec(".", "pytorch"), both, host), both.version)
     assert lock.resolved["platforms"] == ["linux/amd64", "linux/arm64"]

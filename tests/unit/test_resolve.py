@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from gpuenv.common.versions import ComputeCapability, DriverVersion
 from gpuenv.errors import ResolutionError
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.load import Matrix
@@ -194,7 +195,7 @@ def test_failures_explain(
     ],
 )
 def test_cuda_builds_for(matrix: Matrix, cuda: str, cc: str, expected: str | None) -> None:
-    why = _cuda_supports(matrix, cuda, cc)
+    why = _cuda_supports(matrix, cuda, ComputeCapability.parse(cc))
     if expected is None:
         assert why is None
     else:
@@ -211,7 +212,11 @@ def test_selected_gpus_only(matrix: Matrix) -> None:
 
 
 def test_nvml_compute_capability_wins(matrix: Matrix) -> None:
-    host = Host("575.51.03", (Gpu(0, "NVIDIA Future GPU", compute_capability="12.0"),), "test")
+    host = Host(
+        DriverVersion.parse("575.51.03"),
+        (Gpu(0, "NVIDIA Future GPU", compute_capability=ComputeCapability.parse("12.0")),),
+        "test",
+    )
     with pytest.raises(ResolutionError, match="no image fits"):
         resolve(spec(version="2.4"), matrix, host)
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuenv.common.versions import DriverVersion
 from gpuenv.containers.config import (
     Identity,
     command_for,
@@ -28,7 +29,9 @@ from gpuenv.reservations.gpus import Grant, grant, parse_gpus_option
 from .fake_engine import FakeEngine
 
 HOST = Host(
-    "550.54.15", tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}") for i in range(4)), "test"
+    DriverVersion.parse("550.54.15"),
+    tuple(Gpu(i, "NVIDIA A100-SXM4-80GB", uuid=f"GPU-{i}") for i in range(4)),
+    "test",
 )
 NO_GPUS_KNOWN = Host(None, (), "none")
 

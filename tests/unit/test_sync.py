@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from gpuenv.app.matrix import Synced, SyncSource, sync_matrix, sync_source
 from gpuenv.cli.tree import main
+from gpuenv.common.versions import DriverVersion
 from gpuenv.engine.protocol import Manifest, UnknownRepository
 from gpuenv.errors import MatrixError
 from gpuenv.matrix import overlay
@@ -104,7 +105,7 @@ def test_requirement(text: str, min_cuda: str | None, branches: tuple[str, ...])
         (  # an nvidia/cuda image: the requirement states the minimum and the branches
             ["CUDA_VERSION=13.0.2", f"NVIDIA_REQUIRE_CUDA={CUDA_13_0_2_REQUIRE}"],
             None,
-            {"min_driver": "580.65.06", "forward_compat": ("535", "550", "570", "575")},
+            {"min_driver": "580.65.06", "forward_compat": ["535", "550", "570", "575"]},
         ),
         (  # Triton spells cuDNN with its CUDA: the version is what is kept
             ["CUDA_VERSION=12.3.2.001", "CUDNN_VERSION=8.9.7.29+cuda12.2"],
@@ -117,7 +118,7 @@ def test_derive(env: list[str], labels: dict[str, str] | None, expected: dict[st
     tag = f"{expected.get('release', '13.0.2')}-py3"
     row = derive("pytorch", PYTORCH, tag, DIGEST, ["linux/amd64"], _config(env, labels), _floor)
     assert row is not None
-    assert {name: getattr(row, name) for name in expected} == expected
+    assert {name: row.to_data()[name] for name in expected} == expected
 
 
 def test_an_image_without_ngc_metadata_gives_no_row() -> None:
@@ -137,6 +138,10 @@ def test_an_image_without_ngc_metadata_gives_no_row() -> None:
 def test_index_platforms(platform: dict[str, str], expected: list[str]) -> None:
     index = {"manifests": [{"digest": DIGEST, "platform": platform}]}
     assert [name for name, _ in platforms_of(index)] == expected
+
+
+def _drivers(*texts: str) -> tuple[DriverVersion, ...]:
+    return tuple(map(DriverVersion.parse, texts))
 
 
 def _row(tag: str, **fields: Any) -> OverlayRow:
@@ -207,7 +212,7 @@ def test_a_disagreement_is_reported_and_the_shipped_value_kept(matrix: Matrix) -
 def test_forward_compat_the_image_states_is_compared_by_branch(matrix: Matrix) -> None:
     shipped = next(r for r in matrix.images if r.framework == "none" and not r.forward_compat)
     found = OverlayRow(
-        shipped.repository, "none", shipped.tag, DIGEST, (), forward_compat=("535", "550")
+        shipped.repository, "none", shipped.tag, DIGEST, (), forward_compat=_drivers("535", "550")
     )
     (conflict,) = disagreements(merge(matrix, [found]), [found])
     assert (conflict.field, conflict.shipped, conflict.from_image) == (
@@ -352,7 +357,7 @@ def test_sync_source_refuses_a_registry_that_is_no_host(monkeypatch: pytest.Monk
 def test_the_overlay_round_trips_and_joins_the_matrix(tmp_path: Path, matrix: Matrix) -> None:
     path = overlay.overlay_path()
     assert path.startswith(os.environ["GPUENV_DATA_DIR"])
-    rows = [_row("26.11-py3", release="26.11", cuda="13.4.3", forward_compat=("580",))]
+    rows = [_row("26.11-py3", release="26.11", cuda="13.4.3", forward_compat=_drivers("580"))]
     overlay.write(path, overlay.overlay_text("127.0.0.1:5000", "2026-12-01T00:00:00Z", rows))
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert overlay.parse_rows(Path(path).read_bytes(), path) == tuple(rows)

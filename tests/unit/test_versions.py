@@ -3,15 +3,14 @@ from __future__ import annotations
 import pytest
 
 from gpuenv.common.versions import (
+    ComputeCapability,
+    DriverVersion,
     InvalidComputeCapability,
     InvalidConstraint,
     InvalidDriverVersion,
-    compute_capability,
-    driver_tuple,
     matches,
     parse_constraint,
     release_of,
-    sm,
 )
 
 
@@ -69,20 +68,54 @@ def test_release_of_keeps_full_string_elsewhere() -> None:
     [("545", "545.23.08"), ("535.104.05", "545"), ("470.57", "470.82.01"), ("9.0", "10.0")],
 )
 def test_driver_order(low: str, high: str) -> None:
-    assert driver_tuple(low) < driver_tuple(high)
+    assert DriverVersion.parse(low) < DriverVersion.parse(high)
+    assert max(DriverVersion.parse(high), DriverVersion.parse(low)) == DriverVersion.parse(high)
+
+
+@pytest.mark.parametrize(
+    ("text", "branch", "shown"),
+    [("535.104.05", 535, "535.104.05"), (" 545 ", 545, "545"), ("470.57.02", 470, "470.57.02")],
+)
+def test_a_driver_version_is_parsed_once_and_shown_as_written(
+    text: str, branch: int, shown: str
+) -> None:
+    driver = DriverVersion.parse(text)
+    assert (driver.branch, str(driver), f"{driver}") == (branch, shown, shown)
+    assert driver == DriverVersion.parse(shown) and hash(driver) == hash(DriverVersion.parse(shown))
+    assert driver != shown  # a value, not a string: compare values with values
+
+
+def test_padded_versions_are_the_same_driver() -> None:
+    assert DriverVersion.parse("545") == DriverVersion.parse("545.0.0")
+    assert len({DriverVersion.parse("545"), DriverVersion.parse("545.0")}) == 1
 
 
 @pytest.mark.parametrize("text", ["", "abc", "535.104.05.1.2", "-1", "535,104"])
 def test_invalid_driver(text: str) -> None:
     with pytest.raises(InvalidDriverVersion):
-        driver_tuple(text)
+        DriverVersion.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("low", "high"), [("9.0", "12.0"), ("8.6", "8.9"), ("7.5", "8.0"), ("10.0", "10.3")]
+)
+def test_compute_capabilities_order_as_numbers(low: str, high: str) -> None:
+    assert ComputeCapability.parse(low) < ComputeCapability.parse(high)
+    assert sorted([ComputeCapability.parse(high), ComputeCapability.parse(low)])[0] == (
+        ComputeCapability.parse(low)
+    )
 
 
 def test_compute_capability() -> None:
-    assert compute_capability("12.0") > compute_capability("9.0")
-    assert sm("8.6") == "sm_86"
+    cc = ComputeCapability.parse("8.6")
+    assert (cc.major, cc.minor, cc.sm, str(cc)) == (8, 6, "sm_86", "8.6")
+    assert ComputeCapability.parse("12.0") > ComputeCapability.parse("9.0")
+
+
+@pytest.mark.parametrize("text", ["sm_86", "8", "8.10", "", "8.x"])
+def test_invalid_compute_capability(text: str) -> None:
     with pytest.raises(InvalidComputeCapability):
-        compute_capability("sm_86")
+        ComputeCapability.parse(text)
 
 
 @pytest.mark.parametrize(
