@@ -38,5 +38,14 @@ tests/nvml/build.sh >/dev/null
 # Integration tests fail (never skip) when a service does not answer.
 export GPUENV_REQUIRE_DOCKER=1
 
-phase "tests (pytest: doctests, unit, integration; the slowest listed)"
-.venv/bin/pytest --doctest-modules --durations=15 gpuenv tests "$@"
+if [ "$#" -gt 0 ]; then  # the tests asked for, one at a time
+  phase "tests (pytest $*)"
+  .venv/bin/pytest --doctest-modules --durations=15 "$@"
+else
+  # Doctests and unit tests touch no service: they share nothing and run on every core.
+  phase "doctests and unit tests (pytest -n auto: on every core; the slowest listed)"
+  .venv/bin/pytest -n auto --doctest-modules --durations=10 gpuenv tests/unit
+  # Integration tests share the services (GPUs, claims, Slurm): one at a time.
+  phase "integration tests (pytest, one at a time; the slowest listed)"
+  .venv/bin/pytest --durations=15 tests/integration
+fi

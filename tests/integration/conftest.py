@@ -161,6 +161,48 @@ class Installed:
         )
 
 
+@dataclass
+class UserProject:
+    """A project handed to another user, as that user's own: the project's files are
+    theirs, `folder` beside it (theirs too) holds their cache, state and data, and
+    calling it runs gpuenv in the project as them, on their own `engine` (CONTAINER_HOST:
+    their rootless Podman). `env` is theirs, to add to before the first call."""
+
+    user: pwd.struct_passwd
+    project: Project
+    folder: Path
+    env: dict[str, str]
+    installed: Installed
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.installed.run_as(
+            self.user, "-C", str(self.project.path), *args, env=self.env, cwd=self.project.path
+        )
+
+
+def as_users_own(
+    installed: Installed, project: Project, user: pwd.struct_passwd, engine: str
+) -> UserProject:
+    """`project` made `user`'s, to run gpuenv on `engine` as them (UserProject)."""
+    for root, names, files in os.walk(project.path):
+        for name in [".", *names, *files]:
+            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
+    folder = project.path.parent / f"{project.name}-user"  # theirs, not in the project
+    folder.mkdir()
+    os.chown(folder, user.pw_uid, user.pw_gid)
+    env = {
+        **project.env,
+        "CONTAINER_HOST": engine,
+        "HOME": user.pw_dir,
+        "USER": user.pw_name,
+        "XDG_CACHE_HOME": str(folder / "cache"),
+        "GPUENV_STATE_DIR": str(folder / "state"),
+        "GPUENV_DATA_DIR": str(folder / "data"),
+    }
+    env.pop("DOCKER_HOST", None)
+    return UserProject(user, project, folder, env, installed)
+
+
 @pytest.fixture(scope="session")
 def installed_for_users() -> Iterator[Installed]:
     """The checkout (or its .venv) may be private to root, as in a clone under `mktemp -d`:

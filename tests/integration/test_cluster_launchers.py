@@ -261,7 +261,7 @@ def test_a_rendezvous_that_cannot_form_fails_within_the_timeout(
         prefix,
         torch_project,
         *("submit", "--launcher", "apptainer", "--nodes", "2", "--gpus", "0"),
-        *("--rendezvous-timeout", "20", "ddp.py"),
+        *("--rendezvous-timeout", "8", "ddp.py"),
     )
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip()
@@ -270,6 +270,6 @@ def test_a_rendezvous_that_cannot_form_fails_within_the_timeout(
     _, err = logs(project.path, job)
     assert fields["JobState"] == "FAILED", (fields, err[-3000:])
     assert "RendezvousTimeoutError" in err
-    assert "not every node joined the rendezvous" in err and "within 20s" in err
+    assert "not every node joined the rendezvous" in err and "within 8s" in err
     # The first SIF pull and torch's start count too: within the timeout plus those.
-    assert took < 20 + 240, took
+    assert took < 8 + 240, took

@@ -11,7 +11,6 @@ import json
 import os
 import pwd
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from gpuenv.engine.podman import PodmanEngine
 from tests.scripted_nvml import ScriptedNvml, gpu, mig_gpu, mig_uuid, scenario
 
 from ..jsonschemas import validate_output
-from .conftest import Installed, Project, docker, gpuenv_failed
+from .conftest import Installed, Project, as_users_own, docker, gpuenv_failed
 from .test_podman import _service
 from .test_shared import _container, _popen
 
@@ -177,12 +176,8 @@ def test_rootless_podman_as_the_user_with_a_described_host(
     folder = Path(os.environ.get("GPUENV_TEST_CDI_DIR", ""))
     user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
     project = make_project(spec="gpus: {mig: 1g.10gb, count: 1}\n")
-    for root, names, files in os.walk(project.path):
-        for name in [".", *names, *files]:
-            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
-    mine = project.path.parent / f"{project.name}-user"
-    mine.mkdir()
-    os.chown(mine, user.pw_uid, user.pw_gid)
+    as_user = as_users_own(installed_for_users, project, user, address)
+    mine = as_user.folder
     instances = [
         {"uuid": M00, "profile": "1g.10gb", "index": 0},
         {"uuid": M01, "profile": "1g.10gb", "index": 1},
@@ -208,31 +203,7 @@ def test_rootless_podman_as_the_user_with_a_described_host(
         json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices})
     )
     spec.chmod(0o644)
-    env = installed_for_users.env(
-        {
-            **project.env,
-            "CONTAINER_HOST": address,
-            "GPUENV_CDI_SPEC_DIRS": str(folder),
-            "GPUENV_HOST_FILE": str(host),
-            "HOME": user.pw_dir,
-            "USER": user.pw_name,
-            "XDG_CACHE_HOME": str(mine / "cache"),
-            "GPUENV_STATE_DIR": str(mine / "state"),
-            "GPUENV_DATA_DIR": str(mine / "data"),
-        }
-    )
-    env.pop("DOCKER_HOST", None)
-
-    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = installed_for_users.argv("-C", str(project.path), *args)
-        return subprocess.run(
-            ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", *argv],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=project.path,
-        )
+    as_user.env.update(GPUENV_CDI_SPEC_DIRS=str(folder), GPUENV_HOST_FILE=str(host))
 
     engine = PodmanEngine(address)
     show = f"touch mig.txt; ls {stand_ins} | tr '\\n' ' '; echo; echo $NVIDIA_VISIBLE_DEVICES"

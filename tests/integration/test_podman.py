@@ -21,7 +21,14 @@ import pytest
 
 from gpuenv.engine.podman import PodmanEngine
 
-from .conftest import Installed, Project, _missing, gpuenv_failed, registry_digest
+from .conftest import (
+    Installed,
+    Project,
+    _missing,
+    as_users_own,
+    gpuenv_failed,
+    registry_digest,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -155,35 +162,11 @@ def test_rootless_as_the_user(make_project, cdi_dir: Path, installed_for_users: 
     address = _service("GPUENV_TEST_PODMAN_ROOTLESS")
     user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER", "gpuenv-tester"))
     project = make_project(spec="gpus: all\n")
-    for root, names, files in os.walk(project.path):
-        for name in [".", *names, *files]:
-            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
-    mine = project.path.parent / f"{project.name}-user"  # readable by the user, not in the project
-    mine.mkdir()
-    os.chown(mine, user.pw_uid, user.pw_gid)
-    host = mine / "host.json"
+    as_user = as_users_own(installed_for_users, project, user, address)
+    host = as_user.folder / "host.json"  # readable by the user, not in the project
     gpus = [{"index": i, "name": "NVIDIA GeForce RTX 4090", "uuid": u} for i, u in enumerate(UUIDS)]
     host.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
-    env = installed_for_users.env(
-        {
-            **project.env,
-            "DOCKER_HOST": "",
-            "CONTAINER_HOST": address,
-            "GPUENV_CDI_SPEC_DIRS": str(cdi_dir),
-            "GPUENV_HOST_FILE": str(host),
-            "HOME": user.pw_dir,
-            "USER": user.pw_name,
-            "XDG_CACHE_HOME": str(mine / "cache"),
-            "GPUENV_STATE_DIR": str(mine / "state"),
-            "GPUENV_DATA_DIR": str(mine / "data"),
-        }
-    )
-    env.pop("DOCKER_HOST")
-
-    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
-        return installed_for_users.run_as(
-            user, "-C", str(project.path), *args, env=env, cwd=project.path
-        )
+    as_user.env.update(GPUENV_CDI_SPEC_DIRS=str(cdi_dir), GPUENV_HOST_FILE=str(host))
 
     engine = PodmanEngine(address)
     try:
@@ -360,39 +343,15 @@ def test_two_users_with_their_own_rootless_engines_never_share_a_gpu(
     projects, runners, engines = [], [], []
     for user, address in zip(users, addresses, strict=True):
         project = make_project(spec="gpus: 1\n")
-        for root, names, files in os.walk(project.path):
-            for name in [".", *names, *files]:
-                os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
-        mine = project.path.parent / f"{project.name}-user"
-        mine.mkdir()
-        os.chown(mine, user.pw_uid, user.pw_gid)
-        host = mine / "host.json"
+        run = as_users_own(installed_for_users, project, user, address)
+        # the projects' shared state folder (root's, sticky): one for both users
+        run.env["GPUENV_STATE_DIR"] = project.env["GPUENV_STATE_DIR"]
+        host = run.folder / "host.json"
         gpus = [
             {"index": i, "name": "NVIDIA A100-SXM4-80GB", "uuid": u} for i, u in enumerate(UUIDS)
         ]
         host.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
-        env = installed_for_users.env(
-            {
-                **project.env,
-                "CONTAINER_HOST": address,
-                "GPUENV_CDI_SPEC_DIRS": str(cdi_dir),
-                "GPUENV_HOST_FILE": str(host),
-                "HOME": user.pw_dir,
-                "USER": user.pw_name,
-                "XDG_CACHE_HOME": str(mine / "cache"),
-                "GPUENV_DATA_DIR": str(mine / "data"),
-                # the projects' shared state folder (root's, sticky): one for both users
-            }
-        )
-        env.pop("DOCKER_HOST", None)
-
-        def run(
-            *args: str, _user=user, _project=project, _env=env
-        ) -> subprocess.CompletedProcess[str]:
-            return installed_for_users.run_as(
-                _user, "-C", str(_project.path), *args, env=_env, cwd=_project.path
-            )
-
+        run.env.update(GPUENV_CDI_SPEC_DIRS=str(cdi_dir), GPUENV_HOST_FILE=str(host))
         projects.append(project)
         runners.append(run)
         engines.append(PodmanEngine(address))

@@ -18,6 +18,7 @@ from tests.integration.conftest import (
     Installed,
     Project,
     _missing,
+    as_users_own,
     containers,
     gpuenv_failed,
     in_namespace,
@@ -168,29 +169,7 @@ def test_a_published_port_answers_on_rootless_podman_as_the_user(
         _missing(f"no rootless test Podman at GPUENV_TEST_PODMAN_ROOTLESS2={address!r}")
     user = pwd.getpwnam(os.environ.get("GPUENV_TEST_USER2", "gpuenv-tester2"))
     project = make_project(spec="gpus: none\n")
-    for root, names, files in os.walk(project.path):
-        for name in [".", *names, *files]:
-            os.chown(os.path.join(root, name), user.pw_uid, user.pw_gid)
-    mine = project.path.parent / f"{project.name}-user"
-    mine.mkdir()
-    os.chown(mine, user.pw_uid, user.pw_gid)
-    env = installed_for_users.env(
-        {
-            **project.env,
-            "CONTAINER_HOST": address,
-            "HOME": user.pw_dir,
-            "USER": user.pw_name,
-            "XDG_CACHE_HOME": str(mine / "cache"),
-            "GPUENV_STATE_DIR": str(mine / "state"),
-            "GPUENV_DATA_DIR": str(mine / "data"),
-        }
-    )
-    env.pop("DOCKER_HOST", None)
-
-    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
-        return installed_for_users.run_as(
-            user, "-C", str(project.path), *args, env=env, cwd=project.path
-        )
+    as_user = as_users_own(installed_for_users, project, user, address)
 
     built = as_user("build", "-q")
     assert built.returncode == 0, built.stdout + built.stderr
