@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from gpuenv.app.mirror import configured_mirror
 from gpuenv.app.platforms import check_platform
@@ -52,12 +52,6 @@ def _stamp_project(
     return data
 
 
-def caller_identity() -> Identity | None:
-    """Whom the account image is made for: the user who builds, None for root (root runs
-    as root)."""
-    return None if os.getuid() == 0 else invoking_identity()
-
-
 def build_project(
     directory: str,
     engine: Engine,
@@ -66,17 +60,20 @@ def build_project(
     bake: bool = False,
     bake_policy: BakePolicy | None = None,
     notice: Callable[[str], None] = lambda _: None,
-    identity: Identity | None = None,
+    identity: Identity | Literal["caller"] | None = "caller",
     freshness: Freshness = "update",
 ) -> tuple[Project, str, BuildResult | None]:
     """Read the project, render its image and build it if the engine lacks it (pulling
     and pinning the base first); make the account image for `identity` (the user who
-    runs it, None for root); record the build stamp. Returns the project, the tag and
+    runs it: by default the user who builds, none for root, who runs as root); record
+    the build stamp. Returns the project, the tag and
     the BuildResult (None when the image was already there). A baked image is first
     checked for credentials and size (gpuenv.images.bake); `notice` gets the size.
     When the lock's Python packages are older than the requirements (or not resolved
     yet), they are resolved again first and the lock written (`notice` says so, and what
     changed), unless `freshness` is `locked` (LockError) or `frozen`."""
+    if identity == "caller":
+        identity = None if os.getuid() == 0 else invoking_identity()
     project = load_project(directory, freshness)
     check_platform(project.lock.image, project.lock.resolved.get("platforms") or (), engine)
     if project.stale and freshness == "update":

@@ -79,37 +79,36 @@ def sweep_caches(engine: Engine, remove: bool) -> CacheSweep:
     return CacheSweep(True, in_use, unused, freed)
 
 
-def push_repository(directory: str, repository: str | None) -> str:
-    """Where `gpuenv push` pushes: the repository given, else the last push's (the
-    project is read either way, so a broken one fails before anything is said)."""
-    project = load_project(directory)
-    if repository is not None:
-        return repository
-    previous = (project.lock.extra.get("pushed") or {}).get("reference")
-    if not previous:
-        raise UsageError(
-            "where to? give a repository, e.g. gpuenv push registry.example.com/team/project"
-        )
-    return parse_reference(str(previous)).repository
-
-
 def push_image(
     directory: str,
-    repository: str,
-    engine: Engine,
-    view: View,
+    repository: str | None,
+    engine: Callable[[], Engine],
+    view: Callable[[], View],
     policy: BakePolicy,
     notice: Callable[[str], None],
+    announce: Callable[[str], None] = lambda _: None,
 ) -> tuple[str, str]:
-    """Build the image with the code baked in, push it and record it in the lock;
-    returns the pushed reference and the image by digest."""
+    """Build the image with the code baked in, push it to `repository` (None: the last
+    push's; `announce` is told which before anything is built) and record it in the
+    lock; returns the pushed reference and the image by digest. UsageError when there is
+    no repository to push to."""
+    project = load_project(directory)
+    if repository is None:
+        previous = (project.lock.extra.get("pushed") or {}).get("reference")
+        if not previous:
+            raise UsageError(
+                "where to? give a repository, e.g. gpuenv push registry.example.com/team/project"
+            )
+        repository = parse_reference(str(previous)).repository
+    announce(repository)
+    shown, connected = view(), engine()
     project, image = push_built(
-        load_project(directory),
-        engine,
-        view,
+        project,
+        connected,
+        shown,
         configured_mirror(),
         repository,
-        engine_platform(engine),
+        engine_platform(connected),
         bake_policy=policy,
         notice=notice,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from gpuenv.app.lock import Note, Notify, no_notes, project_pins, unknown_companions
 from gpuenv.common.filelock import exclusive
@@ -31,9 +32,14 @@ from gpuenv.resolution.resolve import resolve
 from gpuenv.resolution.verdicts import Resolution
 
 
-def project_files(directory: str) -> tuple[str, str]:
-    """The paths of the project's gpuenv.yaml and gpuenv.lock."""
-    return os.path.join(directory, SPEC_FILENAME), os.path.join(directory, LOCK_FILENAME)
+@dataclass(frozen=True)
+class Initialized:
+    """What `gpuenv init` wrote: the resolution it locked, and the spec's and the
+    lock's paths."""
+
+    resolution: Resolution
+    spec: str
+    lock: str
 
 
 def init_project(
@@ -45,14 +51,15 @@ def init_project(
     strict_driver: bool = False,
     newest: bool = False,
     notify: Notify = no_notes,
-) -> Resolution:
+) -> Initialized:
     """`gpuenv init`: detect the project's pins, write gpuenv.yaml, resolve, write the
     lock. When no image fits, the spec is still written (to edit) and no lock is.
     `strict_driver` is written into the spec; `newest` is how this first lock resolves.
     The flags in `overrides` are checked first (a bad constraint is a usage error)."""
     overrides = checked_overrides(*overrides)
-    with exclusive(os.path.join(directory, LOCK_FILENAME)):
-        return _init_project(
+    lock = os.path.join(directory, LOCK_FILENAME)
+    with exclusive(lock):
+        resolution = _init_project(
             directory,
             overrides,
             plan,
@@ -61,6 +68,7 @@ def init_project(
             newest=newest,
             notify=notify,
         )
+    return Initialized(resolution, os.path.join(directory, SPEC_FILENAME), lock)
 
 
 def _init_project(

@@ -116,19 +116,20 @@ class SyncSource(NamedTuple):
     scheme: str | None
     credentials: dict[str, str] | None
 
-
-def sync_source(registry: str | None) -> SyncSource:
-    """The registry to read: `registry` (HOST[:PORT]; over plain HTTP where it starts with
-    http://), else the mirror of nvcr.io that GPUENV_REGISTRY_MIRROR or the user config
-    names, else nvcr.io; with NGC_API_KEY as the credentials for nvcr.io. A `registry` or
-    mirror that is no HOST[:PORT] raises `images.registry.InvalidMirror`, a ValueError."""
-    host = (
-        images_registry.check_mirror(registry)
-        if registry
-        else images_registry.registry_mirror()[0] or images_registry.NGC_REGISTRY
-    )
-    scheme = "http" if registry and registry.startswith("http://") else None
-    return SyncSource(host, scheme, images_registry.credentials(f"{host}/nvidia/pytorch"))
+    @classmethod
+    def for_registry(cls, registry: str | None) -> SyncSource:
+        """The registry to read: `registry` (HOST[:PORT]; over plain HTTP where it starts
+        with http://), else the mirror of nvcr.io that GPUENV_REGISTRY_MIRROR or the user
+        config names, else nvcr.io; with NGC_API_KEY as the credentials for nvcr.io. A
+        `registry` or mirror that is no HOST[:PORT] raises
+        `images.registry.InvalidMirror`, a ValueError."""
+        host = (
+            images_registry.check_mirror(registry)
+            if registry
+            else images_registry.registry_mirror()[0] or images_registry.NGC_REGISTRY
+        )
+        scheme = "http" if registry and registry.startswith("http://") else None
+        return cls(host, scheme, images_registry.credentials(f"{host}/nvidia/pytorch"))
 
 
 class Synced(NamedTuple):
@@ -139,8 +140,8 @@ class Synced(NamedTuple):
 
 
 def sync_matrix(
-    client: RegistryReader,
-    host: str,
+    source: SyncSource,
+    client_for: Callable[[SyncSource], RegistryReader],
     repositories: Sequence[str],
     *,
     progress: Progress,
@@ -148,11 +149,14 @@ def sync_matrix(
     warn: Callable[[str], None],
 ) -> Synced:
     """Read the tags of `repositories` (``pytorch``, ``nvidia/pytorch``; none: all of the
-    matrix's NGC ones) from the registry `client` reads at `host`, and write the rows
+    matrix's NGC ones) from the registry, and write the rows
     their images give into the user's overlay, over its rows of other repositories: the
-    report and the overlay's path. `step` says what is read, `progress` each tag; a
-    damaged overlay is rewritten, which `warn` says. PullError for a repository the
-    matrix does not have, or a registry that fails."""
+    report and the overlay's path. The registry is `source`, read by the client
+    `client_for` makes for it (an engine adapter, which the composition root picks).
+    `step` says what is read, `progress` each tag; a damaged overlay is rewritten, which
+    `warn` says. PullError for a repository the matrix does not have, or a registry that
+    fails."""
+    host, client = source.host, client_for(source)
     shipped = load_matrix(with_overlay=False)
     path = overlay.overlay_path()
     previous = _previous_rows(path, warn)

@@ -128,9 +128,31 @@ def prepare_job(
     return Job(spec.name, script, output_dir, variables)
 
 
-def submit_job(directory: str, job: Job) -> Submitted:
-    """Write the script (0600, in a 0700 folder) and submit it from the project folder."""
-    return submit_script(directory, job.output_dir, job.name, job.script, job.variables.values)
+@dataclass(frozen=True)
+class Submission:
+    """`gpuenv submit`'s outcome: the sbatch script, and the job sbatch made of it (None
+    for a dry run, which submits nothing)."""
+
+    script: str
+    submitted: Submitted | None
+
+
+def submit_job(
+    directory: str,
+    request: JobRequest,
+    notice: Callable[[str], None],
+    engine: Callable[[], Engine],
+    *,
+    dry_run: bool = False,
+) -> Submission:
+    """The job's script for the project's locked image (`prepare_job`), written (0600,
+    in a 0700 folder) and submitted from the project folder; with `dry_run`, only the
+    script."""
+    job = prepare_job(directory, request, notice, engine)
+    if dry_run:
+        return Submission(job.script, None)
+    submitted = submit_script(directory, job.output_dir, job.name, job.script, job.variables.values)
+    return Submission(job.script, submitted)
 
 
 def pushed_platform(project: Project) -> str | None:

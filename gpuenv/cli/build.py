@@ -68,7 +68,7 @@ def build(
         return
 
     # The build path (the lock, the matrix, render, pull) and rich's output: only now.
-    from gpuenv.app.build import build_project, caller_identity
+    from gpuenv.app.build import build_project
     from gpuenv.cli import ui
 
     _, tag, result = build_project(
@@ -78,7 +78,6 @@ def build(
         bake=bake,
         bake_policy=BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
-        identity=caller_identity(),
         freshness=policy,
     )
     if result is None:

@@ -16,7 +16,7 @@ from gpuenv.app.export import (
     write_pylock,
 )
 from gpuenv.app.overlay import pylock_text
-from gpuenv.app.submit import JobRequest, list_jobs, prepare_job, submit_job
+from gpuenv.app.submit import JobRequest, list_jobs, submit_job
 from gpuenv.cli import output, ui
 from gpuenv.cli.context import Application, apply, view_factory
 from gpuenv.cli.devcontainer import export_devcontainer_command
@@ -144,11 +144,11 @@ def submit(
         rendezvous_timeout=rendezvous_timeout,
         sif_cache=sif_cache,
     )
-    job = prepare_job(obj.directory, request, notice=ui.warn, engine=obj.engine)
-    if dry_run:
-        click.echo(job.script, nl=False)
+    submission = submit_job(obj.directory, request, ui.warn, obj.engine, dry_run=dry_run)
+    submitted = submission.submitted
+    if submitted is None:  # --dry-run
+        click.echo(submission.script, nl=False)
         return
-    submitted = submit_job(obj.directory, job)
     output.result(submitted.job)
     ui.success(f"submitted job {submitted.job} ({submitted.script}); `gpuenv jobs` follows it")
 

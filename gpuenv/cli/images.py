@@ -9,7 +9,6 @@ from gpuenv.app.images import (
     image_rows,
     pull_base,
     push_image,
-    push_repository,
     render_plan,
     sweep_caches,
 )
@@ -181,16 +180,16 @@ def push(
     submit, gpuenv export) then pull it by digest instead of rebuilding. Without an
     argument, pushes to the repository of the last push. The baked project is checked
     as for `gpuenv build --bake` (credentials, size) before anything is built."""
-    repository = push_repository(obj.directory, repository)
-    if not quiet:
-        ui.step(f"pushing the project image, code baked in, to {repository}")
     reference, image = push_image(
         obj.directory,
         repository,
-        obj.engine(),
-        view_factory(quiet)(),
+        obj.engine,
+        view_factory(quiet),
         BakePolicy(allow_secrets, allow_large),
         notice=(lambda _: None) if quiet else ui.info,
+        announce=(lambda _: None)
+        if quiet
+        else lambda to: ui.step(f"pushing the project image, code baked in, to {to}"),
     )
     output.result(image)
     if not quiet:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-from gpuenv.app.matrix import matrix_view, sync_matrix, sync_source
+from gpuenv.app.matrix import SyncSource, matrix_view, sync_matrix
 from gpuenv.cli import ui
 from gpuenv.cli.matrix_view import show_matrix, show_sync
 from gpuenv.engine.connection import registry_client
@@ -89,12 +89,16 @@ def sync(repositories: tuple[str, ...], registry: str | None, as_json: bool) -> 
       gpuenv matrix sync pytorch --registry mirror.example:5000 --json
     """
     try:
-        source = sync_source(registry)
+        source = SyncSource.for_registry(registry)
     except ValueError as exc:  # InvalidMirror: --registry's, or the configured mirror's
         raise click.BadParameter(str(exc), param_hint="--registry") from None
-    client = registry_client(source.host, source.credentials, scheme=source.scheme)
     synced = sync_matrix(
-        client, source.host, repositories, progress=_progress(ui), step=ui.step, warn=ui.warn
+        source,
+        lambda at: registry_client(at.host, at.credentials, scheme=at.scheme),
+        repositories,
+        progress=_progress(ui),
+        step=ui.step,
+        warn=ui.warn,
     )
     show_sync(synced.report, synced.path, as_json)
 

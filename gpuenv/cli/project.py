@@ -8,15 +8,14 @@ import sys
 import click
 
 from gpuenv.app.check import check_project
-from gpuenv.app.init import init_project, project_files
-from gpuenv.app.lock import Note, checked_cutoff, update_lock, verify_lock
-from gpuenv.app.own_base import engine_reader
+from gpuenv.app.init import init_project
+from gpuenv.app.lock import LockUpdate, Note
+from gpuenv.app.locking import LockRequest, Steps, lock_project
 from gpuenv.cli import output, ui
 from gpuenv.cli.base import view_factory
 from gpuenv.cli.context import Application, host_options, json_option, report, spec_options
 from gpuenv.cli.failure import error_fields
 from gpuenv.cli.views import show_resolution
-from gpuenv.errors import UsageError
 from gpuenv.project.overrides import Overrides
 from gpuenv.resolution.hostplan import HostPlan
 
@@ -125,31 +124,11 @@ def lock(
     --check fails (exit 5) when the lock is missing or out of date, or its Python
     packages are not locked for the requirements as they are, and lists what changed.
     """
-    upgrade = upgrade or newest
-    if check_only and (upgrade or upgrade_packages or exclude_newer):
-        raise UsageError(
-            "--check cannot be combined with --upgrade, --newest, --upgrade-package or "
-            "--exclude-newer: --check writes nothing"
-        )
-    cutoff = checked_cutoff(exclude_newer)
-    _, lock_path = project_files(obj.directory)
-    if check_only:
-        current = verify_lock(obj.directory)
-        if as_json:
-            output.data(_lock_data("up-to-date", current.pinned_image, lock_path))
-        ui.success(f"{LOCK} is up to date ({current.pinned_image})")
-        return
-    update = update_lock(
-        obj.directory,
-        HostPlan(driver, gpu_models, platform),
-        upgrade=upgrade,
-        newest=newest,
-        notify=_notify,
-        read_base=engine_reader(obj.engine, view_factory(as_json)),
-    )
-    if update.resolution is None:
-        ui.success(f"{LOCK} is up to date ({update.pinned})")
-    else:
+
+    def image_locked(update: LockUpdate) -> None:
+        if update.resolution is None:
+            ui.success(f"{LOCK} is up to date ({update.pinned})")
+            return
         image = update.resolution.row.image
         if not as_json:
             output.result(image)
@@ -160,57 +139,42 @@ def lock(
         else:
             ui.success(f"updated {LOCK}: {update.previous_image} → {image}")
         show_resolution(update.resolution)
-    packages = _lock_packages(obj, upgrade, upgrade_packages, cutoff, quiet=as_json)
+
+    request = LockRequest(
+        HostPlan(driver, gpu_models, platform),
+        check_only=check_only,
+        upgrade=upgrade,
+        newest=newest,
+        upgrade_packages=upgrade_packages,
+        exclude_newer=exclude_newer,
+    )
+    steps = Steps(_notify, image_locked, ui.info, obj.engine, view_factory(as_json))
+    outcome = lock_project(obj.directory, request, steps)
+    if outcome.checked is not None:
+        if as_json:
+            output.data(_lock_data("up-to-date", outcome.checked, outcome.path))
+        ui.success(f"{LOCK} is up to date ({outcome.checked})")
+        return
+    update, packages = outcome.update, outcome.packages
+    assert update is not None and packages is not None
+    if packages.said is not None:
+        (ui.info if packages.resolved else ui.warn)(packages.said)
+    else:
+        first, *rest = packages.summary
+        ui.success(first)
+        for line in rest:
+            ui.info(line)
     if as_json:
         output.data(
             _lock_data(
                 update.status,
                 update.pinned,
-                lock_path,
+                outcome.path,
                 previous=update.previous_image,
                 resolution=update.resolution.to_data() if update.resolution else None,
-                packages=packages,
+                packages=packages.to_data(),
             )
         )
-
-
-def _lock_packages(
-    app: Application,
-    upgrade: bool,
-    upgrade_packages: tuple[str, ...],
-    exclude_newer: str | None,
-    *,
-    quiet: bool,
-) -> dict[str, object]:
-    """The Python packages' half of `gpuenv lock` (app.overlay), shown; its JSON."""
-    from gpuenv.app.overlay import locked_overlay, notice_line, relock_overlay
-
-    outcome = relock_overlay(
-        app.directory,
-        app.engine,
-        view_factory(quiet),
-        upgrade=upgrade,
-        upgrade_packages=upgrade_packages,
-        exclude_newer=exclude_newer,
-        on_line=notice_line(ui.info),
-    )
-    if isinstance(outcome, str):
-        overlay = locked_overlay(app.directory)
-        (ui.info if overlay.resolved else ui.warn)(outcome)
-        changes: tuple[str, ...] = ()
-    else:
-        overlay = outcome.project.lock.overlay
-        first, *rest = outcome.summary()
-        ui.success(first)
-        for line in rest:
-            ui.info(line)
-        changes = outcome.changes
-    return {
-        "resolved": overlay.resolved,
-        "count": len(overlay.packages),
-        "changes": list(changes),
-        "note": overlay.note,
-    }
 
 
 @click.command()
@@ -265,7 +229,7 @@ def init(
         notes.append(note)
         _notify(note)
 
-    resolution = init_project(
+    written = init_project(
         obj.directory,
         Overrides(framework, version, python, cuda),
         HostPlan(driver, gpu_models, platform),
@@ -274,15 +238,15 @@ def init(
         newest=newest,
         notify=notify,
     )
-    spec_path, lock_path = project_files(obj.directory)
+    resolution = written.resolution
     if as_json:
         output.data(
             {
                 "ok": True,
                 "exit_code": 0,
                 "image": resolution.row.image,
-                "spec": spec_path,
-                "lock": lock_path,
+                "spec": written.spec,
+                "lock": written.lock,
                 "notes": [{"kind": n.kind, "text": n.text} for n in notes],
                 "resolution": resolution.to_data(),
             }

@@ -181,6 +181,7 @@ class ComputeCapability:
 
     major: int
     minor: int
+    text: str = field(default="", compare=False)  # as written, where it was read
 
     @classmethod
     def parse(cls, text: str) -> ComputeCapability:
@@ -192,7 +193,7 @@ class ComputeCapability:
         return f"sm_{self.major}{self.minor}"
 
     def __str__(self) -> str:
-        return f"{self.major}.{self.minor}"
+        return self.text or f"{self.major}.{self.minor}"
 
     def __repr__(self) -> str:
         return f"ComputeCapability('{self}')"
@@ -205,7 +206,7 @@ def _compute_capability(text: str) -> ComputeCapability:
         raise InvalidComputeCapability(
             f"'{text}' is not a compute capability (expected major.minor like 8.6)"
         )
-    return ComputeCapability(int(match.group(1)), int(match.group(2)))
+    return ComputeCapability(int(match.group(1)), int(match.group(2)), text.strip())
 
 
 def recorded_driver(value: object) -> DriverVersion | None:

@@ -39,7 +39,7 @@ def registry_client(
     host: str, credentials: dict[str, str] | None = None, *, scheme: str | None = None
 ) -> DistributionClient:
     """The client of the registry at `host` that `gpuenv matrix sync` reads (the app
-    layer picks the host, the scheme and the credentials: `app.matrix.sync_source`)."""
+    layer picks the host, the scheme and the credentials: `app.matrix.SyncSource`)."""
     # Here, as in `connect`: requests is imported by the commands that read a registry.
     from gpuenv.engine.distribution import DistributionClient
 

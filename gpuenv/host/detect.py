@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpuenv.common.platforms import this_platform
-from gpuenv.common.versions import ComputeCapability, DriverVersion
+from gpuenv.common.versions import DriverVersion, recorded_capability
 from gpuenv.host.hostfile import HOST_FILE_ENV, load_host_file
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.host.nvml import detect_nvml
@@ -33,14 +33,14 @@ def parse_nvidia_smi(output: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> 
             continue
         values = dict(zip(fields, (cell.strip() for cell in row), strict=False))
         driver = values.get("driver_version") or driver
-        cc = values.get("compute_cap") or ""
+        cc = values.get("compute_cap")
         memory = values.get("memory.total", "")
         gpus.append(
             Gpu(
                 index=int(values["index"]),
                 name=values["name"],
                 uuid=values.get("uuid") or None,
-                compute_capability=ComputeCapability.parse(cc) if cc[:1].isdigit() else None,
+                compute_capability=recorded_capability(cc),  # unreadable ([N/A]): unknown
                 memory_total_mib=int(float(memory)) if memory.replace(".", "").isdigit() else None,
             )
         )

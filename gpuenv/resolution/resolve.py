@@ -293,15 +293,10 @@ def evaluate(
     spec_checks = _SpecChecks(spec)
     # A driver that cannot drive a GPU at all rejects every image, before anything else.
     drive = [Rejection("driver", drive_reason(host, g)) for g in undrivable(host, gpus)]
+    # Keyed by the values as written: 550 and 550.0 are one driver, but a verdict's
+    # words (its minimum, its route) name the row's own spelling.
     host_memo: dict[
-        tuple[
-            str | None,
-            str | None,
-            DriverVersion | None,
-            tuple[DriverVersion, ...],
-            ComputeCapability | None,
-            tuple[str, ...],
-        ],
+        tuple[str | None, ...],
         tuple[list[Rejection], DriverVersion | None, str | None, str | None, bool],
     ] = {}
     out = []
@@ -312,10 +307,10 @@ def evaluate(
         host_key = (
             row.release,  # forward compatibility weighs a branch's end against it
             row.cuda,
-            row.min_driver,
-            row.forward_compat,
-            row.min_compute_capability,
-            row.platforms,
+            _written(row.min_driver),
+            " ".join(map(str, row.forward_compat)),
+            _written(row.min_compute_capability),
+            " ".join(row.platforms),
         )
         host_verdict = host_memo.get(host_key)
         if host_verdict is None:
@@ -339,6 +334,10 @@ def evaluate(
         rejections, minimum, route, mode, verified = host_verdict
         out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route, mode, verified))
     return tuple(out)
+
+
+def _written(value: DriverVersion | ComputeCapability | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def resolve(

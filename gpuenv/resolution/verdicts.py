@@ -81,9 +81,10 @@ class Resolution:
 
     @property
     def required_compute_capabilities(self) -> tuple[str, ...]:
-        """The host GPUs' compute capabilities, lowest first, as written (``8.6``)."""
-        found = {g.compute_capability for g in self.gpus if g.compute_capability}
-        return tuple(str(cc) for cc in sorted(found))
+        """The host GPUs' compute capabilities as written (``8.6``), in the order locks
+        have always listed them (as text: ``12.0`` before ``8.6``), so a re-lock on the
+        same host writes the same lock."""
+        return tuple(sorted({str(g.compute_capability) for g in self.gpus if g.compute_capability}))
 
     def to_data(self) -> dict[str, Any]:
         row = self.row

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuenv.app.matrix import Synced, SyncSource, sync_matrix, sync_source
+from gpuenv.app.matrix import Synced, SyncSource, sync_matrix
 from gpuenv.cli.tree import main
 from gpuenv.common.versions import DriverVersion
 from gpuenv.engine.protocol import Manifest, UnknownRepository
@@ -295,8 +295,8 @@ def test_sync_matrix_rewrites_a_damaged_overlay_and_reads_again_only_what_change
 
     def run() -> Synced:
         return sync_matrix(
-            FakeRegistry(),
-            "127.0.0.1:5000",
+            SyncSource("127.0.0.1:5000", None, None),
+            lambda _: FakeRegistry(),
             ["pytorch"],
             progress=lambda done, total, image: said["progress"].append(image),
             step=said["step"].append,
@@ -343,15 +343,15 @@ def test_sync_source_is_the_registry_asked_for_else_the_mirror_else_nvcr(
     monkeypatch.delenv("NGC_API_KEY", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert sync_source(registry) == expected
+    assert SyncSource.for_registry(registry) == expected
 
 
 def test_sync_source_refuses_a_registry_that_is_no_host(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="'bad host!' is not a registry mirror"):
-        sync_source("bad host!")
+        SyncSource.for_registry("bad host!")
     monkeypatch.setenv("GPUENV_REGISTRY_MIRROR", "bad mirror")
     with pytest.raises(ValueError, match="'bad mirror' is not a registry mirror"):
-        sync_source(None)
+        SyncSource.for_registry(None)
 
 
 def test_the_overlay_round_trips_and_joins_the_matrix(tmp_path: Path, matrix: Matrix) -> None:
