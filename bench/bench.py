@@ -257,12 +257,27 @@ def synthetic_matrix(rows: int, folder: Path) -> None:
     (folder / "synthetic.yaml").write_text("\n".join(lines) + "\n")
 
 
-def core_rows() -> tuple[list[Row], str]:
+def synthetic_resolution(size: int, folder: Path) -> Callable[[], object]:
+    """resolve() of a PyTorch spec on a two-GPU host, against a synthetic matrix of
+    `size` rows written into `folder`."""
+    from gpuenv.common.versions import DriverVersion
     from gpuenv.host.machine import Gpu, Host
     from gpuenv.matrix.load import load_matrix
     from gpuenv.project.spec import default_spec
     from gpuenv.resolution.resolve import resolve
 
+    synthetic_matrix(size, folder)
+    matrix = load_matrix(str(folder))
+    assert len(matrix.images_for("pytorch")) == size
+    gpus = (Gpu(0, "NVIDIA A100-SXM4-80GB"), Gpu(1, "NVIDIA H100 80GB HBM3"))
+    host = Host(DriverVersion.parse("575.51.03"), gpus, "bench")
+    spec = default_spec(str(folder), "pytorch").with_overrides(
+        version=">=2.3", python="3.11", cuda=">=12.4"
+    )
+    return lambda: resolve(spec, matrix, host)
+
+
+def core_rows() -> tuple[list[Row], str]:
     rows = [
         paired_row(
             "gpuenv --version",
@@ -298,18 +313,9 @@ def core_rows() -> tuple[list[Row], str]:
     heavy = probe.stdout.rsplit("HEAVY=", 1)[1].strip()
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        synthetic_matrix(10_000, folder)
-        matrix = load_matrix(str(folder))
-        assert len(matrix.images_for("pytorch")) == 10_000
-        host = Host(
-            "575.51.03", (Gpu(0, "NVIDIA A100-SXM4-80GB"), Gpu(1, "NVIDIA H100 80GB HBM3")), "bench"
-        )
-        spec = default_spec(tmp, "pytorch").with_overrides(
-            version=">=2.3", python="3.11", cuda=">=12.4"
-        )
+        resolution = synthetic_resolution(10_000, Path(tmp))
         # Every row is evaluated on each call (the explanation needs all of them).
-        seconds = median_seconds(lambda: resolve(spec, matrix, host), runs=21)
+        seconds = median_seconds(resolution, runs=21)
     rows.append(
         Row("resolve(), synthetic 10,000-row matrix", seconds, "target", 0.1, "< 100 ms", 1.0)
     )

@@ -85,3 +85,10 @@ def test_engine_sections_wait_for_the_services(
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     rows, _ = getattr(bench, section)()
     assert rows == []
+
+
+def test_the_synthetic_resolve_row_resolves_on_its_host(bench: ModuleType, tmp_path: Path) -> None:
+    """What the resolve() row times is a resolution that succeeds, on a small matrix."""
+    resolution = bench.synthetic_resolution(48, tmp_path)()
+    assert resolution.row.framework == "pytorch" and resolution.row.tag.startswith("t")
+    assert str(resolution.host.driver) == "575.51.03"
