@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from gpuenv.app.sampler import HistorySettings, Sampler, detect_sampled
 from gpuenv.app.top import Shared, read_runs, read_shared
 from gpuenv.common import nesting
+from gpuenv.common.versions import as_written
 from gpuenv.containers.sizing import (
     SizingSettings,
     disk_finding,
@@ -317,7 +318,7 @@ def gpus_payload(
         "generated": time.time(),
         "engine_note": engine_notes[0] if engine_notes else None,
         "host": {
-            "driver": str(host.driver) if host.driver else None,
+            "driver": as_written(host.driver),
             "cuda_driver": host.cuda_driver,
             "source": host.source,
             "note": host.note,

@@ -19,8 +19,10 @@ False
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -209,6 +211,12 @@ def _compute_capability(text: str) -> ComputeCapability:
     return ComputeCapability(int(match.group(1)), int(match.group(2)), text.strip())
 
 
+def as_written(value: DriverVersion | ComputeCapability | None) -> str | None:
+    """A driver version or compute capability as it was written, for data (JSON, a lock,
+    the overlay); None stays None."""
+    return None if value is None else str(value)
+
+
 def recorded_driver(value: object) -> DriverVersion | None:
     """A driver version a record kept as text (a lock, a stamp); None where it kept none,
     or something that is not one (a file edited by hand).
@@ -216,20 +224,22 @@ def recorded_driver(value: object) -> DriverVersion | None:
     >>> recorded_driver("550.54.15"), recorded_driver(None), recorded_driver("R550")
     (DriverVersion('550.54.15'), None, None)
     """
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return DriverVersion.parse(value)
-    except InvalidDriverVersion:
-        return None
+    return _recorded(DriverVersion.parse, value)
 
 
 def recorded_capability(value: object) -> ComputeCapability | None:
     """A compute capability a record kept as text; None where it kept none or another
     thing."""
+    return _recorded(ComputeCapability.parse, value)
+
+
+_Value = TypeVar("_Value", DriverVersion, ComputeCapability)
+
+
+def _recorded(parse: Callable[[str], _Value], value: object) -> _Value | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        return ComputeCapability.parse(value)
-    except InvalidComputeCapability:
+        return parse(value)
+    except ValueError:  # InvalidDriverVersion, InvalidComputeCapability
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuenv.common.versions import ComputeCapability, DriverVersion
+from gpuenv.common.versions import ComputeCapability, DriverVersion, as_written
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Host:
     def to_data(self) -> dict[str, Any]:
         return {
             "source": self.source,
-            "driver": str(self.driver) if self.driver else None,
+            "driver": as_written(self.driver),
             "cuda_driver": self.cuda_driver,
             "platform": self.platform,
             "gpus": [_gpu_data(gpu) for gpu in self.gpus],

@@ -21,12 +21,7 @@ import yaml
 from gpuenv import __version__
 from gpuenv.common import nesting
 from gpuenv.common.files import atomic_write, file_hash
-from gpuenv.common.versions import (
-    ComputeCapability,
-    DriverVersion,
-    recorded_capability,
-    recorded_driver,
-)
+from gpuenv.common.versions import as_written, recorded_capability, recorded_driver
 from gpuenv.errors import LockError, file_error
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.lock.locked import LOCK_FILENAME as LOCK_FILENAME
@@ -132,30 +127,25 @@ def lock_from_resolution(resolution: Resolution, matrix_version: str, digest: st
             **({"read_from": row.note} if is_image_base(row.family) else {}),
         },
         requires={
-            "min_driver": _text(resolution.candidate.min_driver),
+            "min_driver": as_written(resolution.candidate.min_driver),
             "forward_compat": [str(driver) for driver in row.forward_compat],
-            "min_compute_capability": _text(row.min_compute_capability),
+            "min_compute_capability": as_written(row.min_compute_capability),
             "compute_capabilities": list(resolution.required_compute_capabilities),
         },
         resolved_for={
             "source": host.source,
-            "driver": _text(host.driver),
+            "driver": as_written(host.driver),
             # native | minor-version compatibility | forward compatibility | None
             "compatibility": resolution.candidate.mode,
             # False: a forward route NVIDIA's documents disagree on (see resolve's route)
             "route_verified": resolution.candidate.route_verified,
             "platform": host.platform,
             "gpus": [
-                {"name": g.name, "compute_capability": _text(g.compute_capability)}
+                {"name": g.name, "compute_capability": as_written(g.compute_capability)}
                 for g in resolution.gpus
             ],
         },
     )
-
-
-def _text(value: DriverVersion | ComputeCapability | None) -> str | None:
-    """A driver version or compute capability as the lock writes it (as written)."""
-    return None if value is None else str(value)
 
 
 INTEGRITY_KEY = "integrity"

@@ -23,7 +23,7 @@ from gpuenv.common.checker import Checker
 from gpuenv.common.dirs import make_user_dir
 from gpuenv.common.files import atomic_write
 from gpuenv.common.platforms import PLATFORMS
-from gpuenv.common.versions import ComputeCapability, DriverVersion
+from gpuenv.common.versions import ComputeCapability, DriverVersion, as_written
 from gpuenv.common.yamlfile import Path as YamlPath
 from gpuenv.common.yamlfile import YamlSyntaxError, parse_yaml
 from gpuenv.errors import MatrixError, Problem
@@ -89,8 +89,7 @@ class OverlayRow:
         data = dataclasses.asdict(self)
         data["platforms"] = list(self.platforms)
         for name in ("min_driver", "built_for_driver", "min_compute_capability"):
-            value = getattr(self, name)
-            data[name] = None if value is None else str(value)
+            data[name] = as_written(getattr(self, name))
         if self.forward_compat is not None:
             data["forward_compat"] = [str(driver) for driver in self.forward_compat]
         return {name: data[name] for name in ROW_FIELDS}

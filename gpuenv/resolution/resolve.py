@@ -24,6 +24,7 @@ from packaging.specifiers import SpecifierSet
 from gpuenv.common.versions import (
     ComputeCapability,
     DriverVersion,
+    as_written,
     matches,
     parse_version,
     release_of,
@@ -307,9 +308,9 @@ def evaluate(
         host_key = (
             row.release,  # forward compatibility weighs a branch's end against it
             row.cuda,
-            _written(row.min_driver),
+            as_written(row.min_driver),
             " ".join(map(str, row.forward_compat)),
-            _written(row.min_compute_capability),
+            as_written(row.min_compute_capability),
             " ".join(row.platforms),
         )
         host_verdict = host_memo.get(host_key)
@@ -334,10 +335,6 @@ def evaluate(
         rejections, minimum, route, mode, verified = host_verdict
         out.append(Candidate(row, (*spec_rejections, *rejections), minimum, route, mode, verified))
     return tuple(out)
-
-
-def _written(value: DriverVersion | ComputeCapability | None) -> str | None:
-    return None if value is None else str(value)
 
 
 def resolve(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuenv.common.versions import ComputeCapability, DriverVersion
+from gpuenv.common.versions import ComputeCapability, DriverVersion, as_written
 from gpuenv.host.machine import Gpu, Host
 from gpuenv.matrix.model import DriveCeiling, DriveFloor, ImageRow
 from gpuenv.project.spec import Spec
@@ -99,9 +99,9 @@ class Resolution:
             "cudnn": row.cudnn,
             "python": row.python,
             "ubuntu": row.ubuntu,
-            "min_driver": _text(self.candidate.min_driver),
+            "min_driver": as_written(self.candidate.min_driver),
             "forward_compat": [str(driver) for driver in row.forward_compat],
-            "min_compute_capability": _text(row.min_compute_capability),
+            "min_compute_capability": as_written(row.min_compute_capability),
             "evidence": row.evidence,
             "unverified": list(row.unverified),
             "driver_route": self.candidate.driver_route,
@@ -110,8 +110,3 @@ class Resolution:
             "warnings": list(self.warnings),
             "host": self.host.to_data(),
         }
-
-
-def _text(value: DriverVersion | ComputeCapability | None) -> str | None:
-    """A driver version or compute capability as written, for data (None stays None)."""
-    return None if value is None else str(value)
